@@ -1,0 +1,42 @@
+"""`ernie-zoo` command: one entry point with subcommands; each lives in its own module.
+
+A subcommand module exposes `add_arguments(parser)` and `run(args) -> int`. Register it in `SUBCOMMANDS`
+(name -> "module.path"); modules are imported only when their subcommand runs, so `--help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, one-line help)
+    "info": ("ernie_zoo.commands.info", "show presets and their exact parameter counts"),
+    "prepare-data": ("ernie_zoo.commands.prepare_data", "tokenize text/jsonl and cache masking boundaries"),
+    "plan": (
+        "ernie_zoo.commands.plan",
+        "per-GPU memory, communication and MFU plan for a recipe on a cluster",
+    ),
+    "consolidate": ("ernie_zoo.commands.consolidate", "turn a sharded checkpoint into a from_pretrained dir"),
+    "taskflow": ("ernie_zoo.commands.taskflow", "run a Taskflow task on text, a file or stdin"),
+    "eval": ("ernie_zoo.commands.eval", "evaluate shipped models and baselines side by side"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ernie-zoo", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    argv = sys.argv[1:] if argv is None else argv
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        # Import only the selected subcommand's module to add its arguments.
+        if argv and argv[0] == name:
+            importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    module = importlib.import_module(SUBCOMMANDS[args.command][0])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the `ernie-zoo` CLI (see `ernie_zoo.cli`)."""

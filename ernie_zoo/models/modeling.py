@@ -1,0 +1,319 @@
+"""ErnieZoo models: transformers' ERNIE plus one module, `CharFeatureEmbeddings`.
+
+Everything but the embeddings is transformers' ERNIE/BERT code, unchanged (the pattern of transformers'
+`modular_ernie.py`, which writes ERNIE as a diff over BERT). The added module turns each token into its
+character features and fuses them with the word embedding before ERNIE adds positions and token types:
+
+    input_ids (B, T) ──┬── word_embeddings ───────────────────────────┐
+                       ├── radical_ids[id]  ── radical embedding ──────┤  add:    w + p + r + s (+ q)
+                       ├── stroke_counts[id] ─ stroke-count embedding ─┤  concat: Linear([w; p; r; s (; q)])
+                       └── stroke_seqs[id] ─── stroke-type seq, mean ──┤
+    pinyin_ids (B, T) ──── syllable embedding + tone embedding ────────┘
+                                   │
+               ERNIE embeddings (+ position, token type, task type, LayerNorm) → encoder → heads
+
+The per-token tables (radical, strokes, stroke sequence, default pinyin) are persistent buffers: they are
+saved in model.safetensors and filled from the tokenizer's vocabulary by `load_char_tables`, never read from
+a path in `__init__`, so meta-device and ZeRO-3 initialisation work.
+
+Feature embeddings are initialised so that a model converted from a plain ERNIE/BERT checkpoint computes
+exactly what the original did: additive features start at zero; with concat fusion the features start random
+and the fusion layer starts as [I | 0] (a zero block would never receive a gradient if the features were zero
+too).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.models.ernie.modeling_ernie import (
+    ErnieEmbeddings,
+    ErnieEncoder,
+    ErnieForCausalLM,
+    ErnieForMaskedLM,
+    ErnieForSequenceClassification,
+    ErnieForTokenClassification,
+    ErnieModel,
+    ErnieOnlyMLMHead,
+    ErniePooler,
+    ErniePreTrainedModel,
+)
+
+from .configuration import ErnieZooConfig
+
+logger = logging.getLogger(__name__)
+
+NUM_TONES = 6  # 0 = none, 1-4, 5 = neutral; pinyin_id = syllable_id * NUM_TONES + tone
+CHAR_TABLES = ("default_pinyin_ids", "radical_ids", "stroke_counts", "stroke_seqs")
+
+
+class CharFeatureEmbeddings(nn.Module):
+    """Pinyin, radical and stroke embeddings of each token, fused with its word embedding."""
+
+    def __init__(self, config: ErnieZooConfig):
+        super().__init__()
+        self.fusion_mode = config.feature_fusion
+        dim = config.hidden_size if self.fusion_mode == "add" else config.char_feature_dim
+        vocab = config.vocab_size
+        n_features = 0
+        # Row 0 of every table means "not a Han character": padding_idx keeps it a zero vector.
+        if config.use_pinyin:
+            self.pinyin_syllable = nn.Embedding(config.pinyin_vocab_size // NUM_TONES, dim, padding_idx=0)
+            self.pinyin_tone = nn.Embedding(NUM_TONES, dim, padding_idx=0)
+            self.default_pinyin_ids = nn.Buffer(torch.zeros(vocab, dtype=torch.long))
+            n_features += 1
+        if config.use_radical:
+            self.radical = nn.Embedding(config.num_radicals + 1, dim, padding_idx=0)
+            self.radical_ids = nn.Buffer(torch.zeros(vocab, dtype=torch.long))
+            n_features += 1
+        if config.use_strokes:
+            self.strokes = nn.Embedding(config.max_strokes + 1, dim, padding_idx=0)
+            self.stroke_counts = nn.Buffer(torch.zeros(vocab, dtype=torch.long))
+            n_features += 1
+        if config.use_stroke_sequence:
+            self.stroke_types = nn.Embedding(6, dim, padding_idx=0)  # 1..5 = h s p n z
+            self.stroke_positions = nn.Embedding(config.stroke_seq_len, dim)
+            self.stroke_seqs = nn.Buffer(torch.zeros(vocab, config.stroke_seq_len, dtype=torch.long))
+            n_features += 1
+        if self.fusion_mode == "concat":
+            self.fusion = nn.Linear(config.hidden_size + n_features * dim, config.hidden_size)
+        self._warned_empty = False
+
+    def _stroke_sequence(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # Pool once per distinct token in the batch, not per position: (U, L, d) instead of (B, T, L, d).
+        unique, inverse = torch.unique(input_ids, return_inverse=True)
+        seqs = self.stroke_seqs[unique]  # (U, L)
+        valid = (seqs > 0).unsqueeze(-1).to(self.stroke_types.weight.dtype)  # (U, L, 1)
+        emb = (self.stroke_types(seqs) + self.stroke_positions.weight) * valid  # (U, L, d)
+        pooled = emb.sum(1) / valid.sum(1).clamp(min=1)  # (U, d)
+        return pooled[inverse]  # (B, T, d)
+
+    def forward(
+        self, word_embeds: torch.Tensor, input_ids: torch.Tensor, pinyin_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if not self._warned_empty and hasattr(self, "radical_ids") and not torch.jit.is_tracing():
+            self._warned_empty = True
+            if self.radical_ids.device.type != "meta" and int(self.radical_ids.max()) == 0:
+                logger.warning(
+                    "Character tables are empty: call model.load_char_tables(tokenizer) so radical/stroke "
+                    "features see real values."
+                )
+        features = []
+        if hasattr(self, "pinyin_syllable"):
+            if pinyin_ids is None:
+                pinyin_ids = self.default_pinyin_ids[input_ids]
+            elif pinyin_ids.shape != input_ids.shape:
+                raise ValueError(
+                    f"pinyin_ids shape {tuple(pinyin_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
+                )
+            features.append(
+                self.pinyin_syllable(pinyin_ids // NUM_TONES) + self.pinyin_tone(pinyin_ids % NUM_TONES)
+            )
+        if hasattr(self, "radical"):
+            features.append(self.radical(self.radical_ids[input_ids]))
+        if hasattr(self, "strokes"):
+            features.append(self.strokes(self.stroke_counts[input_ids]))
+        if hasattr(self, "stroke_types"):
+            features.append(self._stroke_sequence(input_ids))
+        if self.fusion_mode == "add":
+            return word_embeds + sum(features)
+        return self.fusion(torch.cat([word_embeds, *features], dim=-1))
+
+
+class ErnieZooEmbeddings(ErnieEmbeddings):
+    def __init__(self, config: ErnieZooConfig):
+        super().__init__(config)
+        self.char_features = CharFeatureEmbeddings(config) if config.use_char_features else None
+
+    def embed_tokens(self, input_ids: torch.Tensor, pinyin_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Word embedding fused with the character features: (B, T) -> (B, T, hidden)."""
+        embeds = self.word_embeddings(input_ids)
+        if self.char_features is not None:
+            embeds = self.char_features(embeds, input_ids, pinyin_ids)
+        return embeds
+
+
+class ErnieZooPreTrainedModel(ErniePreTrainedModel):
+    config_class = ErnieZooConfig
+    config: ErnieZooConfig
+    base_model_prefix = "ernie"
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        # `apply` visits children before parents, so this overrides the generic Embedding/Linear init.
+        if isinstance(module, CharFeatureEmbeddings):
+            for name in (
+                "pinyin_syllable",
+                "pinyin_tone",
+                "radical",
+                "strokes",
+                "stroke_types",
+                "stroke_positions",
+            ):
+                emb = getattr(module, name, None)
+                if emb is None:
+                    continue
+                if module.fusion_mode == "add":
+                    init.zeros_(emb.weight)
+                elif not getattr(emb.weight, "_is_hf_initialized", False):
+                    init.normal_(emb.weight, std=self.config.initializer_range)
+                    if emb.padding_idx is not None:
+                        init.zeros_(emb.weight[emb.padding_idx])
+            if module.fusion_mode == "concat":
+                hidden = self.config.hidden_size
+                identity = torch.zeros_like(module.fusion.weight)
+                identity[:, :hidden] = torch.eye(hidden, dtype=identity.dtype, device=identity.device)
+                init.copy_(module.fusion.weight, identity)
+                init.zeros_(module.fusion.bias)
+
+    def load_char_tables(self, tables) -> None:
+        """Fill the per-token feature tables from a tokenizer (or a dict of tensors from it).
+
+        `tables` is an `ErnieZooTokenizerFast` or the dict its `char_feature_tables()` returns.
+        """
+        if hasattr(tables, "char_feature_tables"):
+            tables = tables.char_feature_tables(vocab_size=self.config.vocab_size)
+        features = self.base_model.embeddings.char_features
+        if features is None:
+            return
+        for name in CHAR_TABLES:
+            buffer = getattr(features, name, None)
+            if buffer is None:
+                continue
+            value = torch.as_tensor(tables[name])
+            if name == "stroke_seqs":
+                value = value[:, : buffer.shape[1]]
+            if value.shape != buffer.shape:
+                raise ValueError(
+                    f"char table {name!r} has shape {tuple(value.shape)}, the model expects {tuple(buffer.shape)} "
+                    "(does the tokenizer vocabulary match config.vocab_size?)"
+                )
+            if name == "stroke_counts":
+                value = value.clamp(max=self.config.max_strokes)
+            buffer.copy_(value)
+        features._warned_empty = False
+
+
+class ErnieZooModel(ErnieZooPreTrainedModel, ErnieModel):
+    """ERNIE encoder (or decoder, with `is_decoder=True`) whose token embeddings carry character features."""
+
+    def __init__(self, config: ErnieZooConfig, add_pooling_layer: bool = True):
+        ErnieZooPreTrainedModel.__init__(self, config)
+        self.gradient_checkpointing = False
+        self.embeddings = ErnieZooEmbeddings(config)
+        self.encoder = ErnieEncoder(config)
+        self.pooler = ErniePooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        task_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        *,
+        pinyin_ids: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        r"""
+        pinyin_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Context-aware pinyin of each token, `syllable_id * 6 + tone` (0 for non-Han tokens), as produced by
+            `ErnieZooTokenizerFast`. Without them each token's most common reading is used. Ignored when
+            `inputs_embeds` is given (the character features need token ids).
+        """
+        tokens = input_ids if input_ids is not None else inputs_embeds
+        if tokens is not None and position_ids is None:
+            past = kwargs.get("cache", kwargs.get("past_key_values"))
+            length = tokens.shape[1] + (past.get_seq_length() if past is not None else 0)
+            if length > self.config.max_position_embeddings:
+                raise ValueError(
+                    f"sequence length {length} exceeds max_position_embeddings "
+                    f"({self.config.max_position_embeddings}); tokenize with truncation=True, max_length=..."
+                )
+        if input_ids is not None and inputs_embeds is None and self.embeddings.char_features is not None:
+            inputs_embeds = self.embeddings.embed_tokens(input_ids, pinyin_ids)
+            input_ids = None
+        return super().forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            task_type_ids=task_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
+
+
+# The heads below differ from transformers' only in building an ErnieZooModel; `pinyin_ids` reaches it through
+# the heads' **kwargs.
+
+
+class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
+    def __init__(self, config: ErnieZooConfig):
+        ErnieZooPreTrainedModel.__init__(self, config)
+        self.ernie = ErnieZooModel(config, add_pooling_layer=False)
+        self.cls = ErnieOnlyMLMHead(config)
+        self.post_init()
+
+
+class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenceClassification):
+    def __init__(self, config: ErnieZooConfig):
+        ErnieZooPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.ernie = ErnieZooModel(config)
+        dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+class ErnieZooForTokenClassification(ErnieZooPreTrainedModel, ErnieForTokenClassification):
+    def __init__(self, config: ErnieZooConfig):
+        ErnieZooPreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.ernie = ErnieZooModel(config, add_pooling_layer=False)
+        dropout = (
+            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+class ErnieZooForCausalLM(ErnieZooPreTrainedModel, ErnieForCausalLM):
+    """Left-to-right ERNIE decoder for `generate()` (greedy, sampling, beam search; KV cache).
+
+    Set `is_decoder=True` in the config (done automatically here) so attention is causal.
+    """
+
+    def __init__(self, config: ErnieZooConfig):
+        if not config.is_decoder:
+            config.is_decoder = True
+        ErnieZooPreTrainedModel.__init__(self, config)
+        self.ernie = ErnieZooModel(config, add_pooling_layer=False)
+        self.cls = ErnieOnlyMLMHead(config)
+        self.post_init()
+
+    def prepare_inputs_for_generation(self, *args, pinyin_ids=None, **kwargs):
+        # Tokens produced by generate() have no context-aware pinyin, and per-step slicing of a prompt-length
+        # tensor would misalign with the KV cache; every position uses its token's default reading instead,
+        # so the prompt and the continuation are embedded the same way.
+        return super().prepare_inputs_for_generation(*args, **kwargs)
+
+
+__all__ = [
+    "CharFeatureEmbeddings",
+    "ErnieZooForCausalLM",
+    "ErnieZooForMaskedLM",
+    "ErnieZooForSequenceClassification",
+    "ErnieZooForTokenClassification",
+    "ErnieZooModel",
+    "ErnieZooPreTrainedModel",
+]

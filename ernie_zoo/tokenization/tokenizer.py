@@ -1,0 +1,239 @@
+"""`ErnieZooTokenizerFast`: a tokenizers-backed Chinese tokenizer that also returns context-aware pinyin.
+
+One token per CJK character (BERT's Chinese-character splitting), WordPiece for Latin text and numbers,
+NFKC normalisation first so full-width letters/digits (ＡＢＣ１２３) and compatibility ideographs map to
+their usual forms. The backend keeps the alignment to the original string, so `offset_mapping` points into the
+text the user passed (NER needs that), and `pinyin_ids` are looked up through the same offsets.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from collections.abc import Iterable
+
+from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+from tokenizers.models import WordPiece
+from transformers import BertTokenizer
+
+from .pinyin import batch_char_pinyin_ids, default_pinyin_id
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def read_vocab_file(path: str | os.PathLike) -> dict[str, int]:
+    """Read a BERT/ERNIE `vocab.txt` (one token per line, id = line number)."""
+    vocab: dict[str, int] = collections.OrderedDict()
+    with open(path, encoding="utf-8") as f:
+        for index, line in enumerate(f):
+            token = line.rstrip("\n")
+            if token in vocab:
+                raise ValueError(
+                    f"{path}: token {token!r} appears twice (lines {vocab[token] + 1} and {index + 1})"
+                )
+            vocab[token] = index
+    if not vocab:
+        raise ValueError(f"{path}: empty vocabulary file")
+    return vocab
+
+
+def _check_texts(texts, name: str) -> None:
+    """Name the bad item instead of letting the Rust backend fail with a type-union message."""
+    if isinstance(texts, str):
+        return
+    if not isinstance(texts, (list, tuple)):
+        raise TypeError(f"{name} must be a str or a list of str, got {type(texts).__name__}")
+    for i, item in enumerate(texts):
+        if not isinstance(item, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {type(item).__name__}: {item!r:.50}")
+
+
+def _normalizer(do_lower_case: bool) -> normalizers.Normalizer:
+    return normalizers.Sequence(
+        [
+            normalizers.NFKC(),
+            normalizers.BertNormalizer(
+                clean_text=True,
+                handle_chinese_chars=True,
+                strip_accents=do_lower_case,
+                lowercase=do_lower_case,
+            ),
+        ]
+    )
+
+
+class ErnieZooTokenizerFast(BertTokenizer):
+    """BERT-zh compatible WordPiece tokenizer with NFKC normalisation and `pinyin_ids`.
+
+    Args:
+        vocab: a token -> id dict, or the path of a `vocab.txt`.
+        vocab_file: the path of a `vocab.txt` (what `from_pretrained` passes for a BERT/ERNIE directory).
+        return_pinyin_ids: add `pinyin_ids` to every encoding (`syllable_id * 6 + tone`, 0 for non-Han tokens).
+    """
+
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask", "pinyin_ids"]
+
+    def __init__(
+        self,
+        vocab: str | dict[str, int] | None = None,
+        vocab_file: str | None = None,
+        do_lower_case: bool = True,
+        return_pinyin_ids: bool = True,
+        **kwargs,
+    ):
+        # transformers' BertTokenizer ignores `vocab_file` and silently builds an all-[UNK] vocabulary; read it.
+        if vocab is None and vocab_file is not None:
+            vocab = vocab_file
+        if isinstance(vocab, (str, os.PathLike)):
+            vocab = read_vocab_file(vocab)
+        kwargs.pop("tokenize_chinese_chars", None)
+        kwargs.setdefault("model_max_length", 512)
+        super().__init__(vocab=vocab, do_lower_case=do_lower_case, tokenize_chinese_chars=True, **kwargs)
+        self._tokenizer.normalizer = _normalizer(do_lower_case)
+        self.return_pinyin_ids = return_pinyin_ids
+        self.init_kwargs["return_pinyin_ids"] = return_pinyin_ids
+
+    # ------------------------------------------------------------------ vocabulary
+    @classmethod
+    def train_vocab(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int = 21128,
+        min_frequency: int = 2,
+        do_lower_case: bool = True,
+        show_progress: bool = True,
+        **kwargs,
+    ) -> ErnieZooTokenizerFast:
+        """Learn a WordPiece vocabulary from an iterator of texts: every CJK character seen at least
+        `min_frequency` times becomes a token; the rest of the budget goes to Latin/number word pieces."""
+        if vocab_size <= len(SPECIAL_TOKENS):
+            raise ValueError(
+                f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}"
+            )
+        backend = Tokenizer(WordPiece(unk_token="[UNK]"))
+        backend.normalizer = _normalizer(do_lower_case)
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(SPECIAL_TOKENS),
+            show_progress=show_progress,
+            continuing_subword_prefix="##",
+        )
+        backend.train_from_iterator(texts, trainer=trainer)
+        vocab = dict(sorted(backend.get_vocab().items(), key=lambda kv: kv[1]))
+        return cls(vocab=vocab, do_lower_case=do_lower_case, **kwargs)
+
+    def char_feature_tables(self, vocab_size: int | None = None) -> dict:
+        """Per-token-id feature tables for `ErnieZooPreTrainedModel.load_char_tables`:
+        `default_pinyin_ids`, `radical_ids`, `stroke_counts` (V,) and `stroke_seqs` (V, 32), int64."""
+        import torch
+
+        from .char_tables import build_vocab_tables
+
+        vocab = self.get_vocab()
+        size = vocab_size if vocab_size is not None else len(vocab)
+        if size < len(vocab):
+            raise ValueError(f"vocab_size {size} is smaller than the tokenizer's vocabulary ({len(vocab)})")
+        tables = build_vocab_tables(vocab, size)
+        pinyin = torch.zeros(size, dtype=torch.long)
+        for token, index in vocab.items():
+            char = token[2:] if token.startswith("##") else token
+            if len(char) == 1:
+                pinyin[index] = default_pinyin_id(char)
+        tables["default_pinyin_ids"] = pinyin
+        return tables
+
+    # ------------------------------------------------------------------ pinyin_ids
+    def _encode_plus(self, text, text_pair=None, **kwargs):
+        if not kwargs.get("is_split_into_words", False):
+            _check_texts(text, "text")
+            if text_pair is not None:
+                _check_texts(text_pair, "text_pair")
+        return_tensors = kwargs.get("return_tensors")
+        out = super()._encode_plus(text, text_pair, **kwargs)
+        if not self.return_pinyin_ids or out.encodings is None:
+            return out
+        split_words = kwargs.get("is_split_into_words", False)
+        batched = isinstance(text, (list, tuple)) and (
+            not split_words or (text and isinstance(text[0], (list, tuple)))
+        )
+        firsts = list(text) if batched else [text]
+        seconds = (
+            (list(text_pair) if batched else [text_pair]) if text_pair is not None else [None] * len(firsts)
+        )
+        if split_words:  # pinyin is computed on the joined words so phrases still disambiguate
+            firsts = [list(words) for words in firsts]
+            seconds = [list(words) if words is not None else None for words in seconds]
+        samples = out.get("overflow_to_sample_mapping") or range(len(out.encodings))
+        pinyin = [
+            self._encoding_pinyin(enc, firsts[s], seconds[s], split_words)
+            for enc, s in zip(out.encodings, samples)
+        ]
+        if return_tensors is not None:
+            out["pinyin_ids"] = pinyin
+            out.convert_to_tensors(tensor_type=return_tensors)
+        elif not batched and not kwargs.get("return_overflowing_tokens"):
+            out["pinyin_ids"] = pinyin[0]
+        else:
+            out["pinyin_ids"] = pinyin
+        return out
+
+    @staticmethod
+    def _encoding_pinyin(encoding, first, second, split_words: bool) -> list[int]:
+        sources = [first, second]
+        char_ids: list[list[int] | None] = [None, None]
+        word_starts: list[list[int] | None] = [None, None]
+        for i, src in enumerate(sources):
+            if src is None:
+                continue
+            if split_words:
+                starts, pos = [], 0
+                for word in src:
+                    starts.append(pos)
+                    pos += len(word)
+                word_starts[i] = starts
+                src = "".join(src)
+            char_ids[i] = batch_char_pinyin_ids([src])[0]
+        result = []
+        for seq, word, (start, end), special in zip(
+            encoding.sequence_ids, encoding.word_ids, encoding.offsets, encoding.special_tokens_mask
+        ):
+            if special or seq is None or end - start != 1 or char_ids[seq] is None:
+                result.append(0)
+                continue
+            if split_words:
+                start += word_starts[seq][word]
+            chars = char_ids[seq]
+            result.append(chars[start] if start < len(chars) else 0)
+        return result
+
+    def _pad(
+        self,
+        encoded_inputs,
+        max_length=None,
+        padding_strategy=None,
+        pad_to_multiple_of=None,
+        padding_side=None,
+        return_attention_mask=None,
+    ):
+        before = len(encoded_inputs[self.model_input_names[0]])
+        kwargs = {} if padding_strategy is None else {"padding_strategy": padding_strategy}
+        encoded_inputs = super()._pad(
+            encoded_inputs,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+            **kwargs,
+        )
+        difference = len(encoded_inputs[self.model_input_names[0]]) - before
+        if difference > 0 and "pinyin_ids" in encoded_inputs:
+            side = padding_side if padding_side is not None else self.padding_side
+            pad = [0] * difference
+            values = list(encoded_inputs["pinyin_ids"])
+            encoded_inputs["pinyin_ids"] = values + pad if side == "right" else pad + values
+        return encoded_inputs
+
+
+__all__ = ["ErnieZooTokenizerFast", "read_vocab_file", "SPECIAL_TOKENS"]

@@ -1,0 +1,56 @@
+"""Shared fixtures: a tiny tokenizer trained on real sentences and tiny model configs (no network)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(1)
+
+DATA = Path(__file__).parent / "data"
+
+
+def sentences() -> list[str]:
+    return [line for line in (DATA / "zh_sentences.txt").read_text(encoding="utf-8").splitlines() if line]
+
+
+@pytest.fixture(scope="session")
+def zh_sentences() -> list[str]:
+    return sentences()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    from ernie_zoo import ErnieZooTokenizerFast
+
+    return ErnieZooTokenizerFast.train_vocab(
+        sentences(), vocab_size=600, min_frequency=1, show_progress=False
+    )
+
+
+def tiny_config(tokenizer, **overrides):
+    from ernie_zoo import ErnieZooConfig
+
+    fields = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    fields.update(overrides)
+    return ErnieZooConfig(**fields)
+
+
+@pytest.fixture
+def make_config(tiny_tokenizer):
+    """`make_config(**overrides)` -> a tiny ErnieZooConfig matching `tiny_tokenizer`."""
+    return lambda **overrides: tiny_config(tiny_tokenizer, **overrides)

@@ -1,0 +1,92 @@
+"""Real ERNIE 3.0 / BERT-zh checkpoints load into ErnieZoo classes and compute exactly what they computed before."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    ErnieConfig,
+    ErnieForMaskedLM,
+    ErnieForSequenceClassification,
+)
+
+from ernie_zoo import ErnieZooForMaskedLM, ErnieZooForSequenceClassification
+from ernie_zoo.models.convert import load_pretrained_checkpoint
+
+ARCH = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+
+
+def _save_reference(model_cls, config_cls, tokenizer, path, **extra):
+    torch.manual_seed(0)
+    config = config_cls(vocab_size=len(tokenizer), **ARCH, **extra)
+    model = model_cls(config).eval()
+    model.save_pretrained(path)
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    (path / "vocab.txt").write_text("".join(token + "\n" for token, _ in vocab), encoding="utf-8")
+    return model
+
+
+@pytest.mark.parametrize("fusion", ["add", "concat"])
+@pytest.mark.parametrize("source", ["ernie", "bert"])
+def test_checkpoint_with_zero_features_is_identical(source, fusion, tiny_tokenizer, zh_sentences, tmp_path):
+    if source == "ernie":
+        ref = _save_reference(ErnieForMaskedLM, ErnieConfig, tiny_tokenizer, tmp_path, use_task_id=True)
+    else:
+        ref = _save_reference(BertForMaskedLM, BertConfig, tiny_tokenizer, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == source
+    model, tokenizer = load_pretrained_checkpoint(tmp_path, feature_fusion=fusion, use_stroke_sequence=True)
+    model.eval()
+    assert isinstance(model, ErnieZooForMaskedLM)
+    assert model.config.use_task_id == (source == "ernie")
+    batch = tokenizer(zh_sentences[:6], padding=True, return_tensors="pt")
+    assert (batch["pinyin_ids"] > 0).any()  # the features are really fed
+    assert int(model.ernie.embeddings.char_features.radical_ids.max()) > 0
+    plain = {k: v for k, v in batch.items() if k != "pinyin_ids"}
+    with torch.no_grad():
+        expected = ref(**plain).logits
+        got = model(**batch).logits
+    assert torch.equal(expected, got)
+
+
+def test_head_weights_carry_over(tiny_tokenizer, zh_sentences, tmp_path):
+    ref = _save_reference(ErnieForSequenceClassification, ErnieConfig, tiny_tokenizer, tmp_path, num_labels=3)
+    model, tokenizer = load_pretrained_checkpoint(tmp_path, model_class=ErnieZooForSequenceClassification)
+    batch = tokenizer(zh_sentences[:4], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(
+            ref(**{k: v for k, v in batch.items() if k != "pinyin_ids"}).logits, model.eval()(**batch).logits
+        )
+
+
+def test_vocab_txt_is_read_not_all_unk(tiny_tokenizer, tmp_path):
+    _save_reference(ErnieForMaskedLM, ErnieConfig, tiny_tokenizer, tmp_path)
+    _, tokenizer = load_pretrained_checkpoint(tmp_path)
+    ids = tokenizer("银行行长")["input_ids"]
+    assert tokenizer.unk_token_id not in ids
+    assert ids == tiny_tokenizer("银行行长")["input_ids"]
+
+
+def test_bad_sources_give_clear_errors(tmp_path, tiny_tokenizer):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_pretrained_checkpoint(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="model_type='gpt2'"):
+        load_pretrained_checkpoint(tmp_path)
+    other = tmp_path / "wrong-size"
+    other.mkdir()
+    _save_reference(ErnieForMaskedLM, ErnieConfig, tiny_tokenizer, other)
+    config = json.loads((other / "config.json").read_text())
+    config["num_hidden_layers"] = 3
+    (other / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="lacks encoder weights"):
+        load_pretrained_checkpoint(other)
