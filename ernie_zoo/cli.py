@@ -13,6 +13,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "info": ("ernie_zoo.commands.info", "show presets and their exact parameter counts"),
+    "convert": ("ernie_zoo.commands.convert", "load an ERNIE 3.0 / BERT-zh directory into ErnieZoo classes"),
     "prepare-data": ("ernie_zoo.commands.prepare_data", "tokenize text/jsonl and cache masking boundaries"),
     "plan": (
         "ernie_zoo.commands.plan",

@@ -90,3 +90,35 @@ def test_bad_sources_give_clear_errors(tmp_path, tiny_tokenizer):
     (other / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="lacks encoder weights"):
         load_pretrained_checkpoint(other)
+
+
+def test_convert_cli_writes_a_loadable_directory(tiny_tokenizer, zh_sentences, tmp_path):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from ernie_zoo.cli import main
+
+    src, dst = tmp_path / "ernie", tmp_path / "zoo"
+    ref = _save_reference(ErnieForMaskedLM, ErnieConfig, tiny_tokenizer, src.mkdir() or src, use_task_id=True)
+    assert main(["convert", str(src), str(dst), "--fusion", "concat"]) == 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left behind
+    model = AutoModelForMaskedLM.from_pretrained(dst).eval()
+    tokenizer = AutoTokenizer.from_pretrained(dst)
+    assert isinstance(model, ErnieZooForMaskedLM) and model.config.feature_fusion == "concat"
+    batch = tokenizer(zh_sentences[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        plain = {k: v for k, v in batch.items() if k != "pinyin_ids"}
+        assert torch.equal(ref(**plain).logits, model(**batch).logits)
+
+
+def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
+    from ernie_zoo.utils import atomic_directory
+
+    target = tmp_path / "out"
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("first")
+    with pytest.raises(RuntimeError):
+        with atomic_directory(target) as tmp:
+            (tmp / "a.txt").write_text("half")
+            raise RuntimeError("crash mid-save")
+    assert (target / "a.txt").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
