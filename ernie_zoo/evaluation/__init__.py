@@ -1,0 +1,21 @@
+"""Evaluation: metrics (span F1, accuracy), a Kneser-Ney char n-gram LM, poem format checks, baselines.
+
+Baselines (LAC, jieba.posseg, SnowNLP, TF-IDF + logistic regression, n-gram LMs) live in
+:mod:`ernie_zoo.evaluation.baselines` and import their optional dependencies lazily.
+"""
+
+from .metrics import accuracy, macro_f1, prf, span_prf
+from .ngram import CharNgramLM
+from .poetry import PoemFormat, check_poem_format, format_rates, poem_lines
+
+__all__ = [
+    "CharNgramLM",
+    "PoemFormat",
+    "accuracy",
+    "check_poem_format",
+    "format_rates",
+    "macro_f1",
+    "poem_lines",
+    "prf",
+    "span_prf",
+]
