@@ -383,14 +383,55 @@ def test_traditional_characters():
     assert _readings("說話") == ["shuo1", "hua4"]
     assert _readings("國家") == ["guo2", "jia1"]
     assert _readings("學習語言") == ["xue2", "xi2", "yu3", "yan2"]
-    # pypinyin's phrase dictionary is Simplified only, so 行 in 銀行 gets its default reading;
-    # we match pypinyin exactly rather than guess.
-    assert char_pinyin_ids("銀行") == _reference_ids("銀行")
+    # Outside phrases a Traditional char keeps its own reading, not its Simplified form's default.
+    assert _readings("髮") == ["fa4"]  # 发 defaults to fa1
+    assert _readings("三隻") == ["san1", "zhi1"]  # 只 defaults to zhi3
 
 
-@pytest.mark.xfail(strict=True, reason="pypinyin 0.55 has no Traditional phrases: 銀行 -> yin2 xing2")
 def test_traditional_phrase_context():
+    # pypinyin's phrase dictionary is Simplified only: lazy_pinyin gives 銀行 -> yin2 xing2.
+    assert [decode_pinyin_id(i) for i in _reference_ids("銀行")] == ["yin2", "xing2"]
     assert _readings("銀行") == ["yin2", "hang2"]
+    assert _readings("銀行行長") == ["yin2", "hang2", "hang2", "zhang3"]
+    assert _readings("行長") == ["hang2", "zhang3"]  # 長 alone is not context-sensitive in pypinyin
+    assert _readings("頭髮長了") == ["tou2", "fa4", "zhang3", "le5"]
+    assert _readings("記得") == ["ji4", "de5"]
+    assert [decode_pinyin_id(i) for i in _reference_ids("記得")] == ["ji4", "de2"]
+    assert _readings("一個") == ["yi2", "ge4"]
+    assert _readings("銀行行长") == _readings("银行行长")  # mixed scripts in one run
+    # pypinyin's few phrases written with Traditional chars still win over the converted form
+    assert _readings("漢藏") == ["han4", "zang4"]  # 汉藏 would not be a phrase: cang2
+
+
+def test_pypinyin_phrases_with_traditional_chars_unchanged():
+    from ernie_zoo.tokenization.traditional import traditional_chars
+
+    phrases = [p for p in P.PHRASES_DICT if not traditional_chars().isdisjoint(p)]
+    assert len(phrases) > 20
+    for phrase in phrases:
+        assert char_pinyin_ids(phrase) == _reference_ids(phrase), phrase
+
+
+def test_traditional_text_matches_its_simplified_form_in_phrases():
+    """Every Traditional sentence gets the readings of its Simplified form, except outside phrases."""
+    from ernie_zoo.tokenization.traditional import to_simplified
+
+    trad = "中國銀行行長今天在北京發表了重要講話，他重新檢查了一遍，覺得沒有什麼問題。"
+    simp = to_simplified(trad)
+    assert simp == "中国银行行长今天在北京发表了重要讲话，他重新检查了一遍，觉得没有什么问题。"
+    assert char_pinyin_ids(trad) == char_pinyin_ids(simp) == _reference_ids(simp)
+    # the same text with one Traditional char at a run edge, then served from the run cache
+    text = "A銀行行長B" * 2
+    assert [decode_pinyin_id(i) for i in char_pinyin_ids(text)][1:5] == ["yin2", "hang2", "hang2", "zhang3"]
+    assert char_pinyin_ids(text) == char_pinyin_ids(text)
+
+
+def test_traditional_sensitive_set():
+    tables = P._tables()
+    assert {"行", "長", "還"} <= tables.sensitive  # 長/還 via 长/还 in phrases with other readings
+    assert "銀" not in tables.sensitive  # 银 has one reading everywhere
+    assert "銀" in tables.traditional and "银" not in tables.traditional
+    assert tables.sensitive.isdisjoint("我你他它") and "a" not in tables.sensitive
 
 
 def test_jieba_presegmentation_would_break_context():

@@ -12,6 +12,8 @@ from typing import Any
 PRESETS: dict[str, dict[str, Any]] = {
     # tests and CI
     "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128),
+    # the zoo's shipped models: sized to pretrain on 2 CPU cores and ship in <= 25 MB (fp16)
+    "zoo-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
     # ERNIE 3.0 family
     "nano": dict(num_hidden_layers=4, hidden_size=312, num_attention_heads=12, intermediate_size=1248),
     "micro": dict(num_hidden_layers=4, hidden_size=384, num_attention_heads=12, intermediate_size=1536),
@@ -27,7 +29,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 DEFAULTS: dict[str, Any] = dict(vocab_size=40000, max_position_embeddings=2048, use_task_id=True)
 SMALL_DEFAULTS: dict[str, Any] = dict(max_position_embeddings=512)
-SMALL = {"tiny", "nano", "micro", "mini", "medium", "base", "xbase"}
+SMALL = {"tiny", "zoo-mini", "nano", "micro", "mini", "medium", "base", "xbase"}
 
 
 def preset_config(name: str, **overrides: Any):

@@ -39,7 +39,9 @@ Speed
   "characters with more than one reading": most of the 8.6k polyphonic characters never occur in
   a phrase with another reading (pypinyin always gives them their first reading), while a few
   single-reading characters do get a different, usually neutral, reading inside some phrase
-  (宜 in 便宜 is yi5, 西 in 坏东西 is xi5).
+  (宜 in 便宜 is yi5, 西 in 坏东西 is xi5). Traditional characters whose Simplified form is such a
+  phrase character with a reading other than the Traditional character's own default join the set
+  (299 more, e.g. 長 還 個; see "Traditional characters" below).
 * A text with none of those characters is answered from the per-character cache alone. Otherwise
   only the Han runs containing one are segmented (with pypinyin's own segmenter, so results are
   identical to running pypinyin on the whole sentence); the ids of each phrase and of each run
@@ -52,8 +54,20 @@ computes the same value twice); the one-time initialisation is guarded by a lock
 state is mutated. If you load custom pypinyin dictionaries (``load_phrases_dict``), call
 :func:`clear_caches` afterwards.
 
-Limitations (pypinyin's): its phrase dictionary is Simplified only, so Traditional characters get
-their own default reading (``銀行`` -> ``yin2 xing2``; ``銀`` is right, ``行`` is not).
+Traditional characters
+----------------------
+pypinyin's phrase dictionary is Simplified only (``lazy_pinyin("銀行")`` is ``yin2 xing2``). A Han
+run that contains Traditional characters is therefore converted to Simplified with
+:func:`ernie_zoo.tokenization.traditional.to_simplified` (one character to one character, so the
+ids stay aligned) and segmented like any Simplified run: ``銀行行長`` -> ``yin2 hang2 hang2 zhang3``.
+Inside a dictionary phrase every character takes the phrase's reading; outside phrases a
+Traditional character keeps its *own* default reading, which is often more precise than its
+Simplified form's (``髮`` is fa4 although ``发`` defaults to fa1; ``隻`` is zhi1, ``只`` zhi3).
+Runs without Traditional characters (all Simplified text) give exactly ``lazy_pinyin``'s readings,
+as before; the extra work happens only when a run is first seen (the run cache), and a text is
+checked for Traditional characters only through the context-sensitive set below (Traditional
+characters whose Simplified form takes another reading in some phrase are added to it), so
+Simplified text pays nothing.
 """
 
 from __future__ import annotations
@@ -68,6 +82,8 @@ from importlib import resources
 from pypinyin import Style, lazy_pinyin
 from pypinyin.constants import PHRASES_DICT, PINYIN_DICT, RE_HANS
 from pypinyin.seg import mmseg
+
+from .traditional import t2s_mapping, to_simplified
 
 __all__ = [
     "NUM_TONES",
@@ -171,8 +187,11 @@ def _han_run_regex() -> re.Pattern[str] | None:
 
 @dataclass(frozen=True)
 class _Tables:
-    #: characters whose reading can differ from their default inside some phrase
+    #: characters whose reading can differ from their default inside some phrase (Simplified
+    #: phrase characters, and Traditional characters whose Simplified form is in such a phrase)
     sensitive: frozenset[str]
+    #: Traditional characters that :func:`to_simplified` converts
+    traditional: frozenset[str]
     han_run: re.Pattern[str] | None
 
 
@@ -194,12 +213,24 @@ def _tables() -> _Tables:
     with _INIT_LOCK:
         if _TABLES is None:
             defaults = {chr(cp): readings.split(",", 1)[0] for cp, readings in PINYIN_DICT.items()}
+            t2s = t2s_mapping()
+            s2t: dict[str, list[str]] = {}
+            for trad, simp in t2s.items():
+                s2t.setdefault(simp, []).append(trad)
             sensitive: set[str] = set()
             for phrase, readings in PHRASES_DICT.items():
+                multi = len(phrase) > 1
                 for ch, char_readings in zip(phrase, readings):
-                    if not char_readings or defaults.get(ch) != char_readings[0]:
+                    reading = char_readings[0] if char_readings else None
+                    if reading is None or defaults.get(ch) != reading:
                         sensitive.add(ch)
-            _TABLES = _Tables(sensitive=frozenset(sensitive), han_run=_han_run_regex())
+                    if multi:  # Traditional chars take phrase readings only inside multi-char phrases
+                        for trad in s2t.get(ch, ()):
+                            if reading is None or defaults.get(trad) != reading:
+                                sensitive.add(trad)
+            _TABLES = _Tables(
+                sensitive=frozenset(sensitive), traditional=frozenset(t2s), han_run=_han_run_regex()
+            )
         return _TABLES
 
 
@@ -237,24 +268,58 @@ def _word_ids(word: str) -> tuple[int, ...]:
 
 
 def _run_ids(run: str) -> tuple[int, ...]:
-    """Context-aware ids of one maximal Han run, identical to ``lazy_pinyin(run)``.
+    """Context-aware ids of one maximal Han run, identical to ``lazy_pinyin(run)`` for Simplified runs.
 
     pypinyin converts a run as ``for word in mmseg.seg.cut(run): convert(word)`` where each word is
     a single character or a phrase of ``PHRASES_DICT``; we reuse pypinyin's segmenter and cache the
     ids of every segment (bounded by the number of distinct chars + phrases) and of the run.
+    A run with Traditional characters is segmented in its Simplified form (see the module docstring).
     """
     ids = _RUN_IDS.get(run)
     if ids is None:
         out: list[int] = []
         wget = _WORD_IDS.get
-        for word in mmseg.seg.cut(run) if PHRASES_DICT else run:
-            wids = wget(word)
-            out += wids if wids is not None else _word_ids(word)
+        traditional = _tables().traditional
+        if traditional.isdisjoint(run):
+            for word in mmseg.seg.cut(run) if PHRASES_DICT else run:
+                wids = wget(word)
+                out += wids if wids is not None else _word_ids(word)
+        else:
+            # Phrases pypinyin finds in the original run win (its dictionary has a few phrases with
+            # Traditional chars, such as 漢藏); each stretch of characters left outside a phrase is
+            # converted to Simplified and segmented again.
+            chunk: list[str] = []
+            for word in [*(mmseg.seg.cut(run) if PHRASES_DICT else run), ""]:
+                if len(word) == 1:
+                    chunk.append(word)
+                    continue
+                if chunk:
+                    out += _simplified_chunk_ids("".join(chunk), traditional)
+                    chunk = []
+                if word:
+                    wids = wget(word)
+                    out += wids if wids is not None else _word_ids(word)
         ids = tuple(out)
         if len(_RUN_IDS) >= _RUN_CACHE_MAX:
             _RUN_IDS.clear()
         _RUN_IDS[run] = ids
     return ids
+
+
+def _simplified_chunk_ids(chunk: str, traditional: frozenset[str]) -> list[int]:
+    """Ids of characters pypinyin left outside any phrase, with phrases looked up in Simplified form."""
+    if traditional.isdisjoint(chunk):
+        return [_char_id(ch) for ch in chunk]
+    simplified = to_simplified(chunk)
+    out: list[int] = []
+    pos = 0
+    for word in mmseg.seg.cut(simplified) if PHRASES_DICT else simplified:
+        if len(word) == 1 and chunk[pos] != word:  # a Traditional char outside any phrase keeps its reading
+            out.append(_char_id(chunk[pos]))
+        else:
+            out += _word_ids(word)
+        pos += len(word)
+    return out
 
 
 def _han_runs(text: str, han_run: re.Pattern[str] | None) -> Iterator[tuple[int, int]]:
@@ -288,8 +353,9 @@ def char_pinyin_ids(text: str) -> list[int]:
     """One context-aware pinyin id per character of ``text`` (``len(result) == len(text)``).
 
     Equal, on Han characters, to ``lazy_pinyin(text, style=Style.TONE3,
-    neutral_tone_with_five=True)`` encoded with :func:`encode_syllable`; every other character
-    gives 0.
+    neutral_tone_with_five=True)`` encoded with :func:`encode_syllable`, except that Han runs
+    containing Traditional characters get the phrase readings of their Simplified form
+    (``銀行`` -> ``yin2 hang2``, where pypinyin says ``yin2 xing2``); every other character gives 0.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, not {type(text).__name__}")

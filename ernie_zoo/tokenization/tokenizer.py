@@ -4,6 +4,12 @@ One token per CJK character (BERT's Chinese-character splitting), WordPiece for 
 NFKC normalisation first so full-width letters/digits (ＡＢＣ１２３) and compatibility ideographs map to
 their usual forms. The backend keeps the alignment to the original string, so `offset_mapping` points into the
 text the user passed (NER needs that), and `pinyin_ids` are looked up through the same offsets.
+
+Traditional input (`traditional_to_simplified=True`, the default): before the backend sees a string, each
+Traditional character that the vocabulary lacks but whose Simplified form it has is replaced by that form
+(這 -> 这 for a vocabulary trained on Simplified text; a BERT-zh vocabulary that has 這 keeps it). The map is
+one character to one character (`traditional.py`), so `offset_mapping` still indexes the original string.
+`pinyin_ids` are computed on the original string (pinyin.py converts Traditional runs itself).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from tokenizers.models import WordPiece
 from transformers import BertTokenizer
 
 from .pinyin import batch_char_pinyin_ids, default_pinyin_id
+from .traditional import t2s_mapping, to_simplified
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -48,6 +55,13 @@ def _check_texts(texts, name: str) -> None:
             raise TypeError(f"{name}[{i}] must be a str, got {type(item).__name__}: {item!r:.50}")
 
 
+def _simplified_training_item(item):
+    """`to_simplified` for one item of `train_vocab`'s iterator (a text, or a batch of texts)."""
+    if isinstance(item, (list, tuple)):
+        return [to_simplified(t) for t in item]
+    return to_simplified(item)
+
+
 def _normalizer(do_lower_case: bool) -> normalizers.Normalizer:
     return normalizers.Sequence(
         [
@@ -69,6 +83,9 @@ class ErnieZooTokenizerFast(BertTokenizer):
         vocab: a token -> id dict, or the path of a `vocab.txt`.
         vocab_file: the path of a `vocab.txt` (what `from_pretrained` passes for a BERT/ERNIE directory).
         return_pinyin_ids: add `pinyin_ids` to every encoding (`syllable_id * 6 + tone`, 0 for non-Han tokens).
+        traditional_to_simplified: before encoding, replace each Traditional character that the vocabulary
+            lacks by its Simplified form when the vocabulary has that form (這 -> 这, 臺 -> 台). Vocabulary-aware, so
+            it is safe for vocabularies with Traditional characters too; saved in `tokenizer_config.json`.
     """
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask", "pinyin_ids"]
@@ -79,8 +96,13 @@ class ErnieZooTokenizerFast(BertTokenizer):
         vocab_file: str | None = None,
         do_lower_case: bool = True,
         return_pinyin_ids: bool = True,
+        traditional_to_simplified: bool = True,
         **kwargs,
     ):
+        if not isinstance(traditional_to_simplified, bool):
+            raise TypeError(
+                f"traditional_to_simplified must be a bool, got {type(traditional_to_simplified).__name__}"
+            )
         # transformers' BertTokenizer ignores `vocab_file` and silently builds an all-[UNK] vocabulary; read it.
         if vocab is None and vocab_file is not None:
             vocab = vocab_file
@@ -92,6 +114,9 @@ class ErnieZooTokenizerFast(BertTokenizer):
         self._tokenizer.normalizer = _normalizer(do_lower_case)
         self.return_pinyin_ids = return_pinyin_ids
         self.init_kwargs["return_pinyin_ids"] = return_pinyin_ids
+        self.traditional_to_simplified = traditional_to_simplified
+        self.init_kwargs["traditional_to_simplified"] = traditional_to_simplified
+        self._t2s_cache: tuple[int, dict[int, int]] | None = None
 
     # ------------------------------------------------------------------ vocabulary
     @classmethod
@@ -102,10 +127,13 @@ class ErnieZooTokenizerFast(BertTokenizer):
         min_frequency: int = 2,
         do_lower_case: bool = True,
         show_progress: bool = True,
+        traditional_to_simplified: bool = True,
         **kwargs,
     ) -> ErnieZooTokenizerFast:
         """Learn a WordPiece vocabulary from an iterator of texts: every CJK character seen at least
-        `min_frequency` times becomes a token; the rest of the budget goes to Latin/number word pieces."""
+        `min_frequency` times becomes a token; the rest of the budget goes to Latin/number word pieces.
+        With `traditional_to_simplified` the texts are converted to Simplified first (a Traditional character
+        counts towards its Simplified form), and the tokenizer converts its inputs the same way."""
         if vocab_size <= len(SPECIAL_TOKENS):
             raise ValueError(
                 f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}"
@@ -120,9 +148,16 @@ class ErnieZooTokenizerFast(BertTokenizer):
             show_progress=show_progress,
             continuing_subword_prefix="##",
         )
+        if traditional_to_simplified:
+            texts = map(_simplified_training_item, texts)
         backend.train_from_iterator(texts, trainer=trainer)
         vocab = dict(sorted(backend.get_vocab().items(), key=lambda kv: kv[1]))
-        return cls(vocab=vocab, do_lower_case=do_lower_case, **kwargs)
+        return cls(
+            vocab=vocab,
+            do_lower_case=do_lower_case,
+            traditional_to_simplified=traditional_to_simplified,
+            **kwargs,
+        )
 
     def char_feature_tables(self, vocab_size: int | None = None) -> dict:
         """Per-token-id feature tables for `ErnieZooPreTrainedModel.load_char_tables`:
@@ -144,6 +179,33 @@ class ErnieZooTokenizerFast(BertTokenizer):
         tables["default_pinyin_ids"] = pinyin
         return tables
 
+    # ------------------------------------------------------------------ Traditional -> Simplified
+    def _t2s_table(self) -> dict[int, int]:
+        """`str.translate` table: Traditional chars missing from the vocabulary whose Simplified form is in it."""
+        size = len(self)
+        cached = self._t2s_cache
+        if cached is None or cached[0] != size:  # rebuilt when tokens are added
+            vocab = self.get_vocab()
+            table = {ord(t): ord(s) for t, s in t2s_mapping().items() if t not in vocab and s in vocab}
+            cached = self._t2s_cache = (size, table)
+        return cached[1]
+
+    def _simplify(self, texts):
+        """Convert a str, a list of str, or a list of lists of str (pre-split words); other items pass through
+        untouched so the usual input validation reports them."""
+        table = self._t2s_table()
+        if not table:
+            return texts
+
+        def convert(item):
+            if isinstance(item, str):
+                return item.translate(table)
+            if isinstance(item, (list, tuple)):
+                return [convert(t) for t in item]
+            return item
+
+        return convert(texts)
+
     # ------------------------------------------------------------------ pinyin_ids
     def _encode_plus(self, text, text_pair=None, **kwargs):
         if not kwargs.get("is_split_into_words", False):
@@ -151,7 +213,12 @@ class ErnieZooTokenizerFast(BertTokenizer):
             if text_pair is not None:
                 _check_texts(text_pair, "text_pair")
         return_tensors = kwargs.get("return_tensors")
-        out = super()._encode_plus(text, text_pair, **kwargs)
+        if self.traditional_to_simplified:  # 1:1 per char: offsets still index the original strings
+            out = super()._encode_plus(
+                self._simplify(text), self._simplify(text_pair) if text_pair is not None else None, **kwargs
+            )
+        else:
+            out = super()._encode_plus(text, text_pair, **kwargs)
         if not self.return_pinyin_ids or out.encodings is None:
             return out
         split_words = kwargs.get("is_split_into_words", False)
