@@ -174,3 +174,24 @@ def test_too_long_input_is_a_clear_model_error(tiny_tokenizer, make_config):
         model(**batch)
     ok = tiny_tokenizer("银行" * 40, truncation=True, max_length=32, return_tensors="pt")
     assert model(**ok).last_hidden_state.shape[1] == 32
+
+
+def test_train_vocab_ids_are_the_same_in_another_process(zh_sentences, tmp_path):
+    """Token ids must not depend on the process (hash seeds, trainer tie order): recipes retrain vocabularies."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json; from ernie_zoo import ErnieZooTokenizerFast as T;"
+        "lines = open(sys.argv[1], encoding='utf-8').read().splitlines();"
+        "print(json.dumps(T.train_vocab(lines, vocab_size=600, min_frequency=1, show_progress=False).get_vocab(), sort_keys=True))"
+    )
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(zh_sentences), encoding="utf-8")
+    runs = []
+    for seed in ("1", "2"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(out.stdout.strip().splitlines()[-1])
+    assert runs[0] == runs[1]

@@ -151,7 +151,12 @@ class ErnieZooTokenizerFast(BertTokenizer):
         if traditional_to_simplified:
             texts = map(_simplified_training_item, texts)
         backend.train_from_iterator(texts, trainer=trainer)
-        vocab = dict(sorted(backend.get_vocab().items(), key=lambda kv: kv[1]))
+        # The WordPiece trainer breaks frequency ties in an order that varies between processes; number the
+        # learned tokens canonically (special tokens, then characters, then word pieces, each sorted) so the
+        # same texts always give the same ids.
+        learned = [t for t in backend.get_vocab() if t not in SPECIAL_TOKENS]
+        learned.sort(key=lambda t: (t.startswith("##"), len(t) > 1 and not t.startswith("##"), t))
+        vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *learned])}
         return cls(
             vocab=vocab,
             do_lower_case=do_lower_case,
