@@ -1,0 +1,140 @@
+"""`ernie-zoo plan`: per-GPU memory, communication and MFU plan for pretraining a model on a GPU cluster.
+
+    ernie-zoo plan --preset 100b --cluster nodes=64,gpus_per_node=8,gpu=h100-80gb \\
+        --tp 8 --zero 3 --micro-batch 8 --seq-len 2048 --recompute full --global-batch 2048
+
+Settings are taken, later winning: built-in defaults, the recipe (`--recipe`: model, sequence length, micro
+batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / deepspeed_config), the
+DeepSpeed config (`--deepspeed`, or the one the recipe names), then the flags given here.
+Exit status: 0 fits, 1 does not fit, 2 bad input.
+Formulas and their sources: `ernie_zoo.parallel.planner`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = __doc__.splitlines()[0]
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--recipe", type=Path, help="pretraining recipe YAML (model preset, batch, distributed section)"
+    )
+    src.add_argument("--preset", help="model preset name (see `ernie-zoo info`)")
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        help="nodes=N,gpus_per_node=8,gpu=h100-80gb (gpus: a100-40gb, a100-80gb, h100-80gb, h200-141gb; "
+        "optional nvlink_gbyte_s=, nic_gbit_s=, memory_gib=, peak_tflops=). Default: one node of 8 H100-80GB",
+    )
+    parser.add_argument(
+        "--deepspeed", type=Path, help="DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size"
+    )
+    parser.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
+    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (default 3)")
+    parser.add_argument(
+        "--micro-batch", help="sequences per GPU per micro-batch, or 'auto' for the largest that fits"
+    )
+    parser.add_argument("--seq-len", type=int, help="sequence length (default 2048)")
+    parser.add_argument(
+        "--global-batch", type=int, help="sequences per optimizer step (default micro-batch x DP)"
+    )
+    parser.add_argument(
+        "--recompute", choices=("none", "selective", "full"), help="activation recompute (default full)"
+    )
+    parser.add_argument(
+        "--sequence-parallel", action="store_true", default=None, help="shard LayerNorm/dropout over TP"
+    )
+    parser.add_argument(
+        "--flash-attention", action="store_true", default=None, help="attention stores no s^2 scores"
+    )
+    parser.add_argument("--efficiency", type=float, help="achieved fraction of peak bf16 FLOPS (default 0.5)")
+    parser.add_argument(
+        "--comm-efficiency", type=float, help="achieved fraction of link bandwidth (default 0.7)"
+    )
+    parser.add_argument("--reserve-gib", type=float, help="per-GPU runtime reserve in GiB (default 2)")
+    parser.add_argument(
+        "--head-fraction",
+        type=float,
+        help="fraction of positions the MLM head computes logits for (default 1; a recipe: its mlm_probability)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ernie_zoo.models.presets import preset_config
+    from ernie_zoo.parallel.planner import (
+        ModelShape,
+        ParallelSettings,
+        largest_micro_batch,
+        make_plan,
+        parse_cluster,
+        settings_from_deepspeed,
+    )
+
+    try:
+        settings: dict = {}
+        deepspeed_path = args.deepspeed
+        if args.recipe is not None:
+            from ernie_zoo.parallel.recipe_bridge import planner_inputs_from_recipe
+
+            config, recipe_settings, warnings = planner_inputs_from_recipe(args.recipe)
+            for warning in warnings:
+                print(f"ernie-zoo plan: note: {warning}", file=sys.stderr)
+            recipe_ds = recipe_settings.pop("deepspeed", None)
+            deepspeed_path = deepspeed_path or (Path(recipe_ds) if recipe_ds else None)
+            settings.update(recipe_settings)
+            name = args.recipe.stem
+        else:
+            config, name = preset_config(args.preset), args.preset
+        if deepspeed_path is not None:
+            settings.update(
+                settings_from_deepspeed(json.loads(Path(deepspeed_path).read_text(encoding="utf-8")))
+            )
+        auto_micro = args.micro_batch == "auto"
+        if args.micro_batch is not None and not auto_micro:
+            try:
+                args.micro_batch = int(args.micro_batch)
+            except ValueError as err:
+                raise ValueError(
+                    f"--micro-batch must be an integer or 'auto', got {args.micro_batch!r}"
+                ) from err
+        flags = {
+            "tp": args.tp,
+            "zero_stage": args.zero,
+            "micro_batch": None if auto_micro else args.micro_batch,
+            "seq_len": args.seq_len,
+            "global_batch": args.global_batch,
+            "head_fraction": args.head_fraction,
+            "recompute": args.recompute,
+            "sequence_parallel": args.sequence_parallel,
+            "flash_attention": args.flash_attention,
+            "efficiency": args.efficiency,
+            "comm_efficiency": args.comm_efficiency,
+            "reserve_gib": args.reserve_gib,
+        }
+        settings.update({k: v for k, v in flags.items() if v is not None})
+        if args.global_batch is not None:
+            settings.pop(
+                "grad_accum_steps", None
+            )  # an explicit global batch replaces the recipe's accumulation
+        cluster = parse_cluster(args.cluster or "nodes=1,gpus_per_node=8,gpu=h100-80gb")
+        model = ModelShape.from_config(config, name=name)
+        parallel = ParallelSettings(**settings)
+        if auto_micro:
+            best = largest_micro_batch(model, cluster, parallel)
+            if best == 0:
+                parallel = ParallelSettings(**{**settings, "micro_batch": 1})
+            else:
+                print(f"largest power-of-two micro-batch that fits: {best}", file=sys.stderr)
+                parallel = ParallelSettings(**{**settings, "micro_batch": best})
+        plan = make_plan(model, cluster, parallel)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"ernie-zoo plan: error: {err}", file=sys.stderr)
+        return 2
+    print(plan.to_json() if args.json else plan.render())
+    return 0 if plan.fits else 1

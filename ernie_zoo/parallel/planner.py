@@ -1,0 +1,583 @@
+"""Per-GPU memory, communication and step-time plan for pretraining an ErnieZoo model on a GPU cluster.
+
+First-order formulas, each from the paper that introduced it:
+
+- Model states, mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", sec. 3.1 and 5): 2 bytes of bf16
+  parameters + 2 bytes of bf16 gradients + K = 12 bytes of fp32 optimizer state (master weights, Adam m and v)
+  per parameter. ZeRO stage 1 partitions the 12 optimizer bytes over the data-parallel (DP) ranks, stage 2
+  also the gradients, stage 3 also the parameters. Tensor parallelism (TP) splits the sharded layers first;
+  the parameters the TP plan leaves replicated (embeddings, LayerNorms, MLM head) are counted whole on every
+  TP rank, so the split is exact rather than "everything / t".
+- Activations per transformer layer, 16-bit (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+  Large Transformer Models", Table 2), s = sequence, b = micro-batch, h = hidden, a = heads, t = TP size:
+    no recompute, TP without sequence parallel:  s*b*h*(10 + 24/t + 5*a*s/(h*t))   (t = 1: s*b*h*(34 + 5as/h))
+    no recompute, TP with sequence parallel:     s*b*h/t*(34 + 5*a*s/h)
+    selective recompute (attention core):        s*b*h*(10 + 24/t)   or with sequence parallel s*b*h*34/t
+    full recompute (layer inputs only):          2*s*b*h             or with sequence parallel 2*s*b*h/t
+  plus, with full recompute, one layer's activations rematerialised during its backward pass. With flash
+  attention (`flash_attention=True`) the 5*a*s/h term (scores, softmax, dropout mask) is not stored.
+  Not in the paper, added here: the output layer, bf16 logits kept in the model output plus the fp32
+  log-softmax saved for backward and its fp32 gradient, ~10 bytes per token per vocabulary entry.
+- Model FLOPs per token, forward + backward (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT `estimate_mfu`):
+  6*N + 12*L*h*s. MFU = model FLOPs per second / (GPUs x peak). Recompute adds hardware FLOPs, not model
+  FLOPs: full recompute one more forward pass of the encoder (2*N_layers + 4*L*h*s per token), selective
+  recompute the attention core forward (4*L*h*s per token).
+- Communication per GPU, ring collectives over n ranks: all-reduce of X bytes sends 2*X*(n-1)/n, all-gather
+  or reduce-scatter X*(n-1)/n. ZeRO-3 all-gathers the bf16 parameters in forward and again in backward and
+  reduce-scatters the gradients: 3 x 2*N' bytes per micro-batch (ZeRO paper sec. 7.2: 1.5x plain DP's 2x).
+  ZeRO-0/1 all-reduce the gradients once per step; ZeRO-2 reduce-scatters them every micro-batch and
+  all-gathers the updated parameters once per step. TP: one all-reduce of s*b*h bf16 values per block in
+  forward and one in backward, 4 per layer per micro-batch, 6 with full recompute (Korthikanti sec. 4.2).
+
+Time model (assumptions printed with every plan): compute runs at `efficiency` x peak bf16 dense FLOPS;
+ZeRO/DP communication overlaps compute (DeepSpeed `overlap_comm`) so only what exceeds compute is exposed;
+TP all-reduces sit on the critical path and are not overlapped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+GIB = 1024**3
+BYTES_PARAM = 2  # bf16
+BYTES_GRAD = 2  # bf16
+BYTES_OPTIM = 12  # fp32 master weights + Adam m + v (ZeRO's K = 12)
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator model: memory as `nvidia-smi` reports `memory.total`, bf16 dense peak, links per GPU."""
+
+    name: str
+    memory_gib: float
+    peak_tflops: float  # bf16 dense tensor-core peak, no sparsity (vendor datasheet)
+    nvlink_gbyte_s: float  # NVLink bandwidth per GPU, one direction, GB/s
+    nic_gbit_s: float  # InfiniBand per GPU in a DGX/HGX node (one NIC per GPU), Gbit/s
+
+
+# Datasheet numbers: A100 SXM4 312 TFLOPS, 600 GB/s NVLink (both directions), HDR 200 Gb/s per GPU in DGX A100;
+# H100 SXM5 989 TFLOPS, 900 GB/s NVLink, NDR 400 Gb/s per GPU in DGX H100; H200 SXM: H100's compute and links
+# with 141 GB HBM3e. memory.total: 40960 MiB (A100 40GB), 81920 MiB (A100 80GB), 81559 MiB (H100 80GB),
+# 143771 MiB (H200).
+GPUS: dict[str, GPUSpec] = {
+    "a100-40gb": GPUSpec("a100-40gb", 40960 / 1024, 312.0, 300.0, 200.0),
+    "a100-80gb": GPUSpec("a100-80gb", 81920 / 1024, 312.0, 300.0, 200.0),
+    "h100-80gb": GPUSpec("h100-80gb", 81559 / 1024, 989.0, 450.0, 400.0),
+    "h200-141gb": GPUSpec("h200-141gb", 143771 / 1024, 989.0, 450.0, 400.0),
+}
+GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb"}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Homogeneous nodes of `gpus_per_node` GPUs each; TP groups stay inside a node when they fit."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu: GPUSpec
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def parse_cluster(text: str) -> Cluster:
+    """Parse `nodes=64,gpus_per_node=8,gpu=h100-80gb` (optional: `nvlink_gbyte_s=`, `nic_gbit_s=`, `memory_gib=`)."""
+    fields: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not value:
+            raise ValueError(f"cluster item {item!r} is not KEY=VALUE (in {text!r})")
+        fields[key.strip()] = value.strip()
+    known = {"nodes", "gpus_per_node", "gpu", "nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops"}
+    unknown = set(fields) - known
+    if unknown:
+        raise ValueError(f"unknown cluster field(s) {sorted(unknown)}; known: {sorted(known)}")
+    gpu_name = GPU_ALIASES.get(fields.get("gpu", "h100-80gb"), fields.get("gpu", "h100-80gb"))
+    if gpu_name not in GPUS:
+        raise ValueError(
+            f"unknown gpu {gpu_name!r}; choose one of {sorted(GPUS)} (or aliases {sorted(GPU_ALIASES)})"
+        )
+    gpu = GPUS[gpu_name]
+    overrides = {
+        k: float(fields[k])
+        for k in ("nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops")
+        if k in fields
+    }
+    if overrides:
+        gpu = dataclasses.replace(gpu, **overrides)
+    try:
+        nodes, gpus_per_node = int(fields.get("nodes", "1")), int(fields.get("gpus_per_node", "8"))
+    except ValueError as err:
+        raise ValueError(f"nodes and gpus_per_node must be integers in {text!r}") from err
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError(
+            f"nodes and gpus_per_node must be >= 1, got nodes={nodes}, gpus_per_node={gpus_per_node}"
+        )
+    return Cluster(nodes, gpus_per_node, gpu)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the formulas need from a model: exact parameter counts (from the meta device) and dimensions."""
+
+    n_params: int  # all parameters, tied weights once
+    n_sharded: int  # parameters the TP plan splits
+    n_replicated: int  # parameters every TP rank holds whole
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    name: str = "model"
+
+    @classmethod
+    def from_config(cls, config: Any, name: str = "model") -> ModelShape:
+        """Count parameters of `ErnieZooForMaskedLM(config)` on the meta device and split them by the TP plan."""
+        import torch
+
+        from ernie_zoo.models.modeling import ErnieZooForMaskedLM
+        from ernie_zoo.models.presets import count_parameters
+
+        from .tp_plan import parameter_split
+
+        with torch.device("meta"):
+            model = ErnieZooForMaskedLM(config)
+        sharded, replicated = parameter_split(model)
+        total = count_parameters(config)
+        if sharded + replicated != total:  # both de-duplicate tied weights; a mismatch is a bug
+            raise AssertionError(f"TP split {sharded} + {replicated} != parameter count {total}")
+        return cls(
+            n_params=total,
+            n_sharded=sharded,
+            n_replicated=replicated,
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            heads=config.num_attention_heads,
+            ffn=config.intermediate_size,
+            vocab=config.vocab_size,
+            name=name,
+        )
+
+
+@dataclass(frozen=True)
+class ParallelSettings:
+    """How the job runs: TP size, ZeRO stage, batch shape, recompute, and the assumptions of the time model."""
+
+    tp: int = 1
+    zero_stage: int = 3
+    micro_batch: int = 1
+    seq_len: int = 2048
+    global_batch: int | None = (
+        None  # sequences per optimizer step; default micro_batch x DP x grad_accum_steps
+    )
+    grad_accum_steps: int | None = None  # alternative to global_batch (what a recipe states); default 1
+    recompute: str = "full"
+    sequence_parallel: bool = False
+    flash_attention: bool = False
+    efficiency: float = 0.5  # achieved fraction of peak bf16 FLOPS while computing
+    comm_efficiency: float = 0.7  # achieved fraction of link bandwidth in collectives
+    reserve_gib: float = 2.0  # CUDA context, NCCL buffers, allocator fragmentation
+    head_fraction: float = (
+        1.0  # positions the MLM head computes logits for (ernie-pretrain: masked ones only)
+    )
+    zero3_max_live_parameters: float = 1e9  # DeepSpeed stage3_max_live_parameters (elements)
+    reduce_bucket_size: float = 5e8  # DeepSpeed reduce_bucket_size (elements)
+    allgather_bucket_size: float = 5e8  # DeepSpeed allgather_bucket_size, stages 1-2 (elements)
+
+    def validate(self) -> None:
+        for name in ("tp", "micro_batch", "seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {RECOMPUTE}, got {self.recompute!r}")
+        if not 0 < self.efficiency <= 1 or not 0 < self.comm_efficiency <= 1:
+            raise ValueError(
+                f"efficiency and comm_efficiency must be in (0, 1], got {self.efficiency}, {self.comm_efficiency}"
+            )
+        if self.reserve_gib < 0:
+            raise ValueError(f"reserve_gib must be >= 0, got {self.reserve_gib}")
+        if not 0 < self.head_fraction <= 1:
+            raise ValueError(f"head_fraction must be in (0, 1], got {self.head_fraction}")
+        if self.global_batch is not None and self.grad_accum_steps is not None:
+            raise ValueError("give global_batch or grad_accum_steps, not both")
+        if self.grad_accum_steps is not None and self.grad_accum_steps < 1:
+            raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+
+
+# ── formulas (pure arithmetic, tested against hand-computed numbers) ──────────────────────────────────────
+
+
+def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int) -> dict[str, float]:
+    """Bytes per GPU of bf16 parameters, bf16 gradients and fp32 Adam states under ZeRO (Rajbhandari et al.).
+
+    `params_per_rank` is what one TP rank holds before ZeRO (sharded/t + replicated).
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
+    if dp < 1:
+        raise ValueError(f"dp must be >= 1, got {dp}")
+    n = params_per_rank
+    return {
+        "parameters": BYTES_PARAM * n / (dp if zero_stage >= 3 else 1),
+        "gradients": BYTES_GRAD * n / (dp if zero_stage >= 2 else 1),
+        "optimizer": BYTES_OPTIM * n / (dp if zero_stage >= 1 else 1),
+    }
+
+
+def activation_bytes_per_layer(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    tp: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = False,
+    flash_attention: bool = False,
+) -> float:
+    """Activation bytes one transformer layer keeps for backward (Korthikanti et al. 2022, Table 2)."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    s, b, h, a, t = seq, micro_batch, hidden, heads, tp
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (t if sequence_parallel else 1)
+    attention = 0.0 if (flash_attention or recompute == "selective") else 5 * a * s / h
+    if sequence_parallel:
+        return sbh / t * (34 + attention)
+    return sbh * (10 + 24 / t + attention / t)
+
+
+def logits_bytes(seq: int, micro_batch: int, vocab: int) -> float:
+    """Output layer: bf16 logits (2) + fp32 log-softmax saved for backward (4) + its fp32 gradient (4)."""
+    return 10 * seq * micro_batch * vocab
+
+
+def model_flops_per_token(n_params: int, layers: int, hidden: int, seq: int) -> float:
+    """Forward + backward model FLOPs per token: 6N + 12*L*h*s (PaLM appendix B)."""
+    return 6 * n_params + 12 * layers * hidden * seq
+
+
+def ring_bytes(collective: str, size_bytes: float, n: int) -> float:
+    """Bytes each rank sends in a ring collective over `n` ranks of a `size_bytes` buffer."""
+    if n <= 1:
+        return 0.0
+    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}[collective]
+    return factor * size_bytes * (n - 1) / n
+
+
+# ── the plan ───────────────────────────────────────────────────────────────────────────────────────────────
+
+
+@dataclass
+class Plan:
+    """Everything `ernie-zoo plan` prints; `fits` is False when per-GPU memory exceeds the GPU's."""
+
+    model: ModelShape
+    cluster: Cluster
+    settings: ParallelSettings
+    dp: int
+    grad_accum: int
+    global_batch: int
+    memory: dict[str, float]  # bytes per GPU by component
+    comm: dict[str, float]  # bytes sent per GPU per optimizer step
+    times: dict[str, float]  # seconds per optimizer step
+    tokens_per_s: float
+    mfu: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.memory.values())
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.cluster.gpu.memory_gib * GIB
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    def verdict(self) -> str:
+        need, have = self.total_bytes / GIB, self.capacity_bytes / GIB
+        if self.fits:
+            return f"FITS: {need:.1f} GiB of {have:.1f} GiB per GPU ({have - need:.1f} GiB headroom)"
+        return f"DOES NOT FIT: needs {need:.1f} GiB > {have:.1f} GiB per GPU"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": dataclasses.asdict(self.model),
+            "cluster": {
+                "nodes": self.cluster.nodes,
+                "gpus_per_node": self.cluster.gpus_per_node,
+                "gpu": dataclasses.asdict(self.cluster.gpu),
+            },
+            "settings": dataclasses.asdict(self.settings),
+            "dp": self.dp,
+            "grad_accum": self.grad_accum,
+            "global_batch": self.global_batch,
+            "memory_bytes": self.memory,
+            "total_bytes": self.total_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "fits": self.fits,
+            "verdict": self.verdict(),
+            "comm_bytes_per_step": self.comm,
+            "seconds_per_step": self.times,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "notes": self.notes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def render(self) -> str:
+        """The human-readable report."""
+        m, c, st = self.model, self.cluster, self.settings
+        lines = [
+            f"model: {m.name}: {m.n_params:,} parameters ({m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
+            f"FFN {m.ffn}, vocab {m.vocab}); TP splits {m.n_sharded:,}, replicates {m.n_replicated:,}",
+            f"cluster: {c.nodes} node(s) x {c.gpus_per_node} {c.gpu.name} = {c.world_size} GPUs, "
+            f"{c.gpu.memory_gib:.1f} GiB and {c.gpu.peak_tflops:g} TFLOPS bf16 each",
+            f"parallel: TP {st.tp} x DP {self.dp}, ZeRO-{st.zero_stage}; recompute {st.recompute}; "
+            f"sequence parallel {'yes' if st.sequence_parallel else 'no'}; "
+            f"attention memory {'flash (no s^2 scores)' if st.flash_attention else 'paper (s^2 scores stored)'}",
+            f"batch: micro {st.micro_batch} x seq {st.seq_len}, grad accumulation {self.grad_accum} -> "
+            f"{self.global_batch} sequences = {self.global_batch * st.seq_len:,} tokens per step",
+            "",
+        ]
+        width = max(len(k) for k in (*self.memory, *self.comm, *self.times)) + 2
+
+        def section(title: str, unit: str, rows: dict[str, float], fmt) -> None:
+            lines.append(f"{title:<{width}}{unit:>10}")
+            for key, value in rows.items():
+                lines.append(f"  {key:<{width - 2}}{fmt(value):>10}")
+
+        section("per-GPU memory", "GiB", self.memory, lambda v: f"{v / GIB:.2f}")
+        lines.append(f"  {'total':<{width - 2}}{self.total_bytes / GIB:>10.2f}")
+        lines.append(self.verdict())
+        lines.append("")
+        section("communication per GPU per step", "GB", self.comm, lambda v: f"{v / 1e9:.2f}")
+        lines.append("")
+        section("time per step (estimate)", "s", self.times, lambda v: f"{v:.3f}")
+        lines.append(f"throughput: {self.tokens_per_s:,.0f} tokens/s; MFU {self.mfu:.1%}")
+        lines += ["", "assumptions:"] + [f"  - {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -> Plan:
+    """Compute the memory, communication and time plan; raises ValueError for impossible layouts."""
+    settings.validate()
+    st, gpu = settings, cluster.gpu
+    t, s, b = st.tp, st.seq_len, st.micro_batch
+    if cluster.world_size % t:
+        raise ValueError(f"tp={t} does not divide the {cluster.world_size} GPUs of the cluster")
+    for name, value in (
+        ("num_attention_heads", model.heads),
+        ("hidden_size", model.hidden),
+        ("intermediate_size", model.ffn),
+    ):
+        if value % t:
+            raise ValueError(f"tensor parallel size {t} must divide {name}={value}")
+    dp = cluster.world_size // t
+    global_batch = st.global_batch if st.global_batch is not None else b * dp * (st.grad_accum_steps or 1)
+    if global_batch < 1 or global_batch % (b * dp):
+        raise ValueError(
+            f"global batch {global_batch} must be a positive multiple of micro_batch x DP = {b} x {dp} = {b * dp}"
+        )
+    grad_accum = global_batch // (b * dp)
+    notes: list[str] = []
+
+    # ── memory ──
+    per_rank = model.n_sharded / t + model.n_replicated
+    memory = {}
+    states = model_state_bytes(per_rank, st.zero_stage, dp)
+    memory[f"parameters (bf16{', ZeRO-3 shard' if st.zero_stage >= 3 else ''})"] = states["parameters"]
+    memory[f"gradients (bf16{', ZeRO shard' if st.zero_stage >= 2 else ''})"] = states["gradients"]
+    memory[f"optimizer: fp32 master + Adam m, v{' (ZeRO shard)' if st.zero_stage >= 1 else ''}"] = states[
+        "optimizer"
+    ]
+    if st.zero_stage == 3:
+        live = min(st.zero3_max_live_parameters, per_rank)
+        memory["ZeRO-3 gathered parameters + reduce bucket (bf16)"] = BYTES_PARAM * (
+            live + st.reduce_bucket_size
+        )
+        notes.append(
+            f"ZeRO-3 keeps at most stage3_max_live_parameters={st.zero3_max_live_parameters:.3g} gathered "
+            f"parameters and a reduce bucket of {st.reduce_bucket_size:.3g} elements"
+        )
+    elif st.zero_stage in (1, 2):
+        memory["ZeRO reduce + all-gather buckets (bf16)"] = BYTES_PARAM * (
+            st.reduce_bucket_size + st.allgather_bucket_size
+        )
+    per_layer = activation_bytes_per_layer(
+        s, b, model.hidden, model.heads, t, st.recompute, st.sequence_parallel, st.flash_attention
+    )
+    memory[f"activations: {model.layers} layers, recompute {st.recompute}"] = model.layers * per_layer
+    if st.recompute == "full":
+        memory["recompute working set: 1 layer rematerialised"] = activation_bytes_per_layer(
+            s, b, model.hidden, model.heads, t, "none", st.sequence_parallel, st.flash_attention
+        )
+    head = f"{st.head_fraction:.0%} of positions" if st.head_fraction < 1 else "every position"
+    memory[f"output layer: logits + log-softmax, {head}"] = st.head_fraction * logits_bytes(s, b, model.vocab)
+    memory["runtime reserve (CUDA context, NCCL, fragmentation)"] = st.reserve_gib * GIB
+
+    # ── communication (bytes sent per GPU per optimizer step) ──
+    comm = {}
+    dp_bytes = BYTES_PARAM * per_rank
+    if st.zero_stage == 3:
+        per_micro = ring_bytes("all_gather", dp_bytes, dp) * 2 + ring_bytes("reduce_scatter", dp_bytes, dp)
+        comm[f"ZeRO-3: 2 all-gathers + 1 reduce-scatter per micro-batch, DP {dp}"] = grad_accum * per_micro
+    elif st.zero_stage == 2:
+        comm[f"ZeRO-2: reduce-scatter per micro-batch + all-gather per step, DP {dp}"] = (
+            grad_accum * ring_bytes("reduce_scatter", dp_bytes, dp) + ring_bytes("all_gather", dp_bytes, dp)
+        )
+    else:
+        comm[f"ZeRO-{st.zero_stage}: gradient all-reduce per step, DP {dp}"] = ring_bytes(
+            "all_reduce", dp_bytes, dp
+        )
+    tp_allreduces = 6 if st.recompute == "full" else 4
+    tp_bytes_micro = (
+        model.layers * tp_allreduces * ring_bytes("all_reduce", BYTES_PARAM * s * b * model.hidden, t)
+    )
+    comm[f"TP: {tp_allreduces} all-reduces of s*b*h per layer per micro-batch, TP {t}"] = (
+        grad_accum * tp_bytes_micro
+    )
+
+    # ── links ──
+    tp_in_node = t <= cluster.gpus_per_node and cluster.gpus_per_node % t == 0
+    dp_in_node = cluster.nodes == 1
+    nvlink = gpu.nvlink_gbyte_s * 1e9 * st.comm_efficiency
+    nic = gpu.nic_gbit_s / 8 * 1e9 * st.comm_efficiency
+    tp_bw = nvlink if tp_in_node else nic
+    dp_bw = nvlink if dp_in_node else nic
+    if not tp_in_node and t > 1:
+        notes.append(
+            f"TP {t} spans nodes: its all-reduces run over InfiniBand, not NVLink (keep TP <= GPUs/node)"
+        )
+    notes.append(
+        f"links: NVLink {gpu.nvlink_gbyte_s:g} GB/s per GPU per direction, InfiniBand {gpu.nic_gbit_s:g} Gbit/s per "
+        f"GPU, {st.comm_efficiency:.0%} of it achieved; TP over {'NVLink' if tp_in_node else 'InfiniBand'}, "
+        f"DP over {'NVLink' if dp_in_node else 'InfiniBand'}"
+    )
+
+    # ── FLOPs and time ──
+    n_layer_params = model.layers * (4 * model.hidden * model.hidden + 2 * model.hidden * model.ffn)
+    model_flops_tok = model_flops_per_token(model.n_params, model.layers, model.hidden, s)
+    # One GPU's work per token of its TP group: split layers / t, replicated parameters in full.
+    gpu_flops_tok = 6 * (model.n_sharded / t + model.n_replicated) + 12 * model.layers * model.hidden * s / t
+    if st.recompute == "full":
+        gpu_flops_tok += (2 * n_layer_params + 4 * model.layers * model.hidden * s) / t
+    elif st.recompute == "selective":
+        gpu_flops_tok += 4 * model.layers * model.hidden * s / t
+    tokens_micro = b * s
+    compute_s = grad_accum * tokens_micro * gpu_flops_tok / (gpu.peak_tflops * 1e12 * st.efficiency)
+    tp_s = grad_accum * tp_bytes_micro / tp_bw if t > 1 else 0.0
+    dp_comm_bytes = next(iter(comm.values()))
+    dp_s = dp_comm_bytes / dp_bw if dp > 1 else 0.0
+    step_s = max(compute_s, dp_s) + tp_s
+    times = {
+        f"compute ({gpu.peak_tflops:g} TFLOPS x {st.efficiency:.0%} efficiency)": compute_s,
+        "ZeRO/DP communication (overlapped with compute)": dp_s,
+        "exposed ZeRO/DP communication": max(0.0, dp_s - compute_s),
+        "TP communication (not overlapped)": tp_s,
+        "step": step_s,
+    }
+    tokens_step = global_batch * s
+    tokens_per_s = tokens_step / step_s
+    mfu = tokens_per_s * model_flops_tok / (cluster.world_size * gpu.peak_tflops * 1e12)
+    notes.append(
+        f"model FLOPs per token 6N + 12*L*h*s = {model_flops_tok:.4g}; hardware FLOPs per GPU per token include "
+        f"recompute ({st.recompute}) and the TP-replicated layers (embeddings, MLM head) done on every TP rank"
+    )
+    notes.append(
+        f"compute at {st.efficiency:.0%} of peak; ZeRO/DP traffic overlaps compute; TP all-reduces do not; "
+        "pipeline bubbles, data loading and optimizer-step time are not modelled"
+    )
+    notes.append(
+        f"runtime reserve {st.reserve_gib:g} GiB per GPU for the CUDA context, NCCL and fragmentation"
+    )
+    if t > 1 and not st.sequence_parallel:
+        notes.append("no sequence parallelism: LayerNorm/dropout activations are replicated on every TP rank")
+    return Plan(
+        model=model,
+        cluster=cluster,
+        settings=settings,
+        dp=dp,
+        grad_accum=grad_accum,
+        global_batch=global_batch,
+        memory=memory,
+        comm=comm,
+        times=times,
+        tokens_per_s=tokens_per_s,
+        mfu=mfu,
+        notes=notes,
+    )
+
+
+def largest_micro_batch(
+    model: ModelShape, cluster: Cluster, settings: ParallelSettings, limit: int = 1024
+) -> int:
+    """Largest power-of-two micro-batch whose plan fits in GPU memory (0 if even 1 does not fit)."""
+    best = 0
+    b = 1
+    while b <= limit:
+        trial = dataclasses.replace(settings, micro_batch=b, global_batch=None, grad_accum_steps=None)
+        if not make_plan(model, cluster, trial).fits:
+            break
+        best = b
+        b *= 2
+    return best
+
+
+def settings_from_deepspeed(ds_config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """Planner settings read from a DeepSpeed config dict (ZeRO stage, buckets, AutoTP size)."""
+    zero = ds_config.get("zero_optimization", {}) or {}
+    out: dict[str, Any] = {}
+    if "stage" in zero:
+        out["zero_stage"] = int(zero["stage"])
+    for ds_key, key in (
+        ("stage3_max_live_parameters", "zero3_max_live_parameters"),
+        ("reduce_bucket_size", "reduce_bucket_size"),
+        ("allgather_bucket_size", "allgather_bucket_size"),
+    ):
+        if ds_key in zero:
+            out[key] = float(zero[ds_key])
+    autotp = (ds_config.get("tensor_parallel") or {}).get("autotp_size")
+    if autotp:
+        out["tp"] = int(autotp)
+    if "train_micro_batch_size_per_gpu" in ds_config and isinstance(
+        ds_config["train_micro_batch_size_per_gpu"], int
+    ):
+        out["micro_batch"] = ds_config["train_micro_batch_size_per_gpu"]
+    out.update({k: v for k, v in overrides.items() if v is not None})
+    return out
+
+
+__all__ = [
+    "GPUS",
+    "Cluster",
+    "GPUSpec",
+    "ModelShape",
+    "ParallelSettings",
+    "Plan",
+    "activation_bytes_per_layer",
+    "largest_micro_batch",
+    "logits_bytes",
+    "make_plan",
+    "model_flops_per_token",
+    "model_state_bytes",
+    "parse_cluster",
+    "ring_bytes",
+    "settings_from_deepspeed",
+]

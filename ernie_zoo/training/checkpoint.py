@@ -1,0 +1,354 @@
+"""Atomic, verifiable training checkpoints, without pickle.
+
+Layout of `output_dir/checkpoint-<step>/`::
+
+    config.json, model.safetensors   the model (save_pretrained: loadable with from_pretrained)
+    optimizer.safetensors            optimizer state tensors, keys "state.<param index>.<name>"
+    optimizer.json                   param_groups and the non-tensor optimizer state
+    scheduler.json                   LR scheduler state_dict (plain numbers)
+    rng.json, rng.safetensors        python / numpy RNG state (JSON), torch CPU/CUDA RNG state (tensors)
+    trainer_state.json               step, data position (epoch, index), tokens seen, best eval, ...
+    recipe.yaml                      the recipe of the run
+    manifest.json                    written last: size and sha256 of every file above
+
+Atomicity: everything is written into `.checkpoint-<step>.tmp`, each file and the directory are
+fsynced, the manifest goes in last, then one `os.replace` publishes `checkpoint-<step>` and the parent directory
+is fsynced. A process killed at any moment leaves either no `checkpoint-<step>` or a complete one; leftover
+temporary directories are removed by `remove_stale_temporaries` at the next start. A checkpoint damaged later
+(truncated copy, deleted file) fails `verify_checkpoint`, and `latest_valid_checkpoint` skips it with a
+warning that says what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_TMP_RE = re.compile(r"^\.checkpoint-\d+\.tmp")
+
+
+# ------------------------------------------------------------------------------------------ filesystem
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON (sorted keys, NaN/inf allowed as in Python's json) and fsync it. Not atomic by itself:
+    use inside a checkpoint's temporary directory, or `ernie_zoo.utils.atomic_write_text`."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The step of a `checkpoint-<step>` directory name, else None."""
+    m = CHECKPOINT_RE.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """`checkpoint-<step>` directories of `output_dir`, oldest (lowest step) first; validity not checked."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(checkpoint_step(p), p) for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return [p for _, p in sorted(found)]
+
+
+def remove_stale_temporaries(output_dir: str | os.PathLike) -> list[Path]:
+    """Delete `.checkpoint-<step>.tmp-<pid>` directories left by a process killed while saving."""
+    root = Path(output_dir)
+    removed = []
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and _TMP_RE.match(p.name):
+                logger.info("removing %s: an unfinished checkpoint of an interrupted run", p)
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
+
+
+def save_checkpoint(
+    output_dir: str | os.PathLike,
+    step: int,
+    write: Callable[[Path], None],
+    *,
+    is_main: bool = True,
+    barrier: Callable[[], None] | None = None,
+) -> Path:
+    """Atomically create `output_dir/checkpoint-<step>`: `write(tmp_dir)` writes the files, then the
+    manifest is added, everything fsynced and the directory renamed into place. Returns its path.
+
+    Several ranks (a sharded engine): every rank calls this with the same step; all write into the shared
+    temporary directory, and the main rank publishes it once every rank is done -- after `barrier()` if
+    given, else after `write` returns (a sharded engine's `save` ends in a barrier, so `write` should call it
+    last).
+    """
+    root = Path(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"checkpoint-{step}"
+    tmp = root / f".checkpoint-{step}.tmp"
+    shared = barrier is not None or not is_main
+    if not shared and tmp.exists():
+        shutil.rmtree(tmp)  # single writer: anything there is left from an interrupted attempt
+    tmp.mkdir(exist_ok=shared)
+    try:
+        write(tmp)
+        if barrier is not None:
+            barrier()
+        if not is_main:
+            return final
+        files = {}
+        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            with open(file, "rb") as f:
+                os.fsync(f.fileno())
+            files[file.relative_to(tmp).as_posix()] = {"size": file.stat().st_size, "sha256": _sha256(file)}
+        write_json(tmp / MANIFEST, {"step": step, "files": files})
+        _fsync_dir(tmp)
+        if final.exists():  # a re-run of the same step: replace it (the old copy is removed after the swap)
+            old = root / f".checkpoint-{step}.tmp-old-{os.getpid()}"
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if barrier is not None:
+            barrier()  # nobody races ahead into the next save while the main rank publishes this one
+    return final
+
+
+def verify_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = ()) -> str | None:
+    """None if the checkpoint matches its manifest (every file present, same size and sha256), else a
+    sentence saying what is wrong. `required`: files that must be listed in the manifest."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        return f"no {MANIFEST} (the save did not finish)"
+    try:
+        manifest = read_json(manifest_path)
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable {MANIFEST}: {e}"
+    for name in required:
+        if name not in files:
+            return f"{name} is not in the manifest"
+    for name, meta in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        size = file.stat().st_size
+        if size != meta["size"]:
+            return f"{name} has {size} bytes, the manifest says {meta['size']} (truncated or overwritten)"
+        if _sha256(file) != meta["sha256"]:
+            return f"{name} does not match its sha256 in the manifest (corrupted)"
+    return None
+
+
+def latest_valid_checkpoint(output_dir: str | os.PathLike, required: tuple[str, ...] = ()) -> Path | None:
+    """The newest checkpoint that passes `verify_checkpoint`; damaged ones are skipped with a warning."""
+    for path in reversed(list_checkpoints(output_dir)):
+        problem = verify_checkpoint(path, required)
+        if problem is None:
+            return path
+        logger.warning("skipping %s: %s", path, problem)
+    return None
+
+
+def rotate_checkpoints(output_dir: str | os.PathLike, keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` checkpoints; returns the deleted paths."""
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+    old = list_checkpoints(output_dir)[:-keep_last]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
+    return old
+
+
+# ---------------------------------------------------------------------------------- state without pickle
+def save_optimizer_state(
+    optimizer: torch.optim.Optimizer, directory: str | os.PathLike, name: str = "optimizer"
+) -> None:
+    """`optimizer.state_dict()` as `<name>.safetensors` (tensors) + `<name>.json` (everything else)."""
+    state = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entries in state["state"].items():
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    groups = []
+    for group in state["param_groups"]:
+        clean = {}
+        for key, value in group.items():
+            if isinstance(value, torch.Tensor):
+                value = value.item() if value.numel() == 1 else value.tolist()
+            elif isinstance(value, tuple):
+                value = {"__tuple__": list(value)}
+            clean[key] = value
+        groups.append(clean)
+    directory = Path(directory)
+    save_file(tensors, str(directory / f"{name}.safetensors"))
+    write_json(directory / f"{name}.json", {"param_groups": groups, "scalars": scalars})
+
+
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, directory: str | os.PathLike, name: str = "optimizer"
+) -> None:
+    """Inverse of `save_optimizer_state` (tensors move to the parameters' device in `load_state_dict`)."""
+    directory = Path(directory)
+    meta = read_json(directory / f"{name}.json")
+    tensors = load_file(str(directory / f"{name}.safetensors"))
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, index, field = key.split(".", 2)
+        state.setdefault(int(index), {})[field] = value
+    for index, entries in meta["scalars"].items():
+        state.setdefault(int(index), {}).update(entries)
+    groups = []
+    for group in meta["param_groups"]:
+        groups.append(
+            {
+                k: tuple(v["__tuple__"]) if isinstance(v, dict) and "__tuple__" in v else v
+                for k, v in group.items()
+            }
+        )
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _jsonable_state(state: dict[str, Any], what: str) -> dict[str, Any]:
+    try:
+        json.dumps(state)
+    except TypeError as e:
+        raise TypeError(
+            f"{what} state is not JSON-serialisable ({e}); it cannot be checkpointed without pickle"
+        ) from None
+    return state
+
+
+def save_json_state(obj: Any, path: str | os.PathLike, what: str) -> None:
+    """Save `obj.state_dict()` (an LR scheduler, a GradScaler) as JSON; it must hold plain values."""
+    write_json(path, _jsonable_state(obj.state_dict(), what))
+
+
+def load_json_state(obj: Any, path: str | os.PathLike) -> None:
+    obj.load_state_dict(read_json(path))
+
+
+def _rng_stem(rank: int) -> str:
+    return "rng" if rank == 0 else f"rng-rank{rank:05d}"
+
+
+def save_rng_state(directory: str | os.PathLike, rank: int = 0) -> None:
+    """Python, numpy and torch (CPU + every CUDA device) global RNG states, as `rng.json` + `rng.safetensors`
+    (rank 0) or `rng-rank<NNNNN>.*` (other ranks of a multi-process run)."""
+    directory = Path(directory)
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    np_json = {
+        "bit_generator": np_state["bit_generator"],
+        "state": {"key": np.asarray(np_state["state"]["key"]).tolist(), "pos": int(np_state["state"]["pos"])},
+        "has_gauss": int(np_state["has_gauss"]),
+        "gauss": float(np_state["gauss"]),
+    }
+    stem = _rng_stem(rank)
+    write_json(directory / f"{stem}.json", {"python": [version, list(internal), gauss], "numpy": np_json})
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda.{i}"] = s
+    save_file(tensors, str(directory / f"{stem}.safetensors"))
+
+
+def load_rng_state(directory: str | os.PathLike, rank: int = 0) -> None:
+    """Restore what `save_rng_state` wrote for `rank` (rank 0's states if the checkpoint has none for it)."""
+    directory = Path(directory)
+    stem = _rng_stem(rank)
+    if rank and not (directory / f"{stem}.json").is_file():
+        logger.warning("%s has no RNG state for rank %d; using rank 0's", directory, rank)
+        stem = _rng_stem(0)
+    meta = read_json(directory / f"{stem}.json")
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_json = meta["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": np_json["bit_generator"],
+            "state": {
+                "key": np.asarray(np_json["state"]["key"], dtype=np.uint32),
+                "pos": np_json["state"]["pos"],
+            },
+            "has_gauss": np_json["has_gauss"],
+            "gauss": np_json["gauss"],
+        }
+    )
+    tensors = load_file(str(directory / f"{stem}.safetensors"))
+    torch.set_rng_state(tensors["torch"])
+    cuda = sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k.split(".")[1]))
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[k] for k in cuda][: torch.cuda.device_count()])
+
+
+__all__ = [
+    "CHECKPOINT_RE",
+    "MANIFEST",
+    "checkpoint_step",
+    "latest_valid_checkpoint",
+    "list_checkpoints",
+    "load_json_state",
+    "load_optimizer_state",
+    "load_rng_state",
+    "read_json",
+    "remove_stale_temporaries",
+    "rotate_checkpoints",
+    "save_checkpoint",
+    "save_json_state",
+    "save_optimizer_state",
+    "save_rng_state",
+    "verify_checkpoint",
+    "write_json",
+]

@@ -1,0 +1,285 @@
+"""The pieces of a training step a parallel backend replaces: model building, backward, optimizer step,
+checkpoint save/load of model + optimizer state.
+
+`SingleDeviceEngine` is the reference backend (one process, one device). A sharded backend (DeepSpeed
+ZeRO-3 + tensor parallelism: `ernie_zoo.parallel.deepspeed_backend`) implements the same small interface and
+is named in `ENGINES` under the recipe's `distributed.backend`:
+
+    model                    the ErnieZooForMaskedLM being trained (train()/eval() are called on it)
+    device, dp_rank, dp_world_size, is_main (and optionally rank, barrier())
+    loss(batch)              -> (mean masked-LM loss, masked tokens, correct); moves the batch to the device
+    backward(loss)           one micro batch (the loss already divided by the accumulation steps)
+    step() -> grad norm      the optimizer step, LR schedule, zeroing the gradients
+    lr, num_parameters()
+    save(dir), load(dir)     model + optimizer + scheduler state into / from a checkpoint directory
+
+The training loop never touches the optimizer, the loss scaler or `torch.distributed` directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+from ernie_zoo.models.presets import preset_config
+
+from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
+from .mlm import masked_lm_loss
+from .recipe import ARCH_FIELDS, ModelArgs, OptimArgs, PretrainRecipe
+
+logger = logging.getLogger(__name__)
+
+MODEL_FILE = "model.safetensors"
+
+
+# ------------------------------------------------------------------------------------------- building
+def build_model_config(args: ModelArgs, vocab_size: int, max_seq_len: int | None = None) -> ErnieZooConfig:
+    """The `ErnieZooConfig` a recipe's model section describes, for a tokenizer of `vocab_size` tokens."""
+    if args.vocab_size is not None and args.vocab_size < vocab_size:
+        raise ValueError(
+            f"recipe key 'model.vocab_size' = {args.vocab_size} is smaller than the tokenizer's vocabulary "
+            f"({vocab_size}); use null or a value >= {vocab_size}"
+        )
+    fields: dict[str, Any] = {
+        k: getattr(args, k) for k in (*ARCH_FIELDS, "max_position_embeddings") if getattr(args, k) is not None
+    }
+    fields.update(
+        vocab_size=args.vocab_size if args.vocab_size is not None else vocab_size,
+        hidden_dropout_prob=args.hidden_dropout_prob,
+        attention_probs_dropout_prob=args.attention_probs_dropout_prob,
+        use_pinyin=args.use_pinyin,
+        use_radical=args.use_radical,
+        use_strokes=args.use_strokes,
+        use_stroke_sequence=args.use_stroke_sequence,
+        feature_fusion=args.feature_fusion,
+    )
+    config = preset_config(args.preset, **fields) if args.preset is not None else ErnieZooConfig(**fields)
+    if max_seq_len is not None and config.max_position_embeddings < max_seq_len:
+        raise ValueError(
+            f"data.max_seq_len ({max_seq_len}) exceeds the model's max_position_embeddings "
+            f"({config.max_position_embeddings}); raise model.max_position_embeddings"
+        )
+    return config
+
+
+def build_model(config: ErnieZooConfig, tokenizer, seed: int) -> ErnieZooForMaskedLM:
+    """A freshly initialised MLM model (deterministic given `seed`) with the tokenizer's character tables."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ErnieZooForMaskedLM(config)
+    model.load_char_tables(tokenizer)
+    return model
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two AdamW groups: matrices decayed; biases, LayerNorm weights and embeddings (the MLM decoder is
+    tied to the word embeddings) not decayed -- BERT's recipe."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "embeddings" in name or "LayerNorm" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_lambda(optim: OptimArgs, max_steps: int):
+    """Multiplier of `optim.lr` after `s` optimizer steps: linear warmup over `warmup_steps` (the first step
+    gets lr/warmup), then cosine or linear decay to `min_lr_ratio`, or constant."""
+
+    def f(s: int) -> float:
+        if s < optim.warmup_steps:
+            return (s + 1) / optim.warmup_steps
+        if optim.decay == "constant":
+            return 1.0
+        progress = min(1.0, (s - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if optim.decay == "cosine" else 1.0 - progress
+        return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * shape
+
+    return f
+
+
+def resolve_device(name: str) -> torch.device:
+    """The recipe's `device` as a torch.device ("auto": CUDA when available, else CPU)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"recipe key 'device' = {name!r}, but CUDA is not available")
+    return device
+
+
+# -------------------------------------------------------------------------------------------- engines
+class SingleDeviceEngine:
+    """One process, one device: AdamW + warmup/decay schedule, optional autocast and fp16 loss scaling.
+
+    Args:
+        recipe: the run's recipe (optim, precision, grad clipping).
+        model: the model, on any device; it is moved to `device`.
+        device: where to train.
+    """
+
+    dp_rank = 0
+    dp_world_size = 1
+    is_main = True
+
+    def __init__(self, recipe: PretrainRecipe, model: torch.nn.Module, device: torch.device):
+        self.recipe = recipe
+        self.device = device
+        self.model = model.to(device)
+        o = recipe.optim
+        if recipe.precision == "fp16" and device.type != "cuda":
+            raise ValueError("recipe key 'precision' = 'fp16' needs a CUDA device; use fp32 or bf16 on CPU")
+        # fused: one kernel per step over all parameters (CPU and CUDA); what HF Trainer uses by default too
+        self.optimizer = torch.optim.AdamW(
+            param_groups(self.model, o.weight_decay),
+            lr=o.lr,
+            betas=tuple(o.betas),
+            eps=o.eps,
+            fused=device.type in ("cpu", "cuda"),
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, recipe.max_steps))
+        self.scaler = torch.amp.GradScaler("cuda") if recipe.precision == "fp16" else None
+        self._dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
+        """(mean masked-LM loss, masked tokens, correct predictions) of a collated batch."""
+        with self.autocast():
+            return masked_lm_loss(self.model, to_device(batch, self.device), self.recipe.sparse_last_layer)
+
+    def num_parameters(self) -> int:
+        """Parameters of the model (tied weights once)."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Context for the forward pass (mixed precision, or nothing in fp32)."""
+        if self._dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self._dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate gradients of `loss` (already divided by the accumulation steps)."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self) -> float:
+        """Unscale, clip, update, advance the LR schedule, zero the grads; returns the pre-clip grad norm."""
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        clip = self.recipe.optim.grad_clip
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def save(self, directory: Path) -> None:
+        """Model (config.json + model.safetensors), optimizer, scheduler and loss-scaler state."""
+        save_model_weights(self.model, directory)
+        save_optimizer_state(self.optimizer, directory)
+        save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
+        if self.scaler is not None:
+            save_json_state(self.scaler, directory / "scaler.json", "GradScaler")
+
+    def load(self, directory: Path) -> None:
+        """Restore what `save` wrote (weights bit for bit)."""
+        load_model_weights(self.model, directory / MODEL_FILE)
+        load_optimizer_state(self.optimizer, directory)
+        load_json_state(self.scheduler, directory / "scheduler.json")
+        if self.scaler is not None:
+            load_json_state(self.scaler, directory / "scaler.json")
+
+
+def save_model_weights(model: torch.nn.Module, directory: str | Path) -> None:
+    """`config.json` + `model.safetensors` in the layout of `save_pretrained` (tied copies stored once, under
+    their first name), so `ErnieZooForMaskedLM.from_pretrained(checkpoint_dir)` loads a checkpoint."""
+    directory = Path(directory)
+    model.config.save_pretrained(directory)
+    tied = _tied_names(model)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
+
+
+def load_model_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Load a save_pretrained safetensors file into `model`; only tied weights may be absent from the file."""
+    state = load_file(str(path))
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if k not in _tied_names(model)]
+    if missing or result.unexpected_keys:
+        raise ValueError(
+            f"{path} does not match the model: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
+        )
+
+
+def _tied_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names whose tensor is shared with an earlier name (tied weights)."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        key = id(tensor)
+        if key in seen:
+            tied.add(name)
+        else:
+            seen[key] = name
+    return tied
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """The batch's tensors on `device` (a no-op on CPU)."""
+    if device.type == "cpu":
+        return batch
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+    }
+
+
+#: distributed.backend -> the engine's constructor `(recipe, model, device)`, or "module:attribute" imported on
+#: use (so a backend's heavy imports, e.g. deepspeed, happen only when it is selected).
+ENGINES: dict[str, Any] = {
+    "single": SingleDeviceEngine,
+    "deepspeed": "ernie_zoo.parallel.deepspeed_backend:engine_factory",
+}
+
+
+def make_engine(recipe: PretrainRecipe, model: torch.nn.Module, device: torch.device) -> SingleDeviceEngine:
+    """The engine of `recipe.distributed.backend`."""
+    try:
+        factory = ENGINES[recipe.distributed.backend]
+    except KeyError:
+        raise ValueError(
+            f"recipe key 'distributed.backend' = {recipe.distributed.backend!r}: one of {sorted(ENGINES)}"
+        ) from None
+    if isinstance(factory, str):
+        module, _, attribute = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attribute)
+    return factory(recipe, model, device)
+
+
+__all__ = [
+    "ENGINES",
+    "SingleDeviceEngine",
+    "build_model",
+    "build_model_config",
+    "load_model_weights",
+    "save_model_weights",
+    "to_device",
+    "lr_lambda",
+    "make_engine",
+    "param_groups",
+    "resolve_device",
+]

@@ -1,0 +1,430 @@
+"""DeepSpeed backend of `ernie-pretrain`: real gloo ranks on CPU against the single-process reference engine.
+
+- 2 ranks, ZeRO-3 (DP 2): the same losses, grad norms, LR and weights as `SingleDeviceEngine` after 3 steps;
+  each rank holds half of every parameter; a sharded checkpoint resumes to the same numbers.
+- 4 ranks, TP 2 x ZeRO-3 DP 2: the same numbers; TP'd weights are half-size, and ZeRO halves those again.
+
+Tolerances (fp32): losses and grad norms to 1e-5 relative (collectives sum in a different order than one
+process does); weights after 3 AdamW steps of lr 1e-2 to 1e-4 absolute, 0.3% of the 3e-2 a weight can move.
+The worker is this file run under torchrun (`--worker`).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_CONFIG = REPO / "recipes" / "deepspeed" / "zero3-cpu-test.json"
+STEPS, GLOBAL_BATCH, SEQ, VOCAB = 3, 4, 16, 300
+
+
+def _recipe(micro_batch_size: int, grad_accum_steps: int):
+    from ernie_zoo.training.recipe import OptimArgs, PretrainRecipe
+
+    # sparse_last_layer (the recipe default): the 2-rank run uses it under ZeRO-3; with TP the engine turns it off
+    return PretrainRecipe(
+        sparse_last_layer=True,
+        max_steps=STEPS,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        precision="fp32",
+        seed=0,
+        optim=OptimArgs(lr=1e-2, warmup_steps=1, decay="linear", grad_clip=1.0, weight_decay=0.01),
+    )
+
+
+def _model():
+    from ernie_zoo import ErnieZooConfig
+    from ernie_zoo.training.engine import build_model
+
+    config = ErnieZooConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        feature_fusion="concat",
+    )
+    g = torch.Generator().manual_seed(1)
+    tables = {
+        "default_pinyin_ids": torch.randint(0, config.pinyin_vocab_size, (VOCAB,), generator=g),
+        "radical_ids": torch.randint(0, 215, (VOCAB,), generator=g),
+        "stroke_counts": torch.randint(0, 30, (VOCAB,), generator=g),
+        "stroke_seqs": torch.randint(0, 6, (VOCAB, 32), generator=g),
+    }
+    return build_model(config, tables, seed=0)
+
+
+def _global_batch(step: int) -> dict[str, torch.Tensor]:
+    """The step's 4 sequences; every sequence has 4 masked positions, so a mean over any split of the rows
+    weighs tokens the same as the mean over all of them."""
+    g = torch.Generator().manual_seed(1000 + step)
+    ids = torch.randint(5, VOCAB, (GLOBAL_BATCH, SEQ), generator=g)
+    labels = torch.full_like(ids, -100)
+    labels[:, 1::4] = ids[:, 1::4]
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "token_type_ids": torch.zeros_like(ids),
+        "pinyin_ids": torch.randint(0, 400, (GLOBAL_BATCH, SEQ), generator=g),
+        "labels": labels,
+    }
+
+
+def _rows(batch, rows):
+    return {k: v[rows] for k, v in batch.items()}
+
+
+def _reference() -> dict:
+    from ernie_zoo.training.engine import SingleDeviceEngine
+
+    engine = SingleDeviceEngine(_recipe(GLOBAL_BATCH, 1), _model(), torch.device("cpu"))
+    losses, norms, lrs = [], [], []
+    for step in range(STEPS):
+        loss, _, _ = engine.loss(_global_batch(step))  # the loop's masked-LM loss (sparse last layer on)
+        engine.backward(loss)
+        norms.append(engine.step())
+        losses.append(loss.item())
+        lrs.append(engine.lr)
+    params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+    return {"losses": losses, "norms": norms, "lrs": lrs, "params": params}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    torch.manual_seed(0)
+    return _reference()
+
+
+def _check_against_reference(out: Path, reference: dict, world: int) -> list[dict]:
+    from safetensors.torch import load_file
+
+    results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+    for res in results:
+        assert res["losses"] == pytest.approx(reference["losses"], rel=1e-5)
+        assert res["norms"] == pytest.approx(reference["norms"], rel=1e-5)
+        assert res["norms"][0] > 1.0  # gradient clipping at 1.0 was active, and identical to the reference
+        assert res["lrs"] == pytest.approx(reference["lrs"], rel=1e-12)
+    final = load_file(str(out / "final.safetensors"))
+    ref = reference["params"]
+    missing = {k for k in ref if k not in final and not k.startswith("cls.predictions.decoder")}
+    assert not missing  # the consolidated state covers every weight (the tied decoder may be stored once)
+    for name, value in final.items():
+        assert value.shape == ref[name].shape, name
+        assert torch.allclose(value, ref[name], rtol=0, atol=1e-4), (name, (value - ref[name]).abs().max())
+    # the 100B path: a model born partitioned (zero.Init) with our own weight init applied under ZeRO-3
+    # (and AutoTP applied to it when TP > 1); one step trains
+    for res in results:
+        assert res["zero_init_partitioned"] is True
+        assert 4.0 < res["zero_init_loss"] < 7.5 and res["zero_init_norm"] > 0  # ~ln(300) = 5.7 at init
+    assert results[0]["zero_init_fusion_identity"] and results[0]["zero_init_fusion_rest_zero"]
+    assert results[0]["zero_init_layernorm_ones"]
+    assert results[0]["zero_init_query_std"] == pytest.approx(0.02, rel=0.2)  # initializer_range
+    initial = _model().state_dict()
+    moved = max((ref[k] - initial[k]).abs().max().item() for k in final)
+    assert moved > 1e-3  # training changed the weights, so agreeing with the reference means something
+    return results
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_two_ranks_match_single_process(tmp_path, reference):
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    run_local_ranks([__file__, "--worker", str(tmp_path), "1", "resume"], nproc=2, timeout=900)
+    results = _check_against_reference(tmp_path, reference, world=2)
+    for rank, res in enumerate(results):
+        assert (res["dp_rank"], res["dp_world_size"]) == (rank, 2)
+        assert res["sparse_last_layer"] is True and res["recompute"] == "none"
+        # ZeRO-3: every rank holds half of every parameter (DeepSpeed pads an odd count by one)
+        for name, (full, local, _shape) in res["partitions"].items():
+            assert local == (full + 1) // 2, name
+        assert res["partitions"]["ernie.encoder.layer.0.attention.self.query.weight"] == [1024, 512, [32, 32]]
+        # the sharded checkpoint saved after step 2 resumes to the same step 3
+        assert res["resumed_loss"] == pytest.approx(res["losses"][-1], rel=1e-6)
+        assert res["resumed_max_param_diff"] < 1e-6
+        assert res["zero_init_query"] == [[32, 32], 512]  # DP 2 halves the full query weight
+    ckpt = tmp_path / "ckpt"
+    assert {p.name for p in (ckpt / "zero").iterdir()} == {
+        "rank00000.safetensors",
+        "rank00000.json",
+        "rank00001.safetensors",
+        "rank00001.json",
+    }
+    from ernie_zoo.models import ErnieZooForMaskedLM
+
+    loaded = ErnieZooForMaskedLM.from_pretrained(ckpt)  # rank 0's consolidated export is a normal model dir
+    assert loaded.config.hidden_size == 32
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_tp2_zero3_dp2_match_single_process(tmp_path, reference):
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    run_local_ranks([__file__, "--worker", str(tmp_path), "2", "noresume"], nproc=4, timeout=900)
+    results = _check_against_reference(tmp_path, reference, world=4)
+    # ranks (0, 1) and (2, 3) are TP pairs: one data-parallel replica each, fed the same rows
+    assert [(r["dp_rank"], r["dp_world_size"]) for r in results] == [(0, 2), (0, 2), (1, 2), (1, 2)]
+    assert all(r["recompute"] == "full" and r["sparse_last_layer"] is False for r in results)
+    from ernie_zoo.models.presets import count_parameters
+
+    assert {r["num_parameters"] for r in results} == {count_parameters(_model().config)}  # the whole model
+    for res in results:
+        parts = res["partitions"]
+        # TP halves the split dimension (ds_shape is this TP rank's weight), ZeRO-3 halves what is left
+        assert parts["ernie.encoder.layer.0.attention.self.query.weight"] == [512, 256, [16, 32]]
+        assert parts["ernie.encoder.layer.0.attention.output.dense.weight"] == [512, 256, [32, 16]]
+        assert parts["ernie.encoder.layer.1.intermediate.dense.weight"] == [1024, 512, [32, 32]]
+        assert parts["ernie.encoder.layer.1.output.dense.weight"] == [1024, 512, [32, 32]]
+        assert parts["ernie.embeddings.char_features.fusion.weight"][2][0] == 16
+        # replicated over TP, still partitioned by ZeRO
+        assert parts["ernie.embeddings.word_embeddings.weight"] == [VOCAB * 32, VOCAB * 16, [VOCAB, 32]]
+        assert parts["ernie.encoder.layer.0.output.LayerNorm.weight"] == [32, 16, [32]]
+        assert res["zero_init_query"] == [[16, 32], 256]  # zero.Init model: TP halves it, then ZeRO (DP 2)
+
+
+def test_build_config_takes_the_recipe_values():
+    from ernie_zoo.parallel.deepspeed_backend import build_config
+    from ernie_zoo.parallel.tp_plan import ERNIE_ZOO_TP_PLAN
+
+    recipe = _recipe(2, 8)
+    recipe.precision = "bf16"
+    recipe.optim.grad_clip = None
+    cfg = build_config(
+        recipe, REPO / "recipes/deepspeed/zero3-100b.json", tp_plan=ERNIE_ZOO_TP_PLAN, on_cuda=True
+    )
+    assert cfg["train_micro_batch_size_per_gpu"] == 2 and cfg["gradient_accumulation_steps"] == 8
+    assert cfg["gradient_clipping"] == 0.0  # explicit: no clipping, not DeepSpeed's default
+    assert cfg["bf16"] == {"enabled": True} and "fp16" not in cfg
+    assert cfg["zero_optimization"]["stage"] == 3 and cfg["zero_optimization"]["overlap_comm"] is True
+    assert cfg["tensor_parallel"]["autotp_size"] == 8
+    assert len(cfg["tensor_parallel"]["partition_config"]["layer_specs"]) == len(ERNIE_ZOO_TP_PLAN)
+    recipe.precision = "fp32"
+    cpu = build_config(recipe, CPU_CONFIG, tp_size=1, zero_stage=2, on_cuda=False)
+    assert "bf16" not in cpu and "tensor_parallel" not in cpu and cpu["zero_optimization"]["stage"] == 2
+    with pytest.raises(ValueError, match="optimizer"):
+        build_config(recipe, {"optimizer": {"type": "Adam"}})
+    recipe.precision = "fp16"
+    with pytest.raises(ValueError, match="needs CUDA"):
+        build_config(recipe, CPU_CONFIG, on_cuda=False)
+    with pytest.raises(FileNotFoundError):
+        build_config(recipe, REPO / "recipes/deepspeed/none.json")
+
+
+def test_zero_param_groups_follow_the_reference_rule():
+    from ernie_zoo.parallel.deepspeed_backend import zero_param_groups
+    from ernie_zoo.training.engine import param_groups
+
+    model = _model()
+    ours = [{id(p) for p in g["params"]} for g in zero_param_groups(model, 0.1)]
+    theirs = [{id(p) for p in g["params"]} for g in param_groups(model, 0.1)]
+    assert ours == theirs
+
+
+# ----------------------------------------------------------------------------------------------- worker
+def _worker(out_dir: str, tp: int, resume: bool) -> None:
+    import torch.distributed as dist
+    from safetensors.torch import save_file
+
+    from ernie_zoo.parallel.deepspeed_backend import DeepSpeedEngine
+
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    recipe = _recipe(1, 2)
+
+    def make_engine():
+        # the TP run also recomputes activations (full activation checkpointing): same numbers expected
+        recompute = "full" if tp > 1 else "none"
+        return DeepSpeedEngine(recipe, _model(), config=CPU_CONFIG, tp_size=tp, recompute=recompute)
+
+    engine = make_engine()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    partitions = {
+        name: [int(p.ds_numel), int(p.ds_tensor.numel()), list(p.ds_shape)]
+        for name, p in engine.model.named_parameters()
+    }
+
+    def train_step(step: int) -> tuple[float, float]:
+        batch = _global_batch(step)
+        total = 0.0
+        for micro in range(recipe.grad_accum_steps):
+            row = engine.dp_rank * recipe.grad_accum_steps + micro  # this replica's rows of the global batch
+            loss, _, _ = engine.loss(_rows(batch, [row]))
+            engine.backward(loss / recipe.grad_accum_steps)
+            total += loss.item() / recipe.grad_accum_steps
+        norm = engine.step()
+        mean = torch.tensor([total])
+        dist.all_reduce(mean)  # TP pairs hold the same loss, so the mean over all ranks is the DP mean
+        return mean.item() / world, norm
+
+    losses, norms, lrs = [], [], []
+    for step in range(STEPS):
+        if resume and step == STEPS - 1:
+            engine.save(out / "ckpt")
+        loss, norm = train_step(step)
+        losses.append(loss)
+        norms.append(norm)
+        lrs.append(engine.lr)
+    final = engine.consolidated_state_dict()
+    result = {
+        "losses": losses,
+        "norms": norms,
+        "lrs": lrs,
+        "partitions": partitions,
+        "dp_rank": engine.dp_rank,
+        "dp_world_size": engine.dp_world_size,
+        "sparse_last_layer": engine.sparse_last_layer,
+        "recompute": engine.recompute,
+        "num_parameters": engine.num_parameters(),
+    }
+    if resume:
+        fresh = make_engine()
+        fresh.load(out / "ckpt")
+        engine = fresh
+        result["resumed_loss"], _ = train_step(STEPS - 1)
+        again = engine.consolidated_state_dict()
+        if rank == 0:
+            result["resumed_max_param_diff"] = max((again[k] - final[k]).abs().max().item() for k in final)
+        else:
+            result["resumed_max_param_diff"] = 0.0
+    result.update(_zero_init_check(recipe, tp))
+    if rank == 0:
+        save_file({k: v.clone().contiguous() for k, v in final.items()}, str(out / "final.safetensors"))
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
+
+
+def _zero_init_check(recipe, tp: int) -> dict:
+    """Build the model already partitioned (zero.Init, the 100B path), shard it with AutoTP when tp > 1,
+    and train one step on it."""
+    from ernie_zoo.parallel.deepspeed_backend import DeepSpeedEngine, build_model_zero3
+
+    reference = _model()  # only for its config and character tables
+    features = reference.ernie.embeddings.char_features
+    tables = {
+        name: buf
+        for name, buf in features.named_buffers()
+        if name in ("default_pinyin_ids", "radical_ids", "stroke_counts")
+    }
+    model = build_model_zero3(reference.config, recipe, tables, config=CPU_CONFIG, tp_size=tp)
+    dp = dist_world() // tp
+    # no rank ever holds more than a DP share of any weight (zero.Init partitions over every rank; AutoTP then
+    # re-partitions the TP shards over the DP group inside deepspeed.initialize)
+    born_partitioned = all(p.ds_tensor.numel() <= -(-p.ds_numel // dp) for p in model.parameters())
+    engine = DeepSpeedEngine(recipe, model, config=CPU_CONFIG, tp_size=tp)
+    query = dict(engine.model.named_parameters())["ernie.encoder.layer.0.attention.self.query.weight"]
+    # transformers' ZeRO-3 init ran our _init_weights on gathered weights: LayerNorm = 1, concat fusion = [I | 0]
+    state = engine.consolidated_state_dict()
+    batch = _global_batch(0)
+    for micro in range(recipe.grad_accum_steps):
+        loss, _, _ = engine.loss(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
+        engine.backward(loss / recipe.grad_accum_steps)
+    norm = engine.step()
+    out = {
+        "zero_init_partitioned": born_partitioned,
+        "zero_init_loss": loss.item(),
+        "zero_init_norm": norm,
+        "zero_init_query": [list(query.ds_shape), int(query.ds_tensor.numel())],
+    }
+    if state is not None:
+        fusion = state["ernie.embeddings.char_features.fusion.weight"]
+        out["zero_init_fusion_identity"] = bool(torch.equal(fusion[:, :32], torch.eye(32)))
+        out["zero_init_fusion_rest_zero"] = bool(fusion[:, 32:].abs().max() == 0)
+        out["zero_init_layernorm_ones"] = bool(
+            torch.all(state["ernie.encoder.layer.1.output.LayerNorm.weight"] == 1)
+        )
+        out["zero_init_query_std"] = state["ernie.encoder.layer.0.attention.self.query.weight"].std().item()
+    return out
+
+
+def dist_world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size()
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "resume")
+
+
+@pytest.mark.slow
+def test_gpu_bench_refuses_cpu_and_smoke_runs(tmp_path):
+    import os
+    import subprocess
+
+    bench = REPO / "bench" / "gpu_pretrain.py"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(bench)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "no CUDA device" in proc.stderr  # no numbers without a GPU
+    out = tmp_path / "smoke.json"
+    cmd = [sys.executable, str(bench), "--smoke", "--out", str(out), "--micro-batch", "2", "--seq-len", "32"]
+    proc = subprocess.run(
+        [*cmd, "--steps", "2", "--warmup", "1"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["smoke"] is True and record["device"] != "cuda"
+    for name in ("baseline", "deepspeed"):
+        res = record["results"][name]
+        assert res["parameters"] == record["results"]["baseline"]["parameters"]  # ZeRO-3 counts full sizes
+        assert res["tokens_per_s"] > 0 and res["mfu"] is None  # no peak FLOPs for a CPU
+    assert record["deepspeed_over_baseline_tokens_per_s"] > 0
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ernie_pretrain_deepspeed_two_ranks_resumes_exactly(tmp_path, tiny_tokenizer):
+    """The real `ernie-pretrain` loop on 2 gloo ranks with `distributed.backend: deepspeed`: sharded
+    checkpoints, and a run stopped at step 4 and resumed to step 6 logs the same numbers as an
+    uninterrupted 6-step run."""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    tiny_tokenizer.save_pretrained(tmp_path / "tok")
+
+    def pretrain(out: Path, steps: int, env: dict | None = None) -> None:
+        run_local_ranks(
+            ["-m", "ernie_zoo.training.pretrain", str(REPO / "recipes/pretrain/tiny-cpu.yaml")]
+            + ["--output_dir", str(out), "--tokenizer.path", str(tmp_path / "tok"), "--max_steps", str(steps)]
+            + [
+                "--data.files",
+                f"[{REPO / 'tests/data/zh_sentences.txt'}]",
+                "--distributed.backend",
+                "deepspeed",
+            ]
+            + ["--distributed.deepspeed_config", str(CPU_CONFIG), "--checkpoint.interval", "2"]
+            + ["--eval.interval", "0", "--logging.interval", "1", "--logging.progress_bar", "false"]
+            + ["--logging.tensorboard", "false", "--optim.warmup_steps", "1"],
+            nproc=2,
+            timeout=600,
+            cwd=REPO,
+            env=env,
+        )
+
+    pretrain(tmp_path / "straight", 6)
+    # both ranks SIGKILL themselves right after step 4 (the loop's test hook), after checkpoint-4 is written
+    with pytest.raises(RuntimeError, match="failed"):
+        pretrain(tmp_path / "resumed", 6, env={"ERNIE_ZOO_TEST_KILL_AT_STEP": "4"})
+    assert (tmp_path / "resumed" / "checkpoint-4").is_dir()
+    pretrain(tmp_path / "resumed", 6)  # continues from checkpoint-4
+    ckpt = tmp_path / "straight" / "checkpoint-6"
+    assert {p.name for p in (ckpt / "zero").iterdir()} >= {"rank00000.safetensors", "rank00001.safetensors"}
+    straight = [r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl") if "train/loss" in r]
+    resumed = [r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in straight] == [1, 2, 3, 4, 5, 6]
+    by_step = {r["step"]: r for r in resumed}
+    for r in straight:
+        assert by_step[r["step"]]["train/loss"] == pytest.approx(r["train/loss"], rel=1e-6), r["step"]
+        assert by_step[r["step"]]["train/grad_norm"] == pytest.approx(r["train/grad_norm"], rel=1e-5), r[
+            "step"
+        ]
+    assert straight[-1]["train/loss"] < straight[0]["train/loss"] + 0.5  # finite and sane

@@ -1,0 +1,302 @@
+"""The memory / communication / MFU planner against hand-computed numbers, and the `ernie-zoo plan` CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ernie_zoo.parallel.planner import (
+    GIB,
+    ModelShape,
+    ParallelSettings,
+    activation_bytes_per_layer,
+    largest_micro_batch,
+    logits_bytes,
+    make_plan,
+    model_flops_per_token,
+    model_state_bytes,
+    parse_cluster,
+    ring_bytes,
+    settings_from_deepspeed,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------ model states
+@pytest.mark.parametrize(
+    "stage, expected",
+    [
+        # 1e9 parameters, DP 8, bytes per GPU (params, grads, optimizer) = ZeRO paper, Figure 1 with K = 12
+        (0, (2e9, 2e9, 12e9)),  # 16 bytes/param, nothing partitioned: 16e9
+        (1, (2e9, 2e9, 12e9 / 8)),  # optimizer over DP: 4e9 + 1.5e9 = 5.5e9
+        (2, (2e9, 2e9 / 8, 12e9 / 8)),  # + gradients: 2e9 + 0.25e9 + 1.5e9 = 3.75e9
+        (3, (2e9 / 8, 2e9 / 8, 12e9 / 8)),  # + parameters: 16e9 / 8 = 2e9
+    ],
+)
+def test_zero_stages_exact_bytes(stage, expected):
+    got = model_state_bytes(1e9, stage, dp=8)
+    assert (got["parameters"], got["gradients"], got["optimizer"]) == expected
+    assert sum(got.values()) == {0: 16e9, 1: 5.5e9, 2: 3.75e9, 3: 2e9}[stage]
+
+
+def test_tp_divides_before_zero():
+    # TP=2 over a model whose every parameter is split: each TP rank holds 5e8 before ZeRO.
+    shape = ModelShape(
+        1_000_000_000, 1_000_000_000, 0, layers=24, hidden=2048, heads=16, ffn=8192, vocab=40000
+    )
+    cluster = parse_cluster("nodes=2,gpus_per_node=8,gpu=h100-80gb")  # 16 GPUs: TP 2 x DP 8
+    for stage, total in ((0, 8e9), (1, 2.75e9), (2, 1.875e9), (3, 1e9)):
+        plan = make_plan(shape, cluster, ParallelSettings(tp=2, zero_stage=stage, micro_batch=1, seq_len=512))
+        assert plan.dp == 8
+        states = sum(
+            v for k, v in plan.memory.items() if k.split(" ")[0] in ("parameters", "gradients", "optimizer:")
+        )
+        assert states == total
+    # Replicated parameters are held whole by every TP rank: 9e8 split + 1e8 replicated -> 4.5e8 + 1e8 = 5.5e8;
+    # ZeRO-3 over DP 8: 16 * 5.5e8 / 8 = 1.1e9 bytes.
+    shape = ModelShape(
+        1_000_000_000, 900_000_000, 100_000_000, layers=24, hidden=2048, heads=16, ffn=8192, vocab=40000
+    )
+    plan = make_plan(shape, cluster, ParallelSettings(tp=2, zero_stage=3, micro_batch=1, seq_len=512))
+    states = sum(
+        v for k, v in plan.memory.items() if k.split(" ")[0] in ("parameters", "gradients", "optimizer:")
+    )
+    assert states == pytest.approx(1.1e9, rel=1e-12)
+
+
+def test_zero_bad_input():
+    with pytest.raises(ValueError, match="zero_stage"):
+        model_state_bytes(1e9, 4, 8)
+    with pytest.raises(ValueError, match="dp must be"):
+        model_state_bytes(1e9, 1, 0)
+
+
+# ------------------------------------------------------------------------------------- activations
+def test_activation_formulas_korthikanti_table_2():
+    s, b, h, a = 512, 2, 1024, 16
+    sbh = s * b * h  # 1,048,576
+    # no parallelism: s*b*h*(34 + 5*a*s/h) = sbh * (34 + 40) = sbh * 74
+    assert activation_bytes_per_layer(s, b, h, a) == 77_594_624 == sbh * 74
+    # TP 2 without sequence parallel: sbh*(10 + 24/t + 5as/(ht)) = sbh*(10 + 12 + 20) = sbh * 42
+    assert activation_bytes_per_layer(s, b, h, a, tp=2) == 44_040_192 == sbh * 42
+    # TP 2 with sequence parallel: sbh/t*(34 + 5as/h) = sbh * 37
+    assert activation_bytes_per_layer(s, b, h, a, tp=2, sequence_parallel=True) == 38_797_312 == sbh * 37
+    # selective recompute drops the 5as/h term: sbh*(10 + 24/t) = sbh*22; with SP sbh*34/t = sbh*17
+    assert activation_bytes_per_layer(s, b, h, a, tp=2, recompute="selective") == sbh * 22
+    assert (
+        activation_bytes_per_layer(s, b, h, a, tp=2, recompute="selective", sequence_parallel=True)
+        == sbh * 17
+    )
+    # full recompute keeps only the layer input: 2*sbh, 2*sbh/t with SP
+    assert activation_bytes_per_layer(s, b, h, a, tp=2, recompute="full") == 2 * sbh
+    assert activation_bytes_per_layer(s, b, h, a, tp=2, recompute="full", sequence_parallel=True) == sbh
+    # flash attention stores no s^2 scores: 34 sbh at t = 1
+    assert activation_bytes_per_layer(s, b, h, a, flash_attention=True) == 34 * sbh
+    # at t = 1 the TP-without-SP and TP-with-SP rows agree with the single-GPU row
+    assert activation_bytes_per_layer(s, b, h, a, tp=1, sequence_parallel=True) == sbh * 74
+    with pytest.raises(ValueError, match="recompute"):
+        activation_bytes_per_layer(s, b, h, a, recompute="some")
+
+
+def test_logits_flops_and_ring_volumes():
+    assert logits_bytes(2048, 4, 40000) == 10 * 2048 * 4 * 40000
+    # 6N + 12*L*h*s with N = 1e9, L = 24, h = 2048, s = 2048: 6e9 + 1,207,959,552
+    assert model_flops_per_token(1_000_000_000, 24, 2048, 2048) == 7_207_959_552
+    assert ring_bytes("all_reduce", 1000, 4) == 1500  # 2 * X * (n-1)/n
+    assert ring_bytes("all_gather", 1000, 4) == 750
+    assert ring_bytes("reduce_scatter", 1000, 4) == 750
+    assert ring_bytes("all_reduce", 1000, 1) == 0
+
+
+# ---------------------------------------------------------------------------------------- the plan
+def test_plan_comm_volumes_and_mfu_identity():
+    shape = ModelShape(
+        1_000_000_000, 1_000_000_000, 0, layers=24, hidden=2048, heads=16, ffn=8192, vocab=40000
+    )
+    cluster = parse_cluster("nodes=1,gpus_per_node=8,gpu=a100-80gb")
+    st = ParallelSettings(tp=1, zero_stage=3, micro_batch=1, seq_len=2048, global_batch=16, recompute="none")
+    plan = make_plan(shape, cluster, st)
+    assert plan.grad_accum == 2  # 16 sequences / (1 x DP 8)
+    # ZeRO-3 per micro-batch: 2 all-gathers + 1 reduce-scatter of the 2e9 bf16 bytes over 8 ranks
+    zero = next(v for k, v in plan.comm.items() if k.startswith("ZeRO-3"))
+    assert zero == pytest.approx(2 * 3 * 2e9 * 7 / 8)
+    tp = next(v for k, v in plan.comm.items() if k.startswith("TP"))
+    assert tp == 0  # TP 1 sends nothing
+    # TP 1, no recompute, nothing replicated: the GPU does exactly the model FLOPs, so when communication
+    # hides under compute the MFU equals the assumed efficiency.
+    assert plan.times["exposed ZeRO/DP communication"] == 0
+    assert plan.mfu == pytest.approx(st.efficiency, rel=1e-12)
+    tokens = 16 * 2048
+    assert plan.tokens_per_s * plan.times["step"] == pytest.approx(tokens)
+    # TP 2 with full recompute: 6 all-reduces of s*b*h bf16 per layer per micro-batch over 2 ranks
+    plan2 = make_plan(shape, cluster, ParallelSettings(tp=2, zero_stage=1, micro_batch=1, seq_len=2048))
+    tp2 = next(v for k, v in plan2.comm.items() if k.startswith("TP"))
+    assert tp2 == 24 * 6 * 2 * (2 * 2048 * 2048) * 1 / 2
+    zero1 = next(v for k, v in plan2.comm.items() if k.startswith("ZeRO-1"))
+    assert zero1 == pytest.approx(2 * 1e9 * 3 / 4)  # all-reduce of 5e8 params in bf16 (1e9 bytes) over DP 4
+
+
+def test_plan_rejects_impossible_layouts():
+    shape = ModelShape(10**9, 10**9, 0, layers=24, hidden=2048, heads=16, ffn=8192, vocab=40000)
+    cluster = parse_cluster("nodes=1,gpus_per_node=8,gpu=h100")
+    with pytest.raises(ValueError, match="does not divide the 8 GPUs"):
+        make_plan(shape, cluster, ParallelSettings(tp=3))
+    with pytest.raises(ValueError, match="num_attention_heads=16"):
+        make_plan(shape, parse_cluster("nodes=4,gpus_per_node=8"), ParallelSettings(tp=32))
+    with pytest.raises(ValueError, match="global batch 12 must be a positive multiple"):
+        make_plan(shape, cluster, ParallelSettings(global_batch=12))
+    with pytest.raises(ValueError, match="recompute"):
+        make_plan(shape, cluster, ParallelSettings(recompute="all"))
+    for text, match in (
+        ("nodes=2,gpu=tpu", "unknown gpu"),
+        ("nodes=two", "must be integers"),
+        ("nodes", "not KEY=VALUE"),
+        ("racks=2", "unknown cluster field"),
+        ("nodes=0", ">= 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            parse_cluster(text)
+
+
+def test_parameter_counts_come_from_the_meta_device():
+    from ernie_zoo.models.presets import count_parameters, preset_config
+
+    for name in ("1b", "100b"):
+        cfg = preset_config(name)
+        shape = ModelShape.from_config(cfg, name)
+        assert shape.n_params == count_parameters(cfg)
+        h, f, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+        assert shape.n_sharded == layers * (4 * h * h + 3 * h + 2 * h * f + f)
+    assert ModelShape.from_config(preset_config("100b")).n_params == 101_216_818_240
+
+
+def test_100b_on_64_nodes_fits_and_one_node_does_not():
+    from ernie_zoo.models.presets import preset_config
+
+    shape = ModelShape.from_config(preset_config("100b"), "100b")
+    big = parse_cluster("nodes=64,gpus_per_node=8,gpu=h100-80gb")
+    st = ParallelSettings(tp=8, zero_stage=3, micro_batch=1, seq_len=2048, recompute="full")
+    plan = make_plan(shape, big, st)
+    assert plan.fits and plan.dp == 64
+    assert plan.verdict().startswith("FITS:")
+    # one node, ZeRO-3 over DP 1 (TP 8): 16 bytes x (1.0067e11 / 8 + 5.48e8) = 210 GB of model states alone
+    small = make_plan(shape, parse_cluster("nodes=1,gpus_per_node=8,gpu=h100-80gb"), st)
+    assert not small.fits
+    need = small.total_bytes / GIB
+    assert need > 16 * (shape.n_sharded / 8 + shape.n_replicated) / GIB
+    assert small.verdict() == f"DOES NOT FIT: needs {need:.1f} GiB > {81559 / 1024:.1f} GiB per GPU"
+    best = largest_micro_batch(shape, big, st)
+    assert best >= 1
+    assert make_plan(shape, big, ParallelSettings(tp=8, micro_batch=best)).fits
+    assert not make_plan(shape, big, ParallelSettings(tp=8, micro_batch=2 * best)).fits
+
+
+def test_deepspeed_json_feeds_the_planner():
+    ds = json.loads((REPO / "recipes/deepspeed/zero3-100b.json").read_text())
+    got = settings_from_deepspeed(ds)
+    assert got["zero_stage"] == 3 and got["tp"] == 8
+    assert got["reduce_bucket_size"] == 10240 * 10240  # h^2 for the 100b preset
+    assert settings_from_deepspeed(ds, tp=4)["tp"] == 4  # explicit values win
+
+
+# ------------------------------------------------------------------------------------------- the CLI
+def _plan_cli(capsys, *argv):
+    from ernie_zoo.cli import main
+
+    rc = main(["plan", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_cli_fits_and_prints_every_section(capsys):
+    rc, out, _ = _plan_cli(
+        capsys,
+        "--preset", "100b",
+        "--cluster", "nodes=64,gpus_per_node=8,gpu=h100-80gb",
+        "--tp", "8", "--zero", "3", "--micro-batch", "4", "--seq-len", "2048", "--recompute", "full",
+    )  # fmt: skip
+    assert rc == 0
+    assert "101,216,818,240 parameters" in out
+    assert "TP 8 x DP 64, ZeRO-3" in out
+    for section in (
+        "per-GPU memory",
+        "communication per GPU per step",
+        "time per step",
+        "MFU",
+        "assumptions",
+    ):
+        assert section in out
+    assert "FITS:" in out
+
+
+def test_cli_does_not_fit(capsys):
+    rc, out, _ = _plan_cli(
+        capsys, "--preset", "10b", "--cluster", "nodes=1,gpus_per_node=8,gpu=a100-40gb", "--zero", "0"
+    )
+    assert rc == 1
+    assert "DOES NOT FIT: needs" in out and "> 40.0 GiB per GPU" in out
+
+
+def test_cli_json_deepspeed_and_errors(capsys):
+    rc, out, _ = _plan_cli(
+        capsys,
+        "--preset", "100b", "--cluster", "nodes=64,gpus_per_node=8,gpu=h100-80gb",
+        "--deepspeed", str(REPO / "recipes/deepspeed/zero3-100b.json"), "--json",
+    )  # fmt: skip
+    data = json.loads(out)
+    assert rc == 0 and data["fits"] is True
+    assert data["settings"]["tp"] == 8 and data["settings"]["zero_stage"] == 3
+    assert data["total_bytes"] == pytest.approx(sum(data["memory_bytes"].values()))
+    rc, _, err = _plan_cli(capsys, "--preset", "100b", "--tp", "3")
+    assert rc == 2 and "tp=3 does not divide the 8 GPUs" in err
+    rc, _, err = _plan_cli(capsys, "--preset", "nope")
+    assert rc == 2 and "unknown preset" in err
+    rc, _, err = _plan_cli(capsys, "--preset", "1b", "--micro-batch", "many")
+    assert rc == 2 and "--micro-batch must be an integer or 'auto'" in err
+
+
+def test_cli_auto_micro_batch(capsys):
+    rc, out, err = _plan_cli(
+        capsys, "--preset", "1b", "--cluster", "nodes=1,gpus_per_node=8,gpu=h100", "--micro-batch", "auto"
+    )
+    assert rc == 0
+    best = int(err.split(":")[-1])
+    assert f"batch: micro {best} x seq 2048" in out
+
+
+def test_cli_reads_the_100b_recipe(capsys):
+    rc, out, err = _plan_cli(
+        capsys,
+        "--recipe", str(REPO / "recipes/pretrain/ernie-100b.yaml"),
+        "--cluster", "nodes=64,gpus_per_node=8,gpu=h100-80gb",
+    )  # fmt: skip
+    assert rc == 0, err
+    assert "101,216,818,240 parameters" in out
+    assert (
+        "TP 8 x DP 64, ZeRO-3; recompute full" in out
+    )  # tp_size + recompute from the recipe, ZeRO from its json
+    assert "micro 8 x seq 2048, grad accumulation 4 -> 2048 sequences" in out
+    assert "15% of positions" in out  # the loop computes logits only at the masked positions
+    assert "FITS:" in out
+    # the same recipe on 8 nodes: ZeRO-3 over DP 8 holds 8x the model states, and still fits
+    rc, out, _ = _plan_cli(
+        capsys,
+        "--recipe",
+        str(REPO / "recipes/pretrain/ernie-100b.yaml"),
+        "--cluster",
+        "nodes=8,gpus_per_node=8",
+    )
+    assert "TP 8 x DP 8" in out and "micro 8 x seq 2048, grad accumulation 4 -> 256 sequences" in out
+
+
+def test_100b_recipe_loads_with_the_recipe_schema():
+    from ernie_zoo.training.recipe import load_recipe
+
+    recipe = load_recipe(REPO / "recipes/pretrain/ernie-100b.yaml")  # every key and value checked
+    assert recipe.model.preset == "100b" and recipe.precision == "bf16" and recipe.data.max_seq_len == 2048
+    d = recipe.distributed
+    assert (d.backend, d.tp_size, d.recompute) == ("deepspeed", 8, "full")
+    assert (REPO / d.deepspeed_config).is_file()

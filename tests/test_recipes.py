@@ -1,0 +1,201 @@
+"""Recipe schema: every YAML in recipes/pretrain/ loads against `PretrainRecipe`; overrides, errors, help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ernie_zoo.training.recipe import (
+    PretrainRecipe,
+    from_dict,
+    iter_fields,
+    load_recipe,
+    parse_cli,
+    recipe_help,
+    recipe_to_yaml,
+    to_dict,
+)
+
+RECIPES_DIR = Path(__file__).parents[1] / "recipes" / "pretrain"
+# The zoo's pretraining recipes share the schema.
+RECIPES = sorted(RECIPES_DIR.glob("*.yaml")) + sorted((RECIPES_DIR.parent / "zoo").glob("pretrain-*.yaml"))
+SHIPPED = ["tiny-cpu.yaml", "mini.yaml", "base.yaml", "10b.yaml", "100b.yaml"]
+# Parameter counts the big recipes promise in their names (checked on the meta device, +-15%).
+EXPECTED_PARAMS = {"10b.yaml": 10e9, "100b.yaml": 100e9}
+MINIMAL = {"data.files": ["corpus.txt"]}
+
+
+def test_recipes_exist():
+    assert set(SHIPPED) <= {p.name for p in RECIPES}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_every_recipe_loads_against_the_schema(path):
+    from ernie_zoo.masking import MaskingSchedule
+    from ernie_zoo.models.presets import count_parameters
+    from ernie_zoo.training.engine import build_model_config
+
+    recipe = load_recipe(path)
+    assert isinstance(recipe, PretrainRecipe)
+    # every key of the file is a schema key (load_recipe would raise otherwise) and the file is complete
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert from_dict(PretrainRecipe, data) == recipe
+    MaskingSchedule.from_config(recipe.masking.schedule)
+    vocab = recipe.model.vocab_size or recipe.tokenizer.vocab_size
+    config = build_model_config(recipe.model, vocab, recipe.data.max_seq_len)
+    assert config.max_position_embeddings >= recipe.data.max_seq_len
+    if path.name in EXPECTED_PARAMS:
+        n = count_parameters(config)
+        assert abs(n / EXPECTED_PARAMS[path.name] - 1) < 0.15, n
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_recipe_files_repeat_the_help_as_comments(name):
+    """Each key of the shipped recipes sits under its help text (as `recipe_to_yaml` writes it)."""
+    lines = (RECIPES_DIR / name).read_text(encoding="utf-8").splitlines()
+    helps = {key: " ".join(f.metadata["help"].split()) for key, _, f in iter_fields(PretrainRecipe)}
+    section, checked = "", 0
+    for i, line in enumerate(lines):
+        if not line.strip() or line.lstrip().startswith(("#", "-")):
+            continue
+        key = line.strip().split(":")[0]
+        if not line.startswith(" "):
+            section = "" if line.split(":", 1)[1].strip() else f"{key}."
+            if section:
+                continue
+        j, comment = i, []
+        while j > 0 and lines[j - 1].lstrip().startswith("#"):
+            comment.insert(0, lines[j - 1].strip().lstrip("#").strip())
+            j -= 1
+        assert " ".join(comment) == helps[section + key], f"{name}: {section + key}"
+        checked += 1
+    assert checked == len(helps)
+
+
+def test_yaml_round_trip_and_defaults():
+    recipe = load_recipe(None, MINIMAL)
+    text = recipe_to_yaml(recipe, header="a header")
+    assert text.startswith("# a header")
+    assert from_dict(PretrainRecipe, yaml.safe_load(text)) == recipe
+    assert to_dict(recipe)["optim"]["lr"] == 5e-4
+
+
+def test_dotted_overrides_and_type_coercion(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("max_steps: 10\noptim:\n  lr: 1e-3\ndata:\n  files: [a.txt]\n", encoding="utf-8")
+    recipe = load_recipe(path)
+    assert recipe.optim.lr == pytest.approx(
+        1e-3
+    )  # PyYAML reads 1e-3 as a string; the schema makes it a float
+    _, overrides, _ = parse_cli(
+        [
+            str(path),
+            "--optim.lr",
+            "2e-4",
+            "--max_steps=50",
+            "--model.use_pinyin",
+            "false",
+            "--optim.betas",
+            "[0.9, 0.95]",
+            "--model.preset",
+            "mini",
+            "--optim.grad_clip",
+            "null",
+            "--logging.tensorboard",
+        ]
+    )
+    recipe = load_recipe(path, overrides)
+    assert recipe.optim.lr == pytest.approx(2e-4)
+    assert recipe.max_steps == 50 and isinstance(recipe.max_steps, int)
+    assert recipe.model.use_pinyin is False
+    assert recipe.optim.betas == [0.9, 0.95]
+    assert recipe.model.preset == "mini"
+    assert recipe.optim.grad_clip is None
+    assert recipe.logging.tensorboard is True
+    assert recipe.data.files == ["a.txt"]  # untouched keys keep the file's values
+
+
+def test_resume_flag():
+    assert parse_cli(["r.yaml", "--resume"])[1] == {"resume": "latest"}
+    assert parse_cli(["--resume", "r.yaml"]) == (
+        "r.yaml",
+        {"resume": "latest"},
+        {"help": False, "print_recipe": False},
+    )
+    assert parse_cli(["r.yaml", "--resume", "runs/x/checkpoint-5"])[1] == {"resume": "runs/x/checkpoint-5"}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"optim.lrr": "1"}, "unknown recipe key 'optim.lrr'"),
+        ({"learning_rate": "1"}, "unknown recipe key 'learning_rate'"),
+        ({"optim.lr.x": "1"}, "'optim.lr.x' is unknown"),
+        ({"optim": "1"}, "'optim' is a section"),
+    ],
+)
+def test_unknown_keys_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load_recipe(None, {**MINIMAL, **overrides})
+
+
+def test_unknown_key_in_a_file_is_named(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("data:\n  files: [a.txt]\n  eval_fractoin: 0.1\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"unknown recipe key 'data\.eval_fractoin'.*valid keys in data:.*eval_fraction"
+    ):
+        load_recipe(path)
+
+
+@pytest.mark.parametrize(
+    "overrides, exc, message",
+    [
+        ({"max_steps": "ten"}, TypeError, "'max_steps': expected an integer"),
+        ({"max_steps": "0"}, ValueError, "'max_steps' = 0"),
+        ({"optim.lr": "fast"}, TypeError, "'optim.lr'"),
+        ({"model.use_pinyin": "maybe"}, TypeError, "'model.use_pinyin': expected true/false"),
+        ({"precision": "fp8"}, ValueError, "'precision'"),
+        ({"model.preset": "huge"}, ValueError, "'model.preset' = 'huge'"),
+        ({"data.dataset_dir": "x"}, ValueError, "exactly one of data.files or data.dataset_dir"),
+        ({"optim.warmup_steps": "-1"}, ValueError, "'optim.warmup_steps' = -1"),
+        ({"distributed.backend": "horovod"}, ValueError, "'distributed.backend'"),
+        ({"distributed.tp_size": "2"}, ValueError, "'distributed.tp_size' = 2: needs backend deepspeed"),
+        ({"model.preset": "null", "model.hidden_size": "64"}, ValueError, "model.num_hidden_layers"),
+    ],
+)
+def test_bad_values_raise_naming_the_key(overrides, exc, message):
+    with pytest.raises(exc, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load_recipe(None, {**MINIMAL, **overrides})
+
+
+def test_help_lists_every_field(capsys):
+    from ernie_zoo.training.pretrain import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for key, _, field in iter_fields(PretrainRecipe):
+        assert f"--{key} " in out
+        assert field.metadata["help"][:40] in out.replace("\n        ", " ")
+    assert "Peak learning rate" in out
+    assert out == recipe_help() + "\n"
+
+
+def test_cli_errors_exit_2_naming_the_key(capsys, tmp_path):
+    from ernie_zoo.training.pretrain import main
+
+    assert main(["--data.files", "[a.txt]", "--optim.learning_rate", "1"]) == 2
+    assert "unknown recipe key 'optim.learning_rate'" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_print_recipe(capsys):
+    from ernie_zoo.training.pretrain import main
+
+    assert main([str(RECIPES_DIR / "tiny-cpu.yaml"), "--max_steps", "7", "--print-recipe"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["max_steps"] == 7
+    assert from_dict(PretrainRecipe, printed).max_steps == 7
