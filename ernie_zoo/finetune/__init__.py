@@ -1,0 +1,56 @@
+"""Fine-tuning ErnieZoo models: classification, NER (optionally with a CRF), generation; full, peft or
+bottleneck adapters. The `ernie-finetune` command runs `run_finetune` on a YAML recipe plus overrides.
+
+    from ernie_zoo.finetune import build_args, run_finetune, load_finetuned
+    result = run_finetune(build_args("recipes/finetune/sentiment_lora.yaml", {"output_dir": "outputs/senta"}))
+    model, tokenizer = load_finetuned("outputs/senta")
+"""
+
+from .args import (
+    DataArgs,
+    FinetuneArgs,
+    MethodArgs,
+    ModelArgs,
+    TrainArgs,
+    build_args,
+    dump_recipe,
+    format_help,
+)
+from .bottleneck import BottleneckConfig, BottleneckModel
+from .crf import LinearChainCRF
+from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
+from .loop import run_finetune
+from .methods import METHODS, apply_method, check_supported
+from .metrics import classification_scores, entity_scores, multilabel_scores
+from .modeling import ErnieZooForTokenClassificationCRF
+from .tagging import Span, spans_to_tags, tags_to_spans
+
+__all__ = [
+    "BottleneckConfig",
+    "BottleneckModel",
+    "DataArgs",
+    "ErnieZooForTokenClassificationCRF",
+    "FinetuneArgs",
+    "LinearChainCRF",
+    "METHODS",
+    "MethodArgs",
+    "ModelArgs",
+    "Span",
+    "TrainArgs",
+    "apply_method",
+    "build_args",
+    "check_supported",
+    "classification_scores",
+    "dump_recipe",
+    "entity_scores",
+    "export",
+    "format_help",
+    "load_adapter",
+    "load_finetuned",
+    "merge_adapter",
+    "multilabel_scores",
+    "run_finetune",
+    "spans_to_tags",
+    "tags_to_spans",
+    "unwrap",
+]

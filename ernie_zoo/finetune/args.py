@@ -1,0 +1,331 @@
+"""Typed run arguments of `ernie-finetune`: a recipe dataclass read by `ernie_zoo.training.recipe`.
+
+A recipe mirrors the dataclasses below (each field's help is what `--help` prints and what
+`--print-recipe` writes as a YAML comment):
+
+    task: sequence_classification
+    data:   {train_file: train.jsonl, dev_file: dev.jsonl}
+    model:  {preset: tiny}
+    method: {method: lora, lora_r: 8}
+    train:  {output_dir: outputs/sentiment, epochs: 3}
+
+Overrides are `--section.key value`; since every key name is unique across sections, `--key value` works too
+(`--learning_rate 1e-3` is `--train.learning_rate 1e-3`). Unknown keys and values of the wrong type raise
+errors that name the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ernie_zoo.training.recipe import arg, iter_fields, load_recipe, recipe_help, recipe_to_yaml
+
+TASKS = ("sequence_classification", "token_classification", "generation")
+
+
+@dataclass
+class DataArgs:
+    """Where the examples come from and how they are read."""
+
+    train_file: str | None = arg(
+        None,
+        "Training file: .csv, .tsv, .jsonl/.json, or a char-per-line tagged file (.conll/.bio/.bmes/.bioes/.txt) "
+        "for token classification. `~` is expanded.",
+    )
+    dev_file: str | None = arg(
+        None, "Development file (same format); drives early stopping and best-checkpoint selection."
+    )
+    test_file: str | None = arg(None, "Optional test file, scored once with the best checkpoint at the end.")
+    dataset_name: str | None = arg(None, "A datasets hub name, used instead of local files (needs network).")
+    dataset_config: str | None = arg(None, "Configuration name of dataset_name, if it has several.")
+    train_split: str = arg("train", "Split of dataset_name used for training.")
+    dev_split: str | None = arg("validation", "Split of dataset_name used as the development set.")
+    test_split: str | None = arg(None, "Split of dataset_name used as the test set.")
+    file_format: str | None = arg(
+        None, "Force a file format (csv, tsv, jsonl, conll); default: the extension."
+    )
+    text_column: str = arg("text", "Column holding the input text.")
+    text_pair_column: str | None = arg(
+        None, "Column holding the second text of a text pair (sequence classification)."
+    )
+    label_column: str = arg("label", "Column holding the label (sequence classification).")
+    labels: list[str] | None = arg(
+        None,
+        "Label names in id order; default: the sorted labels of the training data. A label outside the list "
+        "is an error.",
+    )
+    multi_label: bool = arg(
+        False,
+        "Multi-label classification: a label cell holds several labels (a list in jsonl, or "
+        "label_separator-joined text in csv/tsv).",
+    )
+    label_separator: str = arg(",", "Separator of several labels in one csv/tsv cell (multi_label).")
+    entities_column: str = arg("entities", "Column of jsonl span files holding [{start, end, type}, ...].")
+    entity_types: list[str] | None = arg(
+        None, "Entity types; default: the sorted types of the training data."
+    )
+    tag_scheme: str = arg(
+        "bio",
+        "Tags the token classifier learns: bio or bioes. Files in BIO, BIOES or BMES are all read; this only "
+        "picks the output tags.",
+    )
+    prompt_column: str = arg("prompt", "Column holding the prompt (generation), e.g. a poem title.")
+    target_column: str = arg("target", "Column holding the continuation to learn (generation).")
+    max_length: int = arg(
+        128, "Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated."
+    )
+    max_train_samples: int | None = arg(None, "Use at most this many training examples (the first N).")
+    max_eval_samples: int | None = arg(None, "Use at most this many dev/test examples (the first N).")
+
+
+@dataclass
+class ModelArgs:
+    """The base model and tokenizer."""
+
+    model_name_or_path: str | None = arg(
+        None,
+        "A from_pretrained directory (pretrained or converted checkpoint). Without it a randomly initialised "
+        "`preset` is built and saved to output_dir/base_model.",
+    )
+    preset: str = arg("tiny", "Size preset for a randomly initialised model (see `ernie-zoo info`).")
+    tokenizer: str | None = arg(
+        None,
+        "Tokenizer directory; default: model_name_or_path, or a vocabulary trained on the training texts when "
+        "the model is built from a preset.",
+    )
+    vocab_size: int = arg(8000, "Vocabulary size when a tokenizer is trained on the training texts.")
+    config_overrides: dict[str, Any] = arg(
+        help="ErnieZooConfig fields to set, e.g. {feature_fusion: concat, hidden_dropout_prob: 0.1} "
+        "(architecture fields only for presets).",
+        default_factory=dict,
+    )
+    use_crf: bool = arg(
+        False, "Token classification: decode with a linear-chain CRF layer on top of the classifier."
+    )
+
+
+@dataclass
+class MethodArgs:
+    """How the model is adapted: full fine-tuning, a peft method, or bottleneck adapters."""
+
+    method: str = arg(
+        "lora",
+        "full, lora, adalora, ia3, loha, lokr, prompt_tuning, p_tuning, prefix_tuning (generation only), "
+        "houlsby or pfeiffer (bottleneck adapters).",
+    )
+    lora_r: int = arg(8, "Rank of LoRA / LoHa / LoKr updates (AdaLoRA: the initial rank).")
+    lora_alpha: int = arg(16, "LoRA scaling numerator (scale = alpha / r).")
+    lora_dropout: float = arg(0.05, "Dropout on the LoRA input.")
+    target_modules: list[str] | None = arg(
+        None,
+        "Module names to adapt; default: query, key, value, dense (+ the char-feature fusion Linear when "
+        "feature_fusion is concat).",
+    )
+    modules_to_save: list[str] | None = arg(
+        None, "Modules trained fully and saved with the adapter; default: the task head (classifier, crf)."
+    )
+    num_virtual_tokens: int = arg(16, "Virtual tokens of prompt_tuning / p_tuning / prefix_tuning.")
+    reduction_factor: int = arg(16, "Bottleneck adapters: hidden_size / bottleneck width.")
+    adapter_non_linearity: str = arg("relu", "Bottleneck adapters: activation (relu, gelu, silu, tanh).")
+
+
+@dataclass
+class TrainArgs:
+    """The training loop."""
+
+    output_dir: str = arg(
+        "outputs/finetune", "The final model, checkpoints, TensorBoard logs and eval_results.json go here."
+    )
+    epochs: float = arg(3.0, "Passes over the training data (fractions allowed); max_steps wins if set.")
+    max_steps: int | None = arg(None, "Stop after this many optimizer steps.")
+    batch_size: int = arg(32, "Examples per batch.")
+    eval_batch_size: int = arg(64, "Examples per evaluation batch.")
+    grad_accum: int = arg(1, "Batches per optimizer step.")
+    learning_rate: float | None = arg(
+        None, "Peak learning rate; default: 5e-5 full fine-tuning, 1e-3 LoRA/adapters, 3e-2 prompt methods."
+    )
+    weight_decay: float = arg(0.01, "AdamW weight decay (not on biases and LayerNorm weights).")
+    warmup_ratio: float = arg(0.06, "Fraction of the steps with linear learning-rate warm-up.")
+    max_grad_norm: float = arg(1.0, "Gradient clipping norm (0 disables).")
+    eval_every: int | None = arg(
+        None, "Evaluate and checkpoint every N optimizer steps; default: every epoch."
+    )
+    metric: str | None = arg(
+        None,
+        "Dev score for early stopping and the best checkpoint; default: accuracy (classification), micro_f1 "
+        "(multi-label), f1 (NER), loss (generation).",
+    )
+    patience: int = arg(3, "Stop after this many evaluations without dev improvement (0: never stop early).")
+    seed: int = arg(42, "Seeds initialisation, data order and dropout.")
+    resume: str = arg(
+        "auto",
+        "auto: continue from the newest valid checkpoint in output_dir/checkpoints if there is one; latest: the "
+        "same but one must exist; never: start fresh; or the path of a checkpoint directory.",
+    )
+    overwrite: bool = arg(
+        False,
+        "Start fresh in a non-empty output_dir that holds no checkpoint to resume (its files are removed).",
+    )
+    tensorboard: bool = arg(True, "Write TensorBoard events to output_dir/runs.")
+    progress: bool = arg(True, "Show a tqdm progress bar.")
+    merge: bool = arg(
+        True,
+        "Merge LoRA-style adapters into the base weights in the exported model (output_dir is then a plain "
+        "from_pretrained directory; the adapter stays in output_dir/adapter).",
+    )
+    device: str = arg("auto", "auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
+    num_threads: int | None = arg(None, "torch CPU threads; null: torch's default.")
+
+
+@dataclass
+class FinetuneArgs:
+    """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
+
+    task: str = arg("sequence_classification", f"One of {', '.join(TASKS)}.")
+    data: DataArgs = arg(help="", default_factory=DataArgs)
+    model: ModelArgs = arg(help="", default_factory=ModelArgs)
+    method: MethodArgs = arg(help="", default_factory=MethodArgs)
+    train: TrainArgs = arg(help="", default_factory=TrainArgs)
+
+    def validate(self) -> None:
+        """Check what types alone cannot; raises ValueError naming the key."""
+        from ernie_zoo.models.presets import PRESETS
+
+        from .methods import check_supported
+
+        def check(ok: bool, key: str, value: Any, message: str) -> None:
+            if not ok:
+                raise ValueError(f"recipe key {key!r} = {value!r}: {message}")
+
+        check(self.task in TASKS, "task", self.task, f"must be one of {TASKS}")
+        check(
+            self.data.tag_scheme in ("bio", "bioes"),
+            "data.tag_scheme",
+            self.data.tag_scheme,
+            "must be bio or bioes",
+        )
+        check(self.data.max_length >= 4, "data.max_length", self.data.max_length, "must be >= 4")
+        check(
+            self.model.preset in PRESETS,
+            "model.preset",
+            self.model.preset,
+            f"must be one of {sorted(PRESETS)}",
+        )
+        check(
+            not self.model.use_crf or self.task == "token_classification",
+            "model.use_crf",
+            True,
+            "a CRF layer only applies to token_classification",
+        )
+        check_supported(self.method.method, self.task)
+        t = self.train
+        for key in ("batch_size", "eval_batch_size", "grad_accum"):
+            check(getattr(t, key) >= 1, f"train.{key}", getattr(t, key), "must be >= 1")
+        check(t.epochs > 0, "train.epochs", t.epochs, "must be > 0")
+        check(t.max_steps is None or t.max_steps > 0, "train.max_steps", t.max_steps, "must be > 0 or null")
+        check(
+            t.eval_every is None or t.eval_every > 0, "train.eval_every", t.eval_every, "must be > 0 or null"
+        )
+        check(
+            t.learning_rate is None or t.learning_rate > 0,
+            "train.learning_rate",
+            t.learning_rate,
+            "must be > 0",
+        )
+        check(0 <= t.warmup_ratio < 1, "train.warmup_ratio", t.warmup_ratio, "must be in [0, 1)")
+        check(t.patience >= 0, "train.patience", t.patience, "must be >= 0")
+        check(
+            t.resume in ("auto", "latest", "never") or Path(t.resume).expanduser().is_dir(),
+            "train.resume",
+            t.resume,
+            "must be auto, latest, never or an existing checkpoint directory",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = ("data", "model", "method", "train")
+
+
+def _flat_aliases() -> dict[str, str]:
+    """Leaf name -> dotted key, e.g. "learning_rate" -> "train.learning_rate" (names are unique)."""
+    aliases: dict[str, str] = {}
+    for key, _, _ in iter_fields(FinetuneArgs):
+        name = key.rsplit(".", 1)[-1]
+        if name in aliases:  # guarded by a test: flat names must stay unambiguous
+            raise RuntimeError(f"recipe key name {name!r} appears in two sections")
+        aliases[name] = key
+    return aliases
+
+
+def dotted_key(key: str) -> str:
+    """`lora_r` -> `method.lora_r`; dotted and unknown keys are returned unchanged."""
+    return key if "." in key else _flat_aliases().get(key, key)
+
+
+def normalize_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Turn flat keys into dotted ones (`lora_r` -> `method.lora_r`); dotted or unknown keys pass through
+    (unknown ones are rejected, with the valid keys listed, when the recipe is built)."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        dotted = dotted_key(key)
+        if dotted in out:
+            raise ValueError(f"--{key} given twice (as --{dotted})")
+        out[dotted] = value
+    return out
+
+
+def _flatten(recipe: dict[str, Any]) -> dict[str, Any]:
+    """A nested recipe dict as dotted overrides (sections are expanded, mapping-valued keys kept whole)."""
+    out: dict[str, Any] = {}
+    for key, value in recipe.items():
+        if key in SECTIONS:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise TypeError(f"recipe section {key!r} must be a mapping, got {value!r}")
+            for sub, sub_value in value.items():
+                out[f"{key}.{sub}"] = sub_value
+        else:
+            out[key] = value
+    return out
+
+
+def build_args(
+    recipe: str | Path | dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
+) -> FinetuneArgs:
+    """`FinetuneArgs` from a YAML path or a recipe dict, plus flat or dotted overrides; validated."""
+    overrides = normalize_overrides(overrides or {})
+    if isinstance(recipe, dict):
+        return load_recipe(None, {**_flatten(recipe), **overrides}, cls=FinetuneArgs)
+    if recipe is not None and not Path(recipe).is_file():
+        raise ValueError(f"recipe {recipe} does not exist")
+    return load_recipe(recipe, overrides, cls=FinetuneArgs)
+
+
+def format_help() -> str:
+    return recipe_help(FinetuneArgs, prog="ernie-finetune")
+
+
+def dump_recipe(args: FinetuneArgs) -> str:
+    """The resolved arguments as commented YAML (saved next to the results so the run can be repeated)."""
+    return recipe_to_yaml(args, header="ernie-finetune recipe (resolved); run: ernie-finetune THIS_FILE")
+
+
+__all__ = [
+    "DataArgs",
+    "FinetuneArgs",
+    "MethodArgs",
+    "ModelArgs",
+    "TASKS",
+    "TrainArgs",
+    "build_args",
+    "dotted_key",
+    "dump_recipe",
+    "format_help",
+    "normalize_overrides",
+]

@@ -1,0 +1,356 @@
+"""Reading fine-tuning data: csv/tsv/jsonl through `datasets`, char-per-line tagged NER files, hub datasets.
+
+Every reader checks what it reads and raises ValueError naming the file, the row or line, and the fix:
+an empty file, a missing column, a label outside the label list, an invalid tag, an entity span outside its
+text. NER data of every format ends up as `NerExample(text, entities)` with character spans, so the model's
+tokenization (and any later tokenizer, e.g. Taskflow's) is free to differ from the file's char-per-line units.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .tagging import Span, check_flat, detect_scheme, tags_to_spans
+
+logger = logging.getLogger(__name__)
+
+TABLE_FORMATS = {"csv": "csv", "tsv": "tsv", "jsonl": "jsonl", "json": "jsonl"}
+TAGGED_FORMATS = {"conll", "bio", "bioes", "bmes", "iob", "txt", "char"}
+
+
+@dataclass
+class NerExample:
+    """A sentence and its entities as character spans (end exclusive)."""
+
+    text: str
+    entities: list[Span] = field(default_factory=list)
+
+
+def detect_format(path: str | Path, forced: str | None = None) -> str:
+    """ "csv", "tsv", "jsonl" or "conll" (char-per-line tags), from `forced` or the file extension."""
+    if forced is not None:
+        fmt = forced.lower()
+        if fmt in TABLE_FORMATS:
+            return TABLE_FORMATS[fmt]
+        if fmt in TAGGED_FORMATS:
+            return "conll"
+        raise ValueError(f"unknown file_format {forced!r}; use csv, tsv, jsonl or conll")
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix in TABLE_FORMATS:
+        return TABLE_FORMATS[suffix]
+    if suffix in TAGGED_FORMATS:
+        return "conll"
+    raise ValueError(
+        f"cannot tell the format of {path} from its extension; use .csv/.tsv/.jsonl/.conll or set data.file_format"
+    )
+
+
+def _check_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"data file {path} does not exist")
+    with open(path, "rb") as f:
+        if not f.read(65536).strip():
+            raise ValueError(f"data file {path} is empty")
+    return path
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    import datasets
+
+    enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if enabled:
+            datasets.enable_progress_bars()
+
+
+def read_table(path: str | Path, fmt: str) -> list[dict[str, Any]]:
+    """Rows of a csv/tsv (header line required) or jsonl file, read with `datasets`."""
+    import datasets
+
+    path = _check_file(path)
+    if fmt in ("csv", "tsv"):
+        with open(path, encoding="utf-8-sig") as f:
+            lines = [line for _, line in zip(range(2), (ln for ln in f if ln.strip()))]
+        if len(lines) < 2:
+            raise ValueError(f"data file {path} has a header but no rows")
+        # na_filter=False keeps "NA"/"null"/"" as text; tsv cells are taken verbatim (no quote processing).
+        kwargs: dict[str, Any] = {"na_filter": False}
+        if fmt == "tsv":
+            kwargs.update(delimiter="\t", quoting=3)
+        builder = "csv"
+    else:
+        builder, kwargs = "json", {}
+    try:
+        # A throw-away cache: local files are re-read on every run, and the shared datasets cache would keep
+        # an Arrow copy of every file ever read.
+        with _quiet_datasets(), tempfile.TemporaryDirectory(prefix="ernie_zoo_data_") as cache:
+            ds = datasets.load_dataset(
+                builder, data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True, **kwargs
+            )
+            rows = ds.to_list()
+    except Exception as e:  # datasets wraps parser errors in several types; name the file either way
+        raise ValueError(f"could not read {path} as {fmt}: {type(e).__name__}: {e}") from e
+    if not rows:
+        raise ValueError(f"data file {path} has a header but no rows")
+    return rows
+
+
+def read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    """Rows of one split of a datasets hub dataset (needs network unless cached)."""
+    import datasets
+
+    try:
+        with _quiet_datasets():
+            ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:
+        raise ValueError(
+            f"could not load split {split!r} of dataset {name!r}: {type(e).__name__}: {e}"
+        ) from e
+    return ds.to_list()
+
+
+def read_tagged_file(path: str | Path) -> list[NerExample]:
+    """Char-per-line NER file: `char<space or tab>tag` per line, a blank line between sentences.
+
+    Parsed by `ernie_zoo.data.labelled.parse_bmes` (a line `"  O"` is a space character tagged O, as a few
+    MSRA lines are). The scheme (BIO, BIOES or BMES) is detected from the file's tags.
+    """
+    from ernie_zoo.data.labelled import parse_bmes
+
+    path = _check_file(path)
+    sentences = parse_bmes(path.read_text(encoding="utf-8-sig"), str(path))
+    if not sentences:
+        raise ValueError(f"data file {path} has no sentences")
+    try:
+        scheme = detect_scheme(tag for _, tags in sentences for tag in tags)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    examples = []
+    for i, (chars, tags) in enumerate(sentences, 1):
+        try:
+            spans = tags_to_spans(tags, scheme)
+        except ValueError as e:
+            raise ValueError(f"{path}: sentence {i}: {e}") from None
+        examples.append(NerExample("".join(chars), spans))
+    return examples
+
+
+# ---------------------------------------------------------------- turning rows into task examples
+
+
+def _require_columns(rows: list[dict[str, Any]], columns: Sequence[str], where: str, hint: str) -> None:
+    have = list(rows[0].keys())
+    missing = [c for c in columns if c not in have]
+    if missing:
+        raise ValueError(f"{where}: missing column(s) {missing}; the file has columns {have}. {hint}")
+
+
+def _text(value: Any, where: str, column: str) -> str:
+    if value is None:
+        raise ValueError(f"{where}: empty {column!r}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {column!r} must be text, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{where}: empty {column!r}")
+    return value
+
+
+def _label_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+@dataclass
+class ClassificationExample:
+    text: str
+    text_pair: str | None
+    labels: list[str]  # one label, or several for multi-label
+
+
+def classification_examples(
+    rows: list[dict[str, Any]], data_args: Any, where: str
+) -> list[ClassificationExample]:
+    """Classification examples from table rows, with the text/label columns named in `data_args`."""
+    columns = [data_args.text_column, data_args.label_column]
+    if data_args.text_pair_column:
+        columns.append(data_args.text_pair_column)
+    _require_columns(
+        rows, columns, where, "Set data.text_column / data.label_column / data.text_pair_column."
+    )
+    out = []
+    for i, row in enumerate(rows, 1):
+        at = f"{where} row {i}"
+        text = _text(row[data_args.text_column], at, data_args.text_column)
+        pair = (
+            _text(row[data_args.text_pair_column], at, data_args.text_pair_column)
+            if data_args.text_pair_column
+            else None
+        )
+        value = row[data_args.label_column]
+        if data_args.multi_label:
+            if isinstance(value, str):
+                labels = [v.strip() for v in value.split(data_args.label_separator) if v.strip()]
+            elif isinstance(value, list):
+                labels = [_label_str(v) for v in value]
+            else:
+                raise ValueError(f"{at}: a multi-label cell must be a list or separated text, got {value!r}")
+        else:
+            if value is None or isinstance(value, (list, dict)) or _label_str(value) == "":
+                raise ValueError(
+                    f"{at}: label must be a single value, got {value!r} (multi-label data needs "
+                    "data.multi_label: true)"
+                )
+            labels = [_label_str(value)]
+        out.append(ClassificationExample(text, pair, labels))
+    return out
+
+
+def check_labels(examples: Sequence[Any], known: Sequence[str], where: str, kind: str = "label") -> None:
+    """Raise ValueError if an example uses a label (or entity type) outside `known`."""
+    known_set = set(known)
+    for i, ex in enumerate(examples, 1):
+        used = ex.labels if isinstance(ex, ClassificationExample) else [s.type for s in ex.entities]
+        for label in used:
+            if label not in known_set:
+                raise ValueError(
+                    f"{where} example {i}: unknown {kind} {label!r}; known {kind}s are {sorted(known_set)} "
+                    f"(set data.{'labels' if kind == 'label' else 'entity_types'} to list them all)"
+                )
+
+
+def ner_examples_from_rows(rows: list[dict[str, Any]], data_args: Any, where: str) -> list[NerExample]:
+    """NER examples from jsonl rows `{"text": ..., "entities": [{"start", "end", "type"}, ...]}`."""
+    _require_columns(
+        rows,
+        [data_args.text_column, data_args.entities_column],
+        where,
+        "Span files need a text column and an entities column of {start, end, type} objects "
+        "(set data.text_column / data.entities_column).",
+    )
+    out = []
+    for i, row in enumerate(rows, 1):
+        at = f"{where} row {i}"
+        text = _text(row[data_args.text_column], at, data_args.text_column)
+        raw = row[data_args.entities_column] or []
+        if not isinstance(raw, list):
+            raise ValueError(f"{at}: {data_args.entities_column!r} must be a list, got {type(raw).__name__}")
+        spans = []
+        for entity in raw:
+            if not isinstance(entity, dict) or not {"start", "end", "type"} <= set(entity):
+                raise ValueError(f"{at}: each entity needs start, end and type, got {entity!r}")
+            start, end, kind = entity["start"], entity["end"], entity["type"]
+            if not isinstance(start, int) or not isinstance(end, int) or not 0 <= start < end <= len(text):
+                raise ValueError(
+                    f"{at}: entity {entity!r} is outside the text (length {len(text)}); "
+                    "start/end are character offsets, end exclusive"
+                )
+            if entity.get("text") is not None and entity["text"] != text[start:end]:
+                raise ValueError(
+                    f"{at}: entity text {entity['text']!r} != text[{start}:{end}] {text[start:end]!r}"
+                )
+            if not isinstance(kind, str) or not kind:
+                raise ValueError(f"{at}: entity type must be a non-empty string, got {kind!r}")
+            spans.append(Span(start, end, kind))
+        check_flat(spans, at)
+        out.append(NerExample(text, sorted(spans)))
+    return out
+
+
+@dataclass
+class GenerationExample:
+    prompt: str
+    target: str
+
+
+def generation_examples(rows: list[dict[str, Any]], data_args: Any, where: str) -> list[GenerationExample]:
+    """Prompt -> continuation pairs from table rows (e.g. a poem title -> the poem). An empty prompt is allowed
+    (the continuation is then learnt unconditionally); an empty continuation is an error."""
+    _require_columns(
+        rows,
+        [data_args.prompt_column, data_args.target_column],
+        where,
+        "Set data.prompt_column / data.target_column.",
+    )
+    out = []
+    for i, row in enumerate(rows, 1):
+        prompt = row[data_args.prompt_column]
+        prompt = "" if prompt is None else _label_str(prompt) if not isinstance(prompt, str) else prompt
+        out.append(
+            GenerationExample(
+                prompt, _text(row[data_args.target_column], f"{where} row {i}", data_args.target_column)
+            )
+        )
+    return out
+
+
+def load_split(data_args: Any, task: str, split: str) -> tuple[list[Any], str] | None:
+    """Examples of one split ("train", "dev", "test") and a name for messages; None if the split is not set."""
+    path = getattr(data_args, f"{split}_file")
+    limit = data_args.max_train_samples if split == "train" else data_args.max_eval_samples
+    if path is not None:
+        path = Path(path).expanduser()
+        where = str(path)
+        fmt = detect_format(path, data_args.file_format)
+        if fmt == "conll":
+            if task != "token_classification":
+                raise ValueError(
+                    f"{path}: char-per-line tagged files are for token_classification, not {task}"
+                )
+            examples: list[Any] = read_tagged_file(path)
+        else:
+            rows = read_table(path, fmt)
+            examples = _from_rows(rows[:limit], data_args, task, where)
+    elif data_args.dataset_name is not None:
+        hub_split = getattr(data_args, f"{split}_split")
+        if hub_split is None:
+            return None
+        where = f"{data_args.dataset_name}[{hub_split}]"
+        rows = read_hub(data_args.dataset_name, data_args.dataset_config, hub_split)
+        if not rows:
+            raise ValueError(f"{where} is empty")
+        examples = _from_rows(rows[:limit], data_args, task, where)
+    else:
+        if split == "train":
+            raise ValueError("no training data: set data.train_file (or data.dataset_name)")
+        return None
+    return examples[:limit], where
+
+
+def _from_rows(rows: list[dict[str, Any]], data_args: Any, task: str, where: str) -> list[Any]:
+    if task == "sequence_classification":
+        return classification_examples(rows, data_args, where)
+    if task == "token_classification":
+        return ner_examples_from_rows(rows, data_args, where)
+    return generation_examples(rows, data_args, where)
+
+
+__all__ = [
+    "ClassificationExample",
+    "GenerationExample",
+    "NerExample",
+    "check_labels",
+    "classification_examples",
+    "detect_format",
+    "generation_examples",
+    "load_split",
+    "ner_examples_from_rows",
+    "read_hub",
+    "read_table",
+    "read_tagged_file",
+]

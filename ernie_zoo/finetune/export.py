@@ -1,0 +1,241 @@
+"""Saving what fine-tuning produced, merging LoRA-style adapters, and loading any of it back by path.
+
+Output layout of a run (`output_dir`):
+
+    config.json, model.safetensors, tokenizer files   full fine-tuning, or LoRA/IA3/LoHa/LoKr/AdaLoRA merged
+    adapter/                                          the unmerged adapter (when the top level is merged)
+    -- or, for adapters that cannot be merged (bottleneck, prompt methods) or with merge: false --
+    adapter_config.json, adapter_model.safetensors,   the adapter, its tokenizer, and `ernie_zoo_finetune.json`
+    ernie_zoo_finetune.json, tokenizer files          (task, head class, label names, base model path)
+
+A merged or full directory is a plain `from_pretrained` directory with `id2label`/`label2id` in its config, which
+is what Taskflow's `task_path=` takes. `load_finetuned(path)` loads either layout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ernie_zoo.models import (
+    ErnieZooConfig,
+    ErnieZooForCausalLM,
+    ErnieZooForMaskedLM,
+    ErnieZooForSequenceClassification,
+    ErnieZooForTokenClassification,
+    ErnieZooModel,
+)
+from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.utils import atomic_directory, atomic_write_text
+
+from .bottleneck import CONFIG_NAME, BottleneckModel
+from .bottleneck.config import PEFT_TYPE as BOTTLENECK_TYPE
+from .modeling import ErnieZooForTokenClassificationCRF
+
+logger = logging.getLogger(__name__)
+
+META_NAME = "ernie_zoo_finetune.json"
+MODEL_CLASSES: dict[str, type] = {
+    cls.__name__: cls
+    for cls in (
+        ErnieZooForSequenceClassification,
+        ErnieZooForTokenClassification,
+        ErnieZooForTokenClassificationCRF,
+        ErnieZooForCausalLM,
+        ErnieZooForMaskedLM,
+        ErnieZooModel,
+    )
+}
+
+
+def _publish(src: Path, dst: Path) -> None:
+    """Move every entry of the finished directory `src` into `dst`, each by one rename; remove `src`."""
+    for entry in src.iterdir():
+        target = dst / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    src.rmdir()
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The underlying transformers model of a peft / bottleneck wrapper (the model itself otherwise)."""
+    if isinstance(model, BottleneckModel):
+        return model.base_model
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    return (Path(path) / CONFIG_NAME).is_file()
+
+
+def load_adapter(base_model: nn.Module, path: str | Path, is_trainable: bool = False) -> nn.Module:
+    """Put the adapter saved at `path` (peft or bottleneck) onto `base_model`."""
+    path = Path(path)
+    if not is_adapter_dir(path):
+        raise ValueError(f"{path} is not an adapter directory (no {CONFIG_NAME})")
+    peft_type = json.loads((path / CONFIG_NAME).read_text(encoding="utf-8")).get("peft_type")
+    if peft_type == BOTTLENECK_TYPE:
+        return BottleneckModel.from_pretrained(base_model, path, is_trainable=is_trainable)
+    import peft
+
+    return peft.PeftModel.from_pretrained(base_model, str(path), is_trainable=is_trainable)
+
+
+def model_class_for(config: ErnieZooConfig) -> type:
+    names = list(getattr(config, "architectures", None) or [])
+    for name in names:
+        if name in MODEL_CLASSES:
+            return MODEL_CLASSES[name]
+    raise ValueError(f"config.architectures {names} names no ErnieZoo model class ({sorted(MODEL_CLASSES)})")
+
+
+def load_base_model(base: str | Path, architecture: str, config_updates: dict[str, Any]) -> nn.Module:
+    """The head class `architecture` loaded from the base directory, with the task's config fields applied."""
+    config = ErnieZooConfig.from_pretrained(str(base))
+    for key, value in config_updates.items():
+        setattr(config, key, value)
+    if "id2label" in config_updates:  # JSON keys are strings
+        config.id2label = {int(k): v for k, v in config_updates["id2label"].items()}
+    if architecture not in MODEL_CLASSES:
+        raise ValueError(f"unknown model class {architecture!r}; known: {sorted(MODEL_CLASSES)}")
+    return MODEL_CLASSES[architecture].from_pretrained(str(base), config=config)
+
+
+def load_finetuned(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, ErnieZooTokenizerFast]:
+    """(model in eval mode, tokenizer) from a run's output directory, a merged/full model or an adapter dir."""
+    path = Path(path)
+    if is_adapter_dir(path):
+        meta_path = path / META_NAME
+        if not meta_path.is_file():
+            raise ValueError(
+                f"{path} holds an adapter but no {META_NAME}; load the base model yourself and call "
+                "load_adapter(base_model, path)"
+            )
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
+        model = load_adapter(base, path)
+    elif (path / "config.json").is_file():
+        config = ErnieZooConfig.from_pretrained(str(path))
+        model = model_class_for(config).from_pretrained(str(path))
+    else:
+        raise ValueError(f"{path} is neither a model directory (config.json) nor an adapter ({CONFIG_NAME})")
+    tokenizer = ErnieZooTokenizerFast.from_pretrained(str(path))
+    return model.to(device).eval(), tokenizer
+
+
+def _set_labels(config, config_updates: dict[str, Any], task: str) -> None:
+    for key, value in config_updates.items():
+        setattr(config, key, value)
+    config.finetuning_task = task
+
+
+def _save_adapter(model: nn.Module, tokenizer, directory: Path, meta: dict[str, Any]) -> None:
+    if isinstance(model, BottleneckModel):
+        model.peft_config.base_model_name_or_path = meta["base_model"]
+        model.save_pretrained(directory)
+    else:
+        for cfg in model.peft_config.values():
+            cfg.base_model_name_or_path = meta["base_model"]
+        model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    atomic_write_text(directory / META_NAME, json.dumps(meta, indent=2, ensure_ascii=False))
+
+
+def export(
+    model: nn.Module,
+    tokenizer,
+    output_dir: str | Path,
+    *,
+    task: str,
+    method: str,
+    mergeable: bool,
+    merge: bool,
+    base_model: str | None,
+    config_updates: dict[str, Any],
+) -> dict[str, Any]:
+    """Write the final model to `output_dir` (layout in the module docstring). Returns what was written.
+
+    LoRA-style adapters are merged in place (`model` is changed); the merged model is returned as "model".
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    base = unwrap(model)
+    _set_labels(base.config, config_updates, task)
+    result: dict[str, Any] = {"output_dir": str(output_dir), "method": method}
+    if method == "full":
+        with atomic_directory(output_dir / ".export") as tmp:
+            base.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+        _publish(output_dir / ".export", output_dir)
+        result.update(kind="model", model=base)
+        return result
+    meta = {
+        "task": task,
+        "method": method,
+        "architecture": type(base).__name__,
+        "base_model": str(Path(base_model).resolve()) if base_model else None,
+        "config_updates": config_updates,
+    }
+    if meta["base_model"] is None:
+        raise ValueError("an adapter needs the path of its base model")
+    if mergeable and merge:
+        with atomic_directory(output_dir / "adapter") as tmp:
+            _save_adapter(model, tokenizer, tmp, meta)
+        merged = model.merge_and_unload()
+        _set_labels(merged.config, config_updates, task)
+        with atomic_directory(output_dir / ".export") as tmp:
+            merged.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+        _publish(output_dir / ".export", output_dir)
+        result.update(kind="merged", model=merged, adapter_dir=str(output_dir / "adapter"))
+        return result
+    with atomic_directory(output_dir / ".export") as tmp:
+        _save_adapter(model, tokenizer, tmp, meta)
+    _publish(output_dir / ".export", output_dir)
+    result.update(kind="adapter", model=model, adapter_dir=str(output_dir))
+    return result
+
+
+def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
+    """Load an adapter onto its base, merge it into the base weights and save a plain from_pretrained dir."""
+    model, tokenizer = load_finetuned(adapter_dir)
+    if isinstance(model, BottleneckModel) or not hasattr(model, "merge_and_unload"):
+        raise ValueError(
+            f"the adapter in {adapter_dir} cannot be merged (bottleneck adapters and prompt methods "
+            "add computation; only LoRA, AdaLoRA, IA3, LoHa and LoKr fold into the weights)"
+        )
+    peft_type = str(next(iter(model.peft_config.values())).peft_type)
+    if "PROMPT" in peft_type or "PREFIX" in peft_type or "P_TUNING" in peft_type:
+        raise ValueError(f"{peft_type} adapters cannot be merged into the base weights")
+    meta = json.loads((Path(adapter_dir) / META_NAME).read_text(encoding="utf-8"))
+    merged = model.merge_and_unload()
+    _set_labels(merged.config, meta["config_updates"], meta["task"])
+    output_dir = Path(output_dir)
+    with atomic_directory(output_dir) as tmp:
+        merged.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+    return output_dir
+
+
+__all__ = [
+    "META_NAME",
+    "MODEL_CLASSES",
+    "export",
+    "is_adapter_dir",
+    "load_adapter",
+    "load_base_model",
+    "load_finetuned",
+    "merge_adapter",
+    "unwrap",
+]

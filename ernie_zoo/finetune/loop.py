@@ -1,0 +1,555 @@
+"""The fine-tuning loop: `run_finetune(args)` reads data, builds and adapts the model, trains, exports.
+
+    read splits ─ tokenizer (given, or trained on the training texts) ─ encode
+        ─ model (from_pretrained, or a seeded preset) ─ apply_method (full / peft / bottleneck)
+        ─ train: AdamW + linear warm-up/decay, grad accumulation, clipping
+             every eval_every steps: dev metric → best checkpoint? → last checkpoint → early stop?
+        ─ restore best ─ dev/test scores ─ export (merged or full model dir / adapter) ─ eval_results.json
+
+Checkpoints hold only the trainable parameters (safetensors), the optimizer (safetensors + json), the
+scheduler and the RNG states (json): no pickle. Data order is a seeded permutation per epoch, so a resumed run
+replays exactly the batches the interrupted one would have seen.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from ernie_zoo.models import ErnieZooConfig
+from ernie_zoo.models.presets import preset_config
+from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.training.checkpoint import (
+    latest_valid_checkpoint,
+    load_json_state,
+    load_optimizer_state,
+    load_rng_state,
+    read_json,
+    remove_stale_temporaries,
+    rotate_checkpoints,
+    save_checkpoint,
+    save_json_state,
+    save_optimizer_state,
+    save_rng_state,
+    verify_checkpoint,
+    write_json,
+)
+from ernie_zoo.utils import atomic_directory, atomic_write_text
+
+from .args import FinetuneArgs, dump_recipe
+from .export import export
+from .methods import MethodInfo, apply_method, default_learning_rate
+from .tasks import Task, collate, make_task
+
+logger = logging.getLogger(__name__)
+
+TRAINABLE = "trainable.safetensors"
+ARCH_FIELDS = {
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "use_pinyin",
+    "use_radical",
+    "use_strokes",
+    "use_stroke_sequence",
+    "feature_fusion",
+    "char_feature_dim",
+    "type_vocab_size",
+    "use_task_id",
+}
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+# ===================================================================== building
+
+
+def build_tokenizer(args: FinetuneArgs, task: Task, output_dir: Path) -> ErnieZooTokenizerFast:
+    """The given tokenizer, the model's, the one saved by an interrupted run, or one trained on the train texts."""
+    m = args.model
+    source = m.tokenizer or m.model_name_or_path
+    saved = output_dir / "base_model"
+    if source is None and (saved / "tokenizer.json").is_file():
+        source = str(saved)
+    if source is not None:
+        return ErnieZooTokenizerFast.from_pretrained(source)
+    logger.info("training a %d-token vocabulary on the training texts", m.vocab_size)
+    return ErnieZooTokenizerFast.train_vocab(
+        task.vocab_texts(), vocab_size=m.vocab_size, min_frequency=1, show_progress=False
+    )
+
+
+def fresh_modules(model: nn.Module, missing_keys: list[str]) -> list[str]:
+    """The largest modules whose weights were all missing from a checkpoint (newly initialised), e.g. the task
+    head and a pooler an MLM checkpoint lacks. Under an adapter method they train fully and are saved with the
+    adapter: frozen at a random init they would be useless, and unsaved they could not be restored."""
+    missing = set(missing_keys)
+    if not missing:
+        return []
+    params: dict[str, list[str]] = {}
+    for name, _ in model.named_parameters():
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            params.setdefault(".".join(parts[:i]), []).append(name)
+    base = getattr(model, "base_model_prefix", "")
+    chosen: list[str] = []
+    for key in sorted(missing):
+        parts = key.split(".")[:-1]
+        best = None
+        for i in range(len(parts), 0, -1):
+            module = ".".join(parts[:i])
+            if module == base or not all(n in missing for n in params.get(module, [None])):
+                break
+            best = module
+        if best is not None and best not in chosen and not any(best.startswith(c + ".") for c in chosen):
+            chosen.append(best)
+    return chosen
+
+
+def build_model(
+    args: FinetuneArgs, task: Task, tokenizer, output_dir: Path
+) -> tuple[nn.Module, str | None, list[str]]:
+    """(model, path of its base weights, newly initialised modules): a pretrained directory, or a seeded preset
+    (saved to base_model/ by the caller)."""
+    m = args.model
+    cls = task.model_class()
+    updates = task.config_updates()
+    saved = output_dir / "base_model"
+    source = m.model_name_or_path
+    if source is None and (saved / "model.safetensors").is_file():
+        source = str(saved)  # resuming an adapter run on a preset: the same random base
+    if source is not None:
+        config = ErnieZooConfig.from_pretrained(source)
+        arch = sorted(set(m.config_overrides) & ARCH_FIELDS)
+        if arch and source != str(saved):
+            raise ValueError(
+                f"model.config_overrides {arch} change the architecture of the pretrained "
+                f"{source}; only presets take architecture overrides"
+            )
+        for key, value in {**m.config_overrides, **updates}.items():
+            setattr(config, key, value)
+        if len(tokenizer) > config.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {len(tokenizer)} tokens but {source} has vocab_size "
+                f"{config.vocab_size}; use the model's own tokenizer"
+            )
+        model, loading = cls.from_pretrained(source, config=config, output_loading_info=True)
+        base_path = source
+        fresh = fresh_modules(model, loading["missing_keys"])
+        if fresh:
+            logger.info("newly initialised (trained fully under adapter methods): %s", ", ".join(fresh))
+    else:
+        config = preset_config(m.preset, vocab_size=len(tokenizer), **{**m.config_overrides, **updates})
+        seed_everything(args.train.seed)
+        model = cls(config)
+        model.load_char_tables(tokenizer)
+        base_path = None
+        fresh = []
+    return model, base_path, fresh
+
+
+def _save_base(model: nn.Module, tokenizer, directory: Path, with_weights: bool) -> None:
+    with atomic_directory(directory) as tmp:
+        tokenizer.save_pretrained(str(tmp))
+        if with_weights:
+            model.save_pretrained(str(tmp))
+
+
+# ===================================================================== training state
+
+
+def _cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().contiguous().cpu() for k, v in state.items()}
+
+
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    params = dict(model.named_parameters())
+    missing = sorted(n for n, p in params.items() if p.requires_grad and n not in state)
+    unknown = sorted(set(state) - set(params))
+    if missing or unknown:
+        raise ValueError(f"checkpoint does not fit the model: missing {missing[:5]}, unknown {unknown[:5]}")
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
+def _optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.dim() < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
+    groups = [
+        g
+        for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
+    if not groups:
+        raise ValueError("the model has no trainable parameters")
+    return torch.optim.AdamW(groups, lr=lr)
+
+
+def _schedule(optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+class Trainer:
+    """Runs the optimisation of an adapted model on encoded features; see the module docstring."""
+
+    def __init__(
+        self,
+        args: FinetuneArgs,
+        task: Task,
+        model: nn.Module,
+        tokenizer,
+        features: dict[str, list],
+        output_dir: Path,
+        device: torch.device,
+        method: MethodInfo,
+    ):
+        self.args, self.t = args, args.train
+        self.task, self.model, self.tokenizer = task, model, tokenizer
+        self.features = features
+        self.output_dir = output_dir
+        self.device = device
+        self.method = method
+        n_batches = math.ceil(len(features["train"]) / self.t.batch_size)
+        self.steps_per_epoch = max(1, math.ceil(n_batches / self.t.grad_accum))
+        self.total_steps = self.t.max_steps or max(1, math.ceil(self.t.epochs * self.steps_per_epoch))
+        self.eval_every = self.t.eval_every or self.steps_per_epoch
+        lr = self.t.learning_rate or default_learning_rate(method.name)
+        self.optimizer = _optimizer(model, lr, self.t.weight_decay)
+        self.scheduler = _schedule(
+            self.optimizer, int(self.t.warmup_ratio * self.total_steps), self.total_steps
+        )
+        self.state: dict[str, Any] = {
+            "global_step": 0,
+            "epoch": 0,
+            "batch_in_epoch": 0,
+            "best_metric": None,
+            "best_step": None,
+            "bad_evals": 0,
+            "history": [],
+            "stopped_early": False,
+        }
+        self.writer = None
+        if self.t.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(output_dir / "runs"))
+
+    # ------------------------------------------------------------- checkpoints
+    @property
+    def ckpt_dir(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+    def save_best(self) -> None:
+        with atomic_directory(self.ckpt_dir / "best") as tmp:
+            save_file(_cpu(trainable_state(self.model)), str(tmp / TRAINABLE))
+            write_json(
+                tmp / "best.json", {"step": self.state["global_step"], "metric": self.state["best_metric"]}
+            )
+
+    def save_last(self) -> None:
+        """checkpoints/checkpoint-<step> (atomic, with a manifest); only the newest is kept."""
+
+        def write(tmp: Path) -> None:
+            save_file(_cpu(trainable_state(self.model)), str(tmp / TRAINABLE))
+            save_optimizer_state(self.optimizer, tmp)
+            save_json_state(self.scheduler, tmp / "scheduler.json", "LR scheduler")
+            save_rng_state(tmp)
+            write_json(
+                tmp / "trainer_state.json",
+                {"state": self.state, "method": self.method.name, "total_steps": self.total_steps},
+            )
+
+        save_checkpoint(self.ckpt_dir, self.state["global_step"], write)
+        rotate_checkpoints(self.ckpt_dir, keep_last=1)
+
+    def resume(self, checkpoint: Path) -> None:
+        saved = read_json(checkpoint / "trainer_state.json")
+        if saved["method"] != self.method.name:
+            raise ValueError(
+                f"{checkpoint} was trained with method {saved['method']!r}, not {self.method.name!r}"
+            )
+        load_trainable_state(self.model, load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
+        load_optimizer_state(self.optimizer, checkpoint)
+        load_json_state(self.scheduler, checkpoint / "scheduler.json")
+        load_rng_state(checkpoint)
+        self.state = saved["state"]
+        logger.info("resumed from %s at step %d", checkpoint, self.state["global_step"])
+
+    # ------------------------------------------------------------- evaluation
+    def evaluate(self, split: str) -> dict[str, Any]:
+        return self.task.evaluate(
+            self.model,
+            self.features[split],
+            self.task.splits[split],
+            self.tokenizer,
+            self.t.eval_batch_size,
+            self.device,
+        )
+
+    def _is_better(self, value: float) -> bool:
+        best = self.state["best_metric"]
+        if best is None:
+            return True
+        return value > best if self.task.greater_is_better() else value < best
+
+    def _eval_and_checkpoint(self) -> bool:
+        """Evaluate on dev (if any), keep the best, save `last`. Returns True to stop early."""
+        step = self.state["global_step"]
+        stop = False
+        if "dev" in self.features:
+            scores = self.evaluate("dev")
+            metric = self.task.metric
+            if metric not in scores:
+                raise ValueError(
+                    f"train.metric {metric!r} is not among the dev scores "
+                    f"{sorted(k for k, v in scores.items() if isinstance(v, float))}"
+                )
+            value = float(scores[metric])
+            self.state["history"].append(
+                {"step": step, **{k: v for k, v in scores.items() if isinstance(v, (int, float))}}
+            )
+            if self.writer is not None:
+                for k, v in scores.items():
+                    if isinstance(v, (int, float)):
+                        self.writer.add_scalar(f"dev/{k}", v, step)
+            logger.info("step %d: dev %s = %.4f", step, metric, value)
+            if self._is_better(value):
+                self.state.update(best_metric=value, best_step=step, bad_evals=0)
+                self.save_best()
+            else:
+                self.state["bad_evals"] += 1
+                stop = self.t.patience > 0 and self.state["bad_evals"] >= self.t.patience
+        else:
+            self.state.update(best_step=step)
+            self.save_best()
+        self.state["stopped_early"] = stop
+        self.save_last()
+        return stop
+
+    # ------------------------------------------------------------- training
+    def _epoch_order(self, epoch: int) -> list[int]:
+        g = torch.Generator().manual_seed(self.t.seed * 1000 + epoch)
+        return torch.randperm(len(self.features["train"]), generator=g).tolist()
+
+    def train(self) -> dict[str, Any]:
+        model, t = self.model, self.t
+        train = self.features["train"]
+        pad_id = self.tokenizer.pad_token_id
+        model.to(self.device)
+        model.train()
+        is_adalora = type(getattr(model, "base_model", None)).__name__ == "AdaLoraModel"
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.state["global_step"],
+            disable=not t.progress,
+            desc=f"finetune ({self.method.name})",
+            dynamic_ncols=True,
+        )
+        start = time.perf_counter()
+        stop = self.state["stopped_early"]
+        last_eval = self.state["history"][-1]["step"] if self.state["history"] else None
+        while not stop and self.state["global_step"] < self.total_steps:
+            order = self._epoch_order(self.state["epoch"])
+            batch_starts = list(range(0, len(order), t.batch_size))
+            micro = 0
+            running = 0.0
+            for b in range(self.state["batch_in_epoch"], len(batch_starts)):
+                chunk = [train[i] for i in order[batch_starts[b] : batch_starts[b] + t.batch_size]]
+                inputs = {k: v.to(self.device) for k, v in collate(chunk, pad_id).items()}
+                loss = model(**inputs).loss
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"loss is {loss.item()} at step {self.state['global_step']}; lower the learning rate"
+                    )
+                (loss / t.grad_accum).backward()
+                running += float(loss.detach()) / t.grad_accum
+                micro += 1
+                self.state["batch_in_epoch"] = b + 1
+                if micro % t.grad_accum and b + 1 < len(batch_starts):
+                    continue
+                if t.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(
+                        [p for p in model.parameters() if p.requires_grad], t.max_grad_norm
+                    )
+                self.optimizer.step()
+                self.scheduler.step()
+                self.state["global_step"] += 1
+                step = self.state["global_step"]
+                if is_adalora:
+                    model.base_model.update_and_allocate(step)
+                self.optimizer.zero_grad(set_to_none=True)
+                bar.update(1)
+                bar.set_postfix(loss=f"{running:.4f}")
+                if self.writer is not None:
+                    self.writer.add_scalar("train/loss", running, step)
+                    self.writer.add_scalar("train/lr", self.scheduler.get_last_lr()[0], step)
+                self.state.setdefault("train_losses", []).append(running)
+                running, micro = 0.0, 0
+                if step % self.eval_every == 0 or step >= self.total_steps:
+                    stop = self._eval_and_checkpoint()
+                    last_eval = step
+                if stop or step >= self.total_steps:
+                    break
+            else:
+                self.state.update(epoch=self.state["epoch"] + 1, batch_in_epoch=0)
+        if last_eval != self.state["global_step"]:
+            self._eval_and_checkpoint()
+        bar.close()
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+        self.state["train_seconds"] = time.perf_counter() - start
+        best = self.ckpt_dir / "best" / TRAINABLE
+        load_trainable_state(model, load_file(str(best), device=str(self.device)))
+        logger.info("restored the best checkpoint (step %s)", self.state["best_step"])
+        return self.state
+
+
+# ===================================================================== the whole run
+
+
+def _resume_point(output_dir: Path, t) -> Path | None:
+    """The checkpoint to resume from (train.resume: auto/latest/never/path), after preparing output_dir."""
+    ckpt_dir = output_dir / "checkpoints"
+    remove_stale_temporaries(ckpt_dir)
+    required = (TRAINABLE, "trainer_state.json")
+    if t.overwrite and t.resume not in ("auto", "never"):
+        raise ValueError(f"train.overwrite starts afresh, but train.resume is {t.resume!r}; drop one of them")
+    if t.resume == "never" or t.overwrite:
+        found = None
+    elif t.resume in ("auto", "latest"):
+        found = latest_valid_checkpoint(ckpt_dir, required)
+        if found is None and t.resume == "latest":
+            raise ValueError(f"train.resume is 'latest' but {ckpt_dir} holds no valid checkpoint")
+    else:
+        found = Path(t.resume).expanduser()
+        problem = verify_checkpoint(found, required)
+        if problem is not None:
+            raise ValueError(f"cannot resume from {found}: {problem}")
+    if found is None and output_dir.exists() and any(output_dir.iterdir()):
+        if not t.overwrite:
+            raise ValueError(
+                f"output_dir {output_dir} is not empty and holds no checkpoint to resume; choose "
+                "another directory or pass --overwrite true to replace its contents"
+            )
+        shutil.rmtree(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    return found
+
+
+def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
+    """Fine-tune as `args` says; returns {"dev": scores, "test": scores, "trainable_fraction", ...} (also
+    written to output_dir/eval_results.json) plus "model" (the exported model) and "tokenizer"."""
+    t = args.train
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
+    output_dir = Path(t.output_dir).expanduser()
+    resume_from = _resume_point(output_dir, t)
+    seed_everything(t.seed)
+    device = resolve_device(t.device)
+
+    task = make_task(args)
+    task.read()
+    tokenizer = build_tokenizer(args, task, output_dir)
+    features = {split: task.encode(examples, tokenizer) for split, examples in task.splits.items()}
+    model, base_path, fresh = build_model(args, task, tokenizer, output_dir)
+    if base_path is None:
+        # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
+        _save_base(model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full")
+        base_path = str(output_dir / "base_model") if args.method.method != "full" else None
+
+    n_batches = math.ceil(len(features["train"]) / t.batch_size)
+    total_steps = t.max_steps or max(1, math.ceil(t.epochs * max(1, math.ceil(n_batches / t.grad_accum))))
+    seed_everything(t.seed)
+    model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
+    model.to(device)
+    atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(args))
+    logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
+
+    trainer = Trainer(args, task, model, tokenizer, features, output_dir, device, info)
+    if resume_from is not None:
+        trainer.resume(resume_from)
+    state = trainer.train()
+
+    results: dict[str, Any] = {
+        "task": task.name,
+        "method": info.name,
+        "trainable_params": info.trainable,
+        "total_params": info.total,
+        "trainable_fraction": info.fraction,
+        "steps": state["global_step"],
+        "best_step": state["best_step"],
+        "stopped_early": state["stopped_early"],
+        "train_seconds": state.get("train_seconds"),
+        "metric": task.metric,
+        "data": {split: task.where[split] for split in task.splits},
+    }
+    for split in ("dev", "test"):
+        if split in features:
+            results[split] = trainer.evaluate(split)
+    exported = export(
+        model,
+        tokenizer,
+        output_dir,
+        task=task.name,
+        method=info.name,
+        mergeable=info.mergeable,
+        merge=t.merge,
+        base_model=base_path,
+        config_updates=task.config_updates(),
+    )
+    results["export"] = {k: v for k, v in exported.items() if k != "model"}
+    atomic_write_text(output_dir / "eval_results.json", json.dumps(results, indent=2, ensure_ascii=False))
+    return {**results, "model": exported["model"], "tokenizer": tokenizer, "task_object": task}
+
+
+__all__ = [
+    "Trainer",
+    "build_model",
+    "build_tokenizer",
+    "load_trainable_state",
+    "run_finetune",
+    "trainable_state",
+]

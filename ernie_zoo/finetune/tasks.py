@@ -1,0 +1,431 @@
+"""The three fine-tuning tasks: read examples, encode them, pick the model head, evaluate predictions.
+
+| task                    | head                                            | default dev metric            |
+|-------------------------|-------------------------------------------------|-------------------------------|
+| sequence_classification | ErnieZooForSequenceClassification               | accuracy (micro_f1 multi-label)|
+| token_classification    | ErnieZooForTokenClassification (or ...CRF)      | entity f1 (exact spans)       |
+| generation              | ErnieZooForCausalLM                             | loss (lower is better)        |
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ernie_zoo.models import (
+    ErnieZooForCausalLM,
+    ErnieZooForSequenceClassification,
+    ErnieZooForTokenClassification,
+)
+
+from .data import ClassificationExample, GenerationExample, NerExample, check_labels, load_split
+from .metrics import char_f1, classification_scores, entity_scores, multilabel_scores
+from .modeling import ErnieZooForTokenClassificationCRF
+from .tagging import Span, label_names, spans_to_tags, tags_to_spans
+
+logger = logging.getLogger(__name__)
+
+IGNORE = -100
+PAD_VALUES = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "pinyin_ids": 0, "labels": IGNORE}
+LOWER_IS_BETTER = {"loss", "perplexity"}
+
+
+def collate(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad the model inputs of `features` into tensors (keys starting with "_" are skipped)."""
+    keys = [k for k in features[0] if not k.startswith("_")]
+    batch: dict[str, torch.Tensor] = {}
+    for key in keys:
+        values = [f[key] for f in features]
+        if key == "labels" and not isinstance(values[0], list):  # one label per sequence
+            batch[key] = torch.tensor(values)
+            continue
+        if key == "labels" and values and values[0] and isinstance(values[0][0], float):  # multi-hot
+            batch[key] = torch.tensor(values, dtype=torch.float)
+            continue
+        pad = pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
+        width = max(len(v) for v in values)
+        batch[key] = torch.tensor([list(v) + [pad] * (width - len(v)) for v in values], dtype=torch.long)
+    return batch
+
+
+def batches(features: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
+    for i in range(0, len(features), size):
+        yield features[i : i + size]
+
+
+class Task:
+    """Base class: reads the splits named in `args.data`; subclasses encode, pick heads and score."""
+
+    name = ""
+    default_metric = "loss"
+
+    def __init__(self, args):
+        self.args = args
+        self.data_args = args.data
+        self.splits: dict[str, list[Any]] = {}
+        self.where: dict[str, str] = {}
+
+    # --------------------------------------------------------------- data
+    def read(self) -> None:
+        for split in ("train", "dev", "test"):
+            loaded = load_split(self.data_args, self.name, split)
+            if loaded is not None:
+                self.splits[split], self.where[split] = loaded
+        self.setup_labels()
+
+    def setup_labels(self) -> None:
+        """Fix the label set from the arguments or the training data; check every split against it."""
+
+    def vocab_texts(self) -> Iterator[str]:
+        raise NotImplementedError
+
+    def encode(self, examples: Sequence[Any], tokenizer) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    # --------------------------------------------------------------- model
+    def model_class(self) -> type:
+        raise NotImplementedError
+
+    def config_updates(self) -> dict[str, Any]:
+        return {}
+
+    # --------------------------------------------------------------- evaluation
+    @property
+    def metric(self) -> str:
+        return self.args.train.metric or self.default_metric
+
+    def greater_is_better(self) -> bool:
+        return self.metric not in LOWER_IS_BETTER
+
+    @torch.no_grad()
+    def _forward_all(self, model: nn.Module, features, batch_size: int, device, pad_id: int):
+        """Yield (batch features, model outputs) in eval mode; the model's train/eval mode is restored."""
+        was_training = model.training
+        model.eval()
+        try:
+            for chunk in batches(features, batch_size):
+                inputs = {k: v.to(device) for k, v in collate(chunk, pad_id).items()}
+                yield chunk, inputs, model(**inputs)
+        finally:
+            model.train(was_training)
+
+    def evaluate(
+        self, model: nn.Module, features, examples, tokenizer, batch_size: int, device
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+# ===================================================================== sequence classification
+
+
+class SequenceClassificationTask(Task):
+    name = "sequence_classification"
+
+    @property
+    def default_metric(self) -> str:  # type: ignore[override]
+        return "micro_f1" if self.data_args.multi_label else "accuracy"
+
+    def setup_labels(self) -> None:
+        if self.data_args.labels:
+            labels = list(self.data_args.labels)
+            if len(set(labels)) != len(labels):
+                raise ValueError(f"data.labels has duplicates: {labels}")
+        else:
+            labels = sorted({label for ex in self.splits["train"] for label in ex.labels})
+        if len(labels) < 2 and not self.data_args.multi_label:
+            raise ValueError(f"{self.where['train']}: need at least 2 distinct labels, found {labels}")
+        for split, examples in self.splits.items():
+            check_labels(examples, labels, self.where[split], "label")
+        self.labels = labels
+
+    def vocab_texts(self) -> Iterator[str]:
+        for ex in self.splits["train"]:
+            yield ex.text
+            if ex.text_pair:
+                yield ex.text_pair
+
+    def encode(self, examples: Sequence[ClassificationExample], tokenizer) -> list[dict[str, Any]]:
+        texts = [ex.text for ex in examples]
+        pairs = [ex.text_pair for ex in examples] if self.data_args.text_pair_column else None
+        enc = tokenizer(texts, pairs, truncation=True, max_length=self.data_args.max_length)
+        index = {label: i for i, label in enumerate(self.labels)}
+        features = []
+        for i, ex in enumerate(examples):
+            f = {k: enc[k][i] for k in enc.keys()}
+            if self.data_args.multi_label:
+                hot = [0.0] * len(self.labels)
+                for label in ex.labels:
+                    hot[index[label]] = 1.0
+                f["labels"] = hot
+            else:
+                f["labels"] = index[ex.labels[0]]
+            f["_index"] = i
+            features.append(f)
+        return features
+
+    def model_class(self) -> type:
+        return ErnieZooForSequenceClassification
+
+    def config_updates(self) -> dict[str, Any]:
+        return {
+            "num_labels": len(self.labels),
+            "id2label": dict(enumerate(self.labels)),
+            "label2id": {label: i for i, label in enumerate(self.labels)},
+            "problem_type": "multi_label_classification"
+            if self.data_args.multi_label
+            else "single_label_classification",
+        }
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        gold, pred, loss_sum, n = [], [], 0.0, 0
+        for chunk, inputs, out in self._forward_all(
+            model, features, batch_size, device, tokenizer.pad_token_id
+        ):
+            loss_sum += float(out.loss) * len(chunk)
+            n += len(chunk)
+            if self.data_args.multi_label:
+                pred += (out.logits.sigmoid() > 0.5).long().tolist()
+                gold += inputs["labels"].long().tolist()
+            else:
+                pred += out.logits.argmax(-1).tolist()
+                gold += inputs["labels"].tolist()
+        if self.data_args.multi_label:
+            scores = multilabel_scores(gold, pred)
+        else:
+            scores = classification_scores(gold, pred, len(self.labels))
+            scores["per_label"] = {self.labels[k]: v for k, v in scores["per_label"].items()}
+        scores["loss"] = loss_sum / max(n, 1)
+        return scores
+
+
+# ===================================================================== token classification
+
+
+class TokenClassificationTask(Task):
+    name = "token_classification"
+    default_metric = "f1"
+
+    def setup_labels(self) -> None:
+        if self.data_args.entity_types:
+            types = list(self.data_args.entity_types)
+        else:
+            types = sorted({s.type for ex in self.splits["train"] for s in ex.entities})
+        if not types:
+            raise ValueError(f"{self.where['train']}: no entities found; check the tags or data.entity_types")
+        for split, examples in self.splits.items():
+            check_labels(examples, types, self.where[split], "entity type")
+        self.entity_types = types
+        self.labels = label_names(types, self.data_args.tag_scheme)
+
+    def vocab_texts(self) -> Iterator[str]:
+        for ex in self.splits["train"]:
+            yield ex.text
+
+    def encode(self, examples: Sequence[NerExample], tokenizer) -> list[dict[str, Any]]:
+        enc = tokenizer(
+            [ex.text for ex in examples],
+            truncation=True,
+            max_length=self.data_args.max_length,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+        )
+        index = {label: i for i, label in enumerate(self.labels)}
+        lost = 0
+        features = []
+        for i, ex in enumerate(examples):
+            offsets = enc["offset_mapping"][i]
+            special = enc["special_tokens_mask"][i]
+            char_to_token: dict[int, int] = {}
+            for t, ((s, e), sp) in enumerate(zip(offsets, special)):
+                if not sp:
+                    for c in range(s, e):
+                        char_to_token[c] = t
+            token_spans: list[Span] = []
+            taken: set[int] = set()
+            for ent in ex.entities:
+                toks = sorted({char_to_token[c] for c in range(ent.start, ent.end) if c in char_to_token})
+                if not toks or taken & set(range(toks[0], toks[-1] + 1)):
+                    lost += 1  # truncated away, whitespace only, or sharing a token with another entity
+                    continue
+                taken |= set(range(toks[0], toks[-1] + 1))
+                token_spans.append(Span(toks[0], toks[-1] + 1, ent.type))
+            tags = spans_to_tags(token_spans, len(offsets), self.data_args.tag_scheme)
+            labels = [IGNORE if sp else index[tag] for tag, sp in zip(tags, special)]
+            f = {
+                k: enc[k][i]
+                for k in ("input_ids", "token_type_ids", "attention_mask", "pinyin_ids")
+                if k in enc
+            }
+            f["labels"] = labels
+            f["_offsets"] = [None if sp else tuple(o) for o, sp in zip(offsets, special)]
+            f["_index"] = i
+            features.append(f)
+        if lost:
+            logger.warning(
+                "%d of %d entities have no token of their own (truncated at max_length=%d or sharing a "
+                "token); they are not trained on and count as misses in evaluation",
+                lost,
+                sum(len(ex.entities) for ex in examples),
+                self.data_args.max_length,
+            )
+        return features
+
+    def model_class(self) -> type:
+        return (
+            ErnieZooForTokenClassificationCRF if self.args.model.use_crf else ErnieZooForTokenClassification
+        )
+
+    def config_updates(self) -> dict[str, Any]:
+        return {
+            "num_labels": len(self.labels),
+            "id2label": dict(enumerate(self.labels)),
+            "label2id": {label: i for i, label in enumerate(self.labels)},
+            "use_crf": bool(self.args.model.use_crf),
+            "tag_scheme": self.data_args.tag_scheme,
+        }
+
+    def decode(self, tag_ids: Sequence[int], offsets: Sequence[tuple[int, int] | None]) -> list[Span]:
+        """Character spans from per-token tag ids (positions with offsets None are skipped)."""
+        positions = [t for t, o in enumerate(offsets) if o is not None and t < len(tag_ids)]
+        tags = [self.labels[tag_ids[t]] if 0 <= tag_ids[t] < len(self.labels) else "O" for t in positions]
+        return [
+            Span(offsets[positions[s.start]][0], offsets[positions[s.end - 1]][1], s.type)
+            for s in tags_to_spans(tags)
+        ]
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        gold, pred, loss_sum, n = [], [], 0.0, 0
+        for chunk, _, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
+            loss_sum += float(out.loss) * len(chunk)
+            n += len(chunk)
+            ids = getattr(out, "predictions", None)
+            ids = (ids if ids is not None else out.logits.argmax(-1)).tolist()
+            for f, row in zip(chunk, ids):
+                pred.append(self.decode(row, f["_offsets"]))
+                gold.append(examples[f["_index"]].entities)
+        scores = entity_scores(gold, pred)
+        scores["loss"] = loss_sum / max(n, 1)
+        return scores
+
+
+# ===================================================================== generation
+
+
+class GenerationTask(Task):
+    name = "generation"
+    default_metric = "loss"
+    n_samples = 16  # dev prompts decoded greedily at each evaluation for the char_f1 score
+
+    def vocab_texts(self) -> Iterator[str]:
+        for ex in self.splits["train"]:
+            yield ex.prompt
+            yield ex.target
+
+    def encode(self, examples: Sequence[GenerationExample], tokenizer) -> list[dict[str, Any]]:
+        """`[CLS] prompt continuation [SEP]`, the loss on the continuation and [SEP] only.
+
+        The prompt is not closed by [SEP]: generation (here and in Taskflow's text_generation) continues
+        `[CLS] prompt` directly and stops at [SEP].
+        """
+        max_len = self.data_args.max_length
+        prompts = tokenizer([ex.prompt for ex in examples], add_special_tokens=False)
+        targets = tokenizer([ex.target for ex in examples], add_special_tokens=False)
+        cls, eos = tokenizer.cls_token_id, tokenizer.sep_token_id
+        features = []
+        for i in range(len(examples)):
+            p = [cls] + prompts["input_ids"][i][: max(1, max_len // 2 - 1)]
+            t = (targets["input_ids"][i] + [eos])[: max_len - len(p)]
+            # No pinyin_ids: generate() embeds every token with its default reading, so training does too.
+            features.append(
+                {
+                    "input_ids": p + t,
+                    "attention_mask": [1] * (len(p) + len(t)),
+                    "labels": [IGNORE] * len(p) + t,
+                    "_index": i,
+                }
+            )
+        return features
+
+    def model_class(self) -> type:
+        return ErnieZooForCausalLM
+
+    def config_updates(self) -> dict[str, Any]:
+        return {"is_decoder": True}
+
+    @torch.no_grad()
+    def generate(
+        self, model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64, device="cpu"
+    ) -> list[str]:
+        """Greedy continuations of `prompts` (stopping at [SEP]), decoded without spaces."""
+        was_training = model.training
+        model.eval()
+        outs = []
+        try:
+            for prompt in prompts:
+                ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][
+                    : max(1, self.data_args.max_length // 2 - 1)
+                ]
+                ids = torch.tensor([[tokenizer.cls_token_id, *ids]], device=device)
+                gen = model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=tokenizer.sep_token_id,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                new = gen[0, ids.shape[1] :].tolist()
+                if tokenizer.sep_token_id in new:
+                    new = new[: new.index(tokenizer.sep_token_id)]
+                outs.append(tokenizer.decode(new, skip_special_tokens=True).replace(" ", ""))
+        finally:
+            model.train(was_training)
+        return outs
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        loss_sum, tokens = 0.0, 0
+        for _, inputs, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
+            # The loss is a mean over predicted tokens; weight batches by their token count.
+            n_tok = int((inputs["labels"][:, 1:] != IGNORE).sum())
+            loss_sum += float(out.loss) * n_tok
+            tokens += n_tok
+        loss = loss_sum / max(tokens, 1)
+        sample = [examples[f["_index"]] for f in features[: self.n_samples]]
+        max_new = min(64, max(len(ex.target) for ex in sample) + 1) if sample else 1
+        hyps = self.generate(model, tokenizer, [ex.prompt for ex in sample], max_new, device)
+        return {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "char_f1": sum(char_f1(ex.target, h) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
+            "samples": [
+                {"prompt": ex.prompt, "reference": ex.target, "generated": h}
+                for ex, h in zip(sample[:4], hyps[:4])
+            ],
+        }
+
+
+TASK_CLASSES: dict[str, type[Task]] = {
+    "sequence_classification": SequenceClassificationTask,
+    "token_classification": TokenClassificationTask,
+    "generation": GenerationTask,
+}
+
+
+def make_task(args) -> Task:
+    return TASK_CLASSES[args.task](args)
+
+
+__all__ = [
+    "GenerationTask",
+    "SequenceClassificationTask",
+    "TASK_CLASSES",
+    "Task",
+    "TokenClassificationTask",
+    "collate",
+    "make_task",
+]

@@ -1,0 +1,88 @@
+"""Typed fine-tuning arguments: every shipped recipe loads, overrides are typed, unknown keys are rejected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ernie_zoo.finetune import FinetuneArgs, build_args, dump_recipe, format_help
+from ernie_zoo.finetune.args import _flat_aliases
+from ernie_zoo.training.recipe import iter_fields
+
+RECIPES = sorted((Path(__file__).parent.parent / "recipes" / "finetune").glob("*.yaml"))
+
+
+def test_there_are_recipes_for_every_task():
+    tasks = {build_args(path).task for path in RECIPES}
+    assert tasks == {"sequence_classification", "token_classification", "generation"}
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_recipe_loads_and_repeats_every_help_text(path):
+    args = build_args(path)
+    assert isinstance(args, FinetuneArgs)
+    text = path.read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert set(data) == {"task", "data", "model", "method", "train"}  # complete recipes, litgpt style
+    for key, _, field in iter_fields(FinetuneArgs):
+        first_words = " ".join(field.metadata["help"].split()[:4])
+        assert first_words in " ".join(text.replace("#", " ").split()), (path.name, key)
+
+
+def test_flat_names_are_unique_and_map_to_sections():
+    aliases = _flat_aliases()
+    assert aliases["learning_rate"] == "train.learning_rate"
+    assert aliases["lora_r"] == "method.lora_r"
+    assert aliases["task"] == "task"
+    assert len(aliases) == len(list(iter_fields(FinetuneArgs)))
+
+
+def test_overrides_flat_and_dotted_with_types():
+    args = build_args(
+        {"data": {"train_file": "x.jsonl"}},
+        {
+            "learning_rate": "1e-3",
+            "method.lora_r": "4",
+            "labels": "[neg, pos]",
+            "use_crf": "false",
+            "config_overrides": "{feature_fusion: concat}",
+        },
+    )
+    assert args.train.learning_rate == 1e-3 and args.method.lora_r == 4
+    assert args.data.labels == ["neg", "pos"] and args.model.use_crf is False
+    assert args.model.config_overrides == {"feature_fusion": "concat"}
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "error", "match"),
+    [
+        ({"trian": {"epochs": 1}}, {}, ValueError, "unknown recipe key 'trian'"),
+        ({"train": {"epoch": 1}}, {}, ValueError, "unknown recipe key 'train.epoch'"),
+        ({}, {"no_such_key": 1}, ValueError, "unknown recipe key 'no_such_key'"),
+        ({}, {"batch_size": "big"}, TypeError, "expected an integer"),
+        ({}, {"task": "summarization"}, ValueError, "task"),
+        ({}, {"tag_scheme": "iob2"}, ValueError, "tag_scheme"),
+        ({}, {"use_crf": "true"}, ValueError, "token_classification"),
+        ({}, {"method": "prefix_tuning"}, ValueError, "past key values"),
+        ({}, {"preset": "huge"}, ValueError, "preset"),
+        ({}, {"resume": "/no/such/checkpoint"}, ValueError, "resume"),
+    ],
+)
+def test_bad_recipes_are_rejected_clearly(recipe, overrides, error, match):
+    with pytest.raises(error, match=match):
+        build_args(recipe, overrides)
+
+
+def test_dump_reloads_to_the_same_arguments(tmp_path):
+    args = build_args(RECIPES[0], {"lora_r": 4, "labels": "[a, b]"})
+    path = tmp_path / "again.yaml"
+    path.write_text(dump_recipe(args), encoding="utf-8")
+    assert build_args(path) == args
+
+
+def test_help_lists_every_key():
+    text = format_help()
+    for key, _, _ in iter_fields(FinetuneArgs):
+        assert f"--{key} " in text

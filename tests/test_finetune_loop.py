@@ -1,0 +1,431 @@
+"""`run_finetune` end to end: the three tasks, the output directory (from_pretrained + Taskflow ready), merged ==
+unmerged, exact resume after a crash, early stopping, TensorBoard, and the `ernie-finetune` command."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSequenceClassification
+
+from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
+from ernie_zoo.finetune.cli import main as cli_main
+from ernie_zoo.finetune.loop import Trainer
+from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+
+DATA = Path(__file__).parent / "data" / "finetune"
+# A small random model whose features depend on its input (init std 0.2, see test_finetune_methods).
+SMALL = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "initializer_range": 0.2,
+}
+QUIET = {"progress": False, "num_threads": 1}
+
+
+def _split_sentiment(tmp_path: Path) -> dict[str, str]:
+    rows = [json.loads(line) for line in (DATA / "sentiment.jsonl").read_text(encoding="utf-8").splitlines()]
+    random.Random(0).shuffle(rows)
+    parts = {"train": rows[:56], "dev": rows[56:68], "test": rows[68:]}
+    paths = {}
+    for name, part in parts.items():
+        paths[name] = str(tmp_path / f"{name}.jsonl")
+        Path(paths[name]).write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8"
+        )
+    return paths
+
+
+def _sentiment_args(tmp_path, out="out", **train):
+    paths = _split_sentiment(tmp_path)
+    return build_args(
+        {
+            "task": "sequence_classification",
+            "data": {
+                "train_file": paths["train"],
+                "dev_file": paths["dev"],
+                "test_file": paths["test"],
+                "max_length": 32,
+            },
+            "model": {"vocab_size": 500, "config_overrides": SMALL},
+            "method": {"method": "lora", "lora_r": 4},
+            "train": {
+                "output_dir": str(tmp_path / out),
+                "batch_size": 8,
+                "learning_rate": 1e-2,
+                **QUIET,
+                **train,
+            },
+        }
+    )
+
+
+@torch.no_grad()
+def _predict(model, tokenizer, texts):
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    return model(**enc).logits
+
+
+def test_sequence_classification_lora_output_dir(tmp_path):
+    args = _sentiment_args(tmp_path, max_steps=21, eval_every=7)
+    result = run_finetune(args)
+    out = Path(args.train.output_dir)
+    state = json.loads(
+        next((out / "checkpoints").glob("checkpoint-*")).joinpath("trainer_state.json").read_text()
+    )
+    losses = state["state"]["train_losses"]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
+    assert 0 < result["trainable_fraction"] < 0.5
+    assert set(result["dev"]) >= {"accuracy", "macro_f1", "loss"} and "accuracy" in result["test"]
+    saved = json.loads((out / "eval_results.json").read_text(encoding="utf-8"))
+    assert saved["dev"]["accuracy"] == pytest.approx(result["dev"]["accuracy"])
+    assert saved["export"]["kind"] == "merged"
+
+    # output_dir is a plain from_pretrained directory with label names: what Taskflow's task_path= takes
+    merged = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert type(merged).__name__ == "ErnieZooForSequenceClassification"
+    assert merged.config.id2label == {0: "negative", 1: "positive"}
+    assert merged.config.label2id == {"negative": 0, "positive": 1}
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    assert {"tokenizer.json", "tokenizer_config.json", "model.safetensors"} <= {p.name for p in out.iterdir()}
+
+    # the unmerged adapter (loaded onto the saved random base by path) predicts what the merged model does
+    adapter_model, tokenizer = load_finetuned(out / "adapter")
+    texts = ["房间很干净，服务很好", "质量太差，非常失望", "一般般吧"]
+    torch.testing.assert_close(
+        _predict(merged, tokenizer, texts), _predict(adapter_model, tokenizer, texts), atol=1e-5, rtol=1e-4
+    )
+    assert (out / "base_model" / "model.safetensors").is_file()
+    assert list((out / "runs").glob("events.out.tfevents.*"))
+    assert (out / "checkpoints" / "best" / "trainable.safetensors").is_file()
+    # `ernie-finetune merge ADAPTER OUT` gives the same plain directory
+    assert cli_main(["merge", str(out / "adapter"), str(tmp_path / "merged-again")]) == 0
+    again_model, _ = load_finetuned(tmp_path / "merged-again")
+    torch.testing.assert_close(_predict(again_model, tokenizer, texts), _predict(merged, tokenizer, texts))
+    # the saved recipe repeats the run
+    again = build_args(str(out / "finetune_args.yaml"))
+    assert again == args
+
+    try:
+        from ernie_zoo.taskflow import Taskflow
+    except ImportError:  # pragma: no cover - Taskflow is part of the package
+        pytest.fail("ernie_zoo.taskflow is not importable")
+    senta = Taskflow("sentiment_analysis", task_path=str(out))
+    results = senta(texts)
+    ours = _predict(merged, tokenizer, texts).argmax(-1).tolist()
+    assert [r["label"] for r in results] == [merged.config.id2label[i] for i in ours]
+
+
+def _stop_after_first_checkpoint(monkeypatch):
+    original = Trainer._eval_and_checkpoint
+
+    def crash(self):
+        original(self)
+        raise KeyboardInterrupt("simulated crash after the first checkpoint")
+
+    monkeypatch.setattr(Trainer, "_eval_and_checkpoint", crash)
+
+
+def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch):
+    common = {"max_steps": 6, "eval_every": 3, "tensorboard": False, "learning_rate": 3e-3}
+
+    def args(out):
+        a = _sentiment_args(tmp_path, out=out, **common)
+        a.method.method = "full"
+        a.model.config_overrides = {
+            **SMALL,
+            "hidden_dropout_prob": 0.1,
+        }  # dropout: the RNG state must resume too
+        return a
+
+    run_finetune(args("straight"))
+    with monkeypatch.context() as m:
+        _stop_after_first_checkpoint(m)
+        with pytest.raises(KeyboardInterrupt):
+            run_finetune(args("resumed"))
+    assert (tmp_path / "resumed" / "checkpoints" / "checkpoint-3").is_dir()
+    with pytest.raises(ValueError, match="not empty"):
+        a = args("resumed")
+        a.train.resume = "never"
+        run_finetune(a)
+    result = run_finetune(args("resumed"))  # resume: auto
+    assert result["steps"] == 6
+    a = load_file(str(tmp_path / "straight" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_early_stopping_and_best_checkpoint(tmp_path):
+    # A learning rate too small to change any prediction: the dev accuracy never improves after the first eval.
+    args = _sentiment_args(
+        tmp_path, max_steps=30, eval_every=2, patience=2, learning_rate=1e-12, tensorboard=False
+    )
+    result = run_finetune(args)
+    assert result["stopped_early"] and result["steps"] == 6 and result["best_step"] == 2
+
+
+def _ner_files(tmp_path: Path) -> dict[str, str]:
+    people = ["张伟", "李娜", "王芳", "刘洋", "陈明", "赵强", "周杰", "吴磊"]
+    places = ["北京", "上海", "广州", "深圳", "杭州", "南京"]
+    orgs = ["清华大学", "中国银行", "新华社", "人民医院"]
+    templates = ["{PER}在{LOC}工作。", "{PER}是{ORG}的老师。", "{ORG}位于{LOC}。", "昨天{PER}去了{LOC}。"]
+    rng = random.Random(0)
+
+    def sentence():
+        template = rng.choice(templates)
+        text, entities, pos = "", [], 0
+        for piece in template.replace("}", "{").split("{"):
+            if piece in ("PER", "LOC", "ORG"):
+                name = rng.choice({"PER": people, "LOC": places, "ORG": orgs}[piece])
+                entities.append({"start": len(text), "end": len(text) + len(name), "type": piece})
+                text += name
+            else:
+                text += piece
+            pos += 1
+        return {"text": text, "entities": entities}
+
+    paths = {}
+    for name, n in (("train", 64), ("dev", 16)):
+        paths[name] = str(tmp_path / f"ner_{name}.jsonl")
+        Path(paths[name]).write_text(
+            "".join(json.dumps(sentence(), ensure_ascii=False) + "\n" for _ in range(n)), encoding="utf-8"
+        )
+    return paths
+
+
+def test_token_classification_crf_lora(tmp_path):
+    paths = _ner_files(tmp_path)
+    args = build_args(
+        {
+            "task": "token_classification",
+            "data": {
+                "train_file": paths["train"],
+                "dev_file": paths["dev"],
+                "test_file": str(DATA / "ner_bmes.txt"),
+                "tag_scheme": "bioes",
+            },
+            "model": {"use_crf": True, "vocab_size": 200, "config_overrides": SMALL},
+            "method": {"method": "lora", "lora_r": 4},
+            "train": {
+                "output_dir": str(tmp_path / "ner"),
+                "max_steps": 40,
+                "eval_every": 20,
+                "batch_size": 8,
+                "learning_rate": 2e-2,
+                "tensorboard": False,
+                **QUIET,
+            },
+        }
+    )
+    result = run_finetune(args)
+    print("NER dev", {k: v for k, v in result["dev"].items() if k != "per_type"})
+    assert result["dev"]["f1"] > 0.3, result["dev"]
+    assert set(result["test"]["per_type"]) <= {"PER", "LOC", "ORG"}
+    out = tmp_path / "ner"
+    merged, tokenizer = load_finetuned(out)
+    assert isinstance(merged, ErnieZooForTokenClassificationCRF)
+    assert merged.config.id2label[0] == "O" and "S-PER" in merged.config.label2id
+    unmerged, _ = load_finetuned(out / "adapter")
+    enc = tokenizer(["王芳在上海工作。", "新华社位于北京。"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        a, b = merged(**enc), unmerged(**enc)
+    assert torch.equal(a.predictions, b.predictions)
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-4)
+
+    from ernie_zoo.taskflow import Taskflow
+
+    ner = Taskflow("ner", task_path=str(out))
+    found = ner("王芳在上海工作。")["entities"]
+    assert all(e["type"] in {"PER", "LOC", "ORG"} for e in found)
+
+
+def test_generation_lora(tmp_path):
+    args = build_args(
+        {
+            "task": "generation",
+            "data": {
+                "train_file": str(DATA / "poems.jsonl"),
+                "dev_file": str(DATA / "poems.jsonl"),
+                "prompt_column": "title",
+                "target_column": "text",
+                "max_length": 40,
+            },
+            "model": {"vocab_size": 200, "config_overrides": SMALL},
+            "method": {"method": "lora", "lora_r": 8},
+            "train": {
+                "output_dir": str(tmp_path / "gen"),
+                "max_steps": 30,
+                "eval_every": 15,
+                "batch_size": 6,
+                "learning_rate": 2e-2,
+                "tensorboard": False,
+                **QUIET,
+            },
+        }
+    )
+    result = run_finetune(args)
+    history = json.loads(
+        next((tmp_path / "gen" / "checkpoints").glob("checkpoint-*"))
+        .joinpath("trainer_state.json")
+        .read_text()
+    )["state"]["history"]
+    assert history[-1]["loss"] < history[0]["loss"]
+    print("generation", history, result["dev"]["samples"][:2])
+    assert result["dev"]["perplexity"] > 1 and len(result["dev"]["samples"]) == 4
+    model, tokenizer = load_finetuned(tmp_path / "gen")
+    assert type(model).__name__ == "ErnieZooForCausalLM"
+
+    from ernie_zoo.taskflow import Taskflow
+
+    poet = Taskflow("text_generation", task_path=str(tmp_path / "gen"), max_new_tokens=6)
+    assert isinstance(poet("静夜思")["generated"][0], str)
+
+
+def test_cli_help_errors_and_non_mergeable_adapter(tmp_path, capsys):
+    assert cli_main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--method.method" in text and "--train.patience" in text
+    assert cli_main(["--train.no_such_key", "1"]) == 2
+    assert "unknown recipe key 'train.no_such_key'" in capsys.readouterr().err
+    assert cli_main(["--epochs", "many"]) == 2
+    assert "expected a number" in capsys.readouterr().err
+    assert cli_main(["--method", "prefix_tuning"]) == 2
+    assert "past key values" in capsys.readouterr().err
+
+    paths = _split_sentiment(tmp_path)
+    out = tmp_path / "pf"
+    argv = [
+        "--train_file",
+        paths["train"],
+        "--dev_file",
+        paths["dev"],
+        "--method",
+        "pfeiffer",
+        "--reduction_factor",
+        "4",
+        "--vocab_size",
+        "300",
+        "--max_steps",
+        "4",
+        "--progress",
+        "false",
+        "--tensorboard",
+        "false",
+        "--output_dir",
+        str(out),
+        "--num_threads",
+        "1",
+        "--config_overrides",
+        json.dumps(SMALL),
+    ]
+    assert cli_main(argv) == 0
+    assert '"method": "pfeiffer"' in capsys.readouterr().out
+    # a bottleneck adapter cannot be merged: output_dir is the adapter (loadable by path) and merge refuses
+    assert (out / "adapter_config.json").is_file() and not (out / "config.json").exists()
+    model, tokenizer = load_finetuned(out)
+    assert _predict(model, tokenizer, ["很好"]).shape == (1, 2)
+    assert cli_main(["merge", str(out), str(tmp_path / "merged")]) == 2
+    assert "cannot be merged" in capsys.readouterr().err
+    # a second run into the same directory resumes (and finds the run complete) instead of starting over
+    assert cli_main([*argv, "--print-recipe"]) == 0
+    assert "pfeiffer" in capsys.readouterr().out
+
+
+def test_pretrained_base_new_modules_train_and_are_saved(tmp_path, tiny_tokenizer, make_config):
+    """From an MLM checkpoint the pooler and the classifier are new: they train fully under LoRA and are saved
+    with the adapter, so the adapter loaded by path predicts exactly what the merged model does."""
+    from ernie_zoo import ErnieZooForMaskedLM
+    from ernie_zoo.finetune.loop import fresh_modules
+
+    torch.manual_seed(0)
+    mlm = ErnieZooForMaskedLM(make_config(initializer_range=0.2))
+    mlm.load_char_tables(tiny_tokenizer)
+    mlm.save_pretrained(tmp_path / "mlm")
+    tiny_tokenizer.save_pretrained(tmp_path / "mlm")
+    args = _sentiment_args(tmp_path, max_steps=4, tensorboard=False)
+    args.model.model_name_or_path = str(tmp_path / "mlm")
+    args.model.config_overrides = {}
+    run_finetune(args)
+    out = Path(args.train.output_dir)
+    saved = load_file(str(out / "adapter" / "adapter_model.safetensors"))
+    assert any(".pooler." in k for k in saved) and any("classifier" in k for k in saved)
+    meta = json.loads((out / "adapter" / "ernie_zoo_finetune.json").read_text())
+    assert meta["base_model"] == str((tmp_path / "mlm").resolve())
+    merged, tokenizer = load_finetuned(out)
+    unmerged, _ = load_finetuned(out / "adapter")
+    texts = ["房间很干净", "太差了"]
+    torch.testing.assert_close(
+        _predict(merged, tokenizer, texts), _predict(unmerged, tokenizer, texts), atol=1e-5, rtol=1e-4
+    )
+
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    assert fresh_modules(
+        model,
+        ["ernie.pooler.dense.weight", "ernie.pooler.dense.bias", "classifier.weight", "classifier.bias"],
+    ) == ["classifier", "ernie.pooler"]
+    assert fresh_modules(model, ["ernie.pooler.dense.weight"]) == []  # half a module: not new
+
+
+def test_multi_label_and_text_pairs(tmp_path):
+    aspects = [
+        ("屏幕很清晰", "screen"),
+        ("电池很耐用", "battery"),
+        ("物流很快", "shipping"),
+        ("屏幕太暗", "screen"),
+        ("电池不行", "battery"),
+        ("快递太慢", "shipping"),
+    ]
+    rng = random.Random(1)
+    rows = []
+    for _ in range(48):
+        picked = rng.sample(aspects, rng.choice([1, 2]))
+        rows.append({"text": "，".join(t for t, _ in picked), "label": sorted({a for _, a in picked})})
+    train = tmp_path / "ml.jsonl"
+    train.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    args = build_args(
+        {
+            "data": {"train_file": str(train), "dev_file": str(train), "multi_label": True},
+            "model": {"vocab_size": 100, "config_overrides": SMALL},
+            "method": {"method": "full"},
+            "train": {
+                "output_dir": str(tmp_path / "ml"),
+                "max_steps": 30,
+                "eval_every": 15,
+                "batch_size": 8,
+                "learning_rate": 3e-3,
+                "tensorboard": False,
+                **QUIET,
+            },
+        }
+    )
+    result = run_finetune(args)
+    assert result["metric"] == "micro_f1" and result["dev"]["micro_f1"] > 0.5, result["dev"]
+    model, tokenizer = load_finetuned(tmp_path / "ml")
+    assert model.config.problem_type == "multi_label_classification"
+    assert set(model.config.label2id) == {"battery", "screen", "shipping"}
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text(
+        "q\tp\tlabel\n"
+        + "".join(f"{a}\t{b}\t{int(a[:2] == b[:2])}\n" for a, _ in aspects for b, _ in aspects),
+        encoding="utf-8",
+    )
+    args = build_args(
+        {
+            "data": {"train_file": str(pairs), "text_column": "q", "text_pair_column": "p"},
+            "model": {"vocab_size": 100, "config_overrides": SMALL},
+            "method": {"method": "adalora", "lora_r": 4},  # AdaLoRA: update_and_allocate runs in the loop
+            "train": {"output_dir": str(tmp_path / "pairs"), "max_steps": 3, "tensorboard": False, **QUIET},
+        }
+    )
+    result = run_finetune(args)
+    assert result["steps"] == 3 and "dev" not in result
+    assert (tmp_path / "pairs" / "config.json").is_file()
