@@ -9,6 +9,7 @@ from .models import (
     ErnieZooForTokenClassification,
     ErnieZooModel,
 )
+from .taskflow import Taskflow
 from .tokenization import ErnieZooTokenizerFast
 from .version import __version__
 
@@ -20,5 +21,6 @@ __all__ = [
     "ErnieZooForTokenClassification",
     "ErnieZooModel",
     "ErnieZooTokenizerFast",
+    "Taskflow",
     "__version__",
 ]

@@ -21,7 +21,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "consolidate": ("ernie_zoo.commands.consolidate", "turn a sharded checkpoint into a from_pretrained dir"),
     "taskflow": ("ernie_zoo.commands.taskflow", "run a Taskflow task on text, a file or stdin"),
-    "eval": ("ernie_zoo.commands.eval", "evaluate shipped models and baselines side by side"),
+    "baselines": (
+        "ernie_zoo.commands.baselines",
+        "run the reference baselines on the prepared labelled splits",
+    ),
 }
 
 

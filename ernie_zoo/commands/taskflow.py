@@ -1,0 +1,235 @@
+"""`ernie-zoo taskflow TASK ...`: run a Taskflow task on texts given as arguments, in a file, or on stdin.
+
+    ernie-zoo taskflow word_segmentation "银行行长在会上发表了重要讲话"
+    ernie-zoo taskflow sentiment_analysis --task-path runs/senta --input reviews.txt --output out.jsonl
+    cat prompts.jsonl | ernie-zoo taskflow text_generation --task-path runs/poet --option max_new_tokens=16
+    ernie-zoo taskflow ner --usage        # the task's usage example
+    ernie-zoo taskflow --list             # tasks, aliases, default models and options
+
+Input: TEXT arguments; or `--input FILE` (`-` = stdin): `.jsonl` files hold one JSON string or object with a
+"text" field per line, any other file one text per line (blank lines skipped); with neither, stdin is read
+the same way (as plain lines). Output: one JSON object per line (the task's result dict), to `--output FILE`
+(written to a temporary file and renamed when complete) or stdout. A progress bar goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """Lets TEXT arguments come after options (`taskflow ner --task-path d "text"`): argparse's subparsers call
+    parse_known_args, which would match the positionals only once, before the first option."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.__class__ = _IntermixedParser
+    parser.description = __doc__.splitlines()[0]
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "\n".join(__doc__.splitlines()[1:])
+    parser.add_argument("task", nargs="?", help="task name or alias (see --list)")
+    parser.add_argument("texts", nargs="*", help="texts to process")
+    parser.add_argument("--input", "-i", help="a .txt (one text per line) or .jsonl file; - for stdin")
+    parser.add_argument("--output", "-o", help="write results as JSON lines here (default: stdout)")
+    parser.add_argument("--model", help="shipped model name, model directory or hub id")
+    parser.add_argument("--task-path", help="local model directory (save_pretrained / ernie-finetune output)")
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-seq-len", type=int, default=512)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"])
+    parser.add_argument("--user-dict", help="jieba user dictionary file (word_segmentation, pos_tagging)")
+    parser.add_argument(
+        "--option",
+        "-O",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a task option, e.g. top_k=3 or decode_strategy=sampling (VALUE is parsed as JSON when it can be)",
+    )
+    parser.add_argument("--usage", action="store_true", help="print the task's usage example and exit")
+    parser.add_argument("--list", action="store_true", help="list the tasks and exit")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """["top_k=3", "decode_strategy=sampling"] -> {"top_k": 3, "decode_strategy": "sampling"}."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--option expects KEY=VALUE, got {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def _lines(stream: TextIO, jsonl: bool, name: str) -> Iterator[str]:
+    for number, line in enumerate(stream, 1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if not jsonl:
+            yield line
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}:{number}: not valid JSON ({exc.msg})") from exc
+        if isinstance(item, dict):
+            item = item.get("text")
+        if not isinstance(item, str):
+            raise ValueError(
+                f"{name}:{number}: expected a JSON string or an object with a string 'text' field"
+            )
+        yield item
+
+
+def _count(path: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return sum(1 for line in f if line.strip())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _blocks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
+    block: list[str] = []
+    for text in texts:
+        block.append(text)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def run(args: argparse.Namespace) -> int:
+    from ernie_zoo.taskflow import list_tasks, task_usage
+
+    if args.list:
+        for name, info in list_tasks().items():
+            aliases = f" (aliases: {', '.join(info['aliases'])})" if info["aliases"] else ""
+            model = info["default_model"] or "no model"
+            print(
+                f"{name}{aliases}\n    default model: {model}\n    options: {', '.join(info['options']) or '-'}"
+            )
+        return 0
+    if not args.task:
+        print("error: give a TASK (see --list)", file=sys.stderr)
+        return 2
+    if args.usage:
+        print(task_usage(args.task))
+        return 0
+    # Results are the only thing on stdout: libraries that print while loading (DeepSpeed's accelerator
+    # notice, imported by accelerate) are sent to stderr.
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        return _run(args, stdout)
+
+
+def _run(args: argparse.Namespace, stdout: TextIO) -> int:
+    from tqdm import tqdm
+
+    from ernie_zoo.taskflow import Taskflow
+
+    try:
+        options = parse_options(args.option)
+        flow = Taskflow(
+            args.task,
+            args.model,
+            task_path=args.task_path,
+            device=args.device,
+            batch_size=args.batch_size,
+            max_seq_len=args.max_seq_len,
+            precision=args.precision,
+            user_dict=args.user_dict,
+            **options,
+        )
+    except (ValueError, TypeError, OSError) as exc:
+        hint = " (on the command line: --task-path DIR)" if "task_path=" in str(exc) else ""
+        print(f"error: {exc}{hint}", file=sys.stderr)
+        return 2
+
+    total: int | None
+    source: TextIO | None = None
+    if args.texts and args.input:
+        print("error: give TEXT arguments or --input, not both", file=sys.stderr)
+        return 2
+    if args.texts:
+        texts: Iterator[str] = iter(args.texts)
+        total = len(args.texts)
+    elif args.input and args.input != "-":
+        if not os.path.isfile(args.input):
+            print(f"error: --input {args.input!r} is not a file", file=sys.stderr)
+            return 2
+        source = open(args.input, encoding="utf-8")
+        texts = _lines(source, args.input.endswith(".jsonl"), args.input)
+        total = _count(args.input)
+    else:
+        if args.input is None and sys.stdin.isatty():
+            print("error: give TEXT arguments, --input FILE, or pipe text to stdin", file=sys.stderr)
+            return 2
+        texts = _lines(sys.stdin, False, "<stdin>")
+        total = None
+
+    out: TextIO
+    tmp = None
+    if args.output:
+        directory = os.path.dirname(os.path.abspath(args.output))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".taskflow-", suffix=".jsonl.tmp")
+        out = os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+    else:
+        out = stdout
+    try:
+        with tqdm(total=total, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task) as bar:
+            for block in _blocks(texts, args.batch_size * BLOCK):
+                for result in flow(block):
+                    out.write(json.dumps(_jsonable(result), ensure_ascii=False) + "\n")
+                bar.update(len(block))
+        if tmp is not None:
+            out.close()
+            os.replace(tmp, args.output)
+            tmp = None
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if source is not None:
+            source.close()
+        if tmp is not None:
+            out.close()
+            os.unlink(tmp)
+    return 0

@@ -1,0 +1,406 @@
+"""Where Taskflow's models come from, how they are checked, and the per-process model cache.
+
+A task's model is resolved in this order:
+
+1. `task_path=DIR`: a local directory written by `save_pretrained` (model + tokenizer), e.g. by `ernie-finetune`;
+2. `model=NAME` where NAME is a shipped model (`ernie-zoo-mini-sentiment`, ...): the directory
+   `ernie_zoo/zoo/NAME/` inside the installed package, verified against its `manifest.json` (sha256 of every
+   file) before loading;
+3. `model=PATH` that is an existing directory: as 1;
+4. `model=HUB_ID` (`org/name`): loaded through transformers' cache. With `HF_HUB_OFFLINE=1` (or
+   `TRANSFORMERS_OFFLINE=1`) only the cache is read (`local_files_only=True`) and a model that is not cached
+   raises `ModelNotFoundError` at once; online, a model missing from the cache is downloaded with a WARNING in
+   the log (nothing is downloaded silently, nothing is ever overwritten).
+
+Loaded models and tokenizers are cached per process, keyed by (location, model class, precision, device), so
+creating a second Taskflow for the same model is free; `clear_model_cache()` empties it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+ZOO_DIR = Path(__file__).resolve().parent.parent / "zoo"
+SHIPPED_MODELS = (
+    "ernie-zoo-mini-sentiment",
+    "ernie-zoo-mini-ner",
+    "ernie-zoo-mini-poetry",
+    "ernie-zoo-mini-zh",
+)
+MANIFEST = "manifest.json"
+# Files that may sit next to a shipped model without a checksum (documentation only; never loaded).
+_UNCHECKED = {MANIFEST, "README.md"}
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+# Vocabulary files of the tokenizer formats transformers saves (fast, WordPiece, BPE, SentencePiece).
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "vocab.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model could not be found: a shipped model that is not installed, a missing directory, or a hub id
+    that is not in the local cache while offline."""
+
+
+class ManifestError(ValueError):
+    """A shipped model's files do not match its `manifest.json`."""
+
+
+# ----------------------------------------------------------------------------------------------- manifests
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _model_files(directory: Path) -> list[str]:
+    files = []
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if path.is_file() and rel not in _UNCHECKED and not any(p.startswith(".") for p in rel.split("/")):
+            files.append(rel)
+    return files
+
+
+def write_manifest(directory: str | os.PathLike) -> Path:
+    """Write `directory/manifest.json`: `{"format": 1, "files": {relative_path: sha256_hex}}` for every file
+    in the directory except hidden files, `README.md` and the manifest itself. Atomic (temp file + rename)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ModelNotFoundError(f"{directory} is not a directory")
+    manifest = {"format": 1, "files": {rel: _sha256(directory / rel) for rel in _model_files(directory)}}
+    target = directory / MANIFEST
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, target)
+    return target
+
+
+def verify_manifest(directory: str | os.PathLike) -> dict[str, str]:
+    """Check every file of a model directory against its `manifest.json`; return the manifest's file table.
+
+    The manifest is `{"files": {relative_path: sha256_hex}}` (a flat `{relative_path: sha256_hex}` is accepted
+    too). Raises `ManifestError` naming the file when the manifest is missing or unreadable, a listed file is
+    missing or its checksum differs, or a file that could be loaded is not listed.
+    """
+    directory = Path(directory)
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise ManifestError(f"{directory}: no {MANIFEST}; shipped models must carry sha256 checksums")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
+    files = data.get("files", data) if isinstance(data, dict) else None
+    if not isinstance(files, dict) or not files or not all(isinstance(v, str) for v in files.values()):
+        raise ManifestError(f"{path}: expected {{'files': {{path: sha256}}}}, got {str(data)[:120]}")
+    for rel, expected in files.items():
+        file = directory / rel
+        if not file.is_file():
+            raise ManifestError(f"{directory}: {rel} is listed in {MANIFEST} but missing")
+        actual = _sha256(file)
+        if actual != expected.lower():
+            raise ManifestError(
+                f"{directory}: checksum mismatch for {rel} (manifest {expected[:12]}..., file {actual[:12]}...); "
+                "the file was modified or corrupted: reinstall ernie-zoo"
+            )
+    unlisted = sorted(set(_model_files(directory)) - set(files))
+    if unlisted:
+        raise ManifestError(f"{directory}: files not listed in {MANIFEST}: {unlisted}")
+    return dict(files)
+
+
+# ----------------------------------------------------------------------------------------------- resolution
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: `kind` is "shipped", "local" or "hub"; `location` a directory or a hub id."""
+
+    kind: str
+    location: str
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    env = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+    return bool(constants.HF_HUB_OFFLINE) or any(v.strip().upper() in {"1", "ON", "YES", "TRUE"} for v in env)
+
+
+def resolve_model(
+    task: str, model: str | None, task_path: str | os.PathLike | None, default: str | None
+) -> ModelSource:
+    """Decide where the model of `task` comes from (see module docstring); raises `ModelNotFoundError`."""
+    if task_path is not None:
+        if model is not None:
+            raise ValueError(
+                f"pass either model= or task_path=, not both (got model={model!r}, task_path={task_path!r})"
+            )
+        path = Path(task_path).expanduser()
+        if not path.is_dir():
+            raise ModelNotFoundError(f"task_path={str(task_path)!r} is not a directory")
+        return ModelSource("local", str(path.resolve()))
+    name = model if model is not None else default
+    if name is None:
+        raise ValueError(f"task {task!r} has no default model: pass model= or task_path=")
+    if not isinstance(name, str):
+        raise TypeError(
+            f"model must be a str (a shipped name, a directory or a hub id), got {type(name).__name__}"
+        )
+    if name in SHIPPED_MODELS or name.startswith("ernie-zoo-"):
+        directory = ZOO_DIR / name
+        if not directory.is_dir():
+            known = ", ".join(SHIPPED_MODELS)
+            raise ModelNotFoundError(
+                f"the shipped model {name!r} for task {task!r} is not installed (expected at {directory}). "
+                f"Shipped models: {known}. Until it is installed, pass a local model directory written by "
+                f"save_pretrained or ernie-finetune: Taskflow({task!r}, task_path='path/to/model_dir')"
+            )
+        return ModelSource("shipped", str(directory))
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return ModelSource("local", str(path.resolve()))
+    looks_like_path = (
+        name.startswith((".", "/", "~")) or os.sep in name.replace("/", "") or name.count("/") > 1
+    )
+    if looks_like_path:
+        raise ModelNotFoundError(f"model directory {name!r} does not exist")
+    return ModelSource("hub", name)
+
+
+# ----------------------------------------------------------------------------------------------- devices
+def resolve_device(device: str | int | torch.device | None) -> torch.device:
+    """None -> cuda if available else cpu; "cpu", "cuda", "cuda:1", an int (cuda index) or a torch.device."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"device must be a str, int or torch.device, got {type(device).__name__}")
+    try:
+        dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    except RuntimeError as exc:
+        raise ValueError(f"invalid device {device!r}: {exc}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device {device!r} requested but CUDA is not available (torch.cuda.is_available() is False)"
+        )
+    if dev.type not in {"cpu", "cuda"}:
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    return dev
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """fp16/bf16 are for GPUs (bf16 is allowed on CPU but slow there); int8 dynamic quantization is CPU only."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "fp16" and device.type == "cpu":
+        raise ValueError(
+            "precision='fp16' needs a GPU: CPU kernels for float16 are missing or very slow. "
+            "On CPU use precision='fp32' or 'int8' (or 'bf16', which works but is slower than fp32 on most CPUs)"
+        )
+    if precision == "int8" and device.type != "cpu":
+        raise ValueError(
+            "precision='int8' (dynamic quantization) runs on CPU only; on a GPU use 'fp16' or 'bf16'"
+        )
+    if precision == "bf16" and device.type == "cpu":
+        logger.info("precision='bf16' on CPU: supported but usually slower than fp32")
+
+
+# ----------------------------------------------------------------------------------------------- loading
+@dataclasses.dataclass
+class LoadedModel:
+    """A model ready for inference plus its tokenizer; `lock` serialises tokenizer calls (the Rust tokenizer's
+    padding/truncation state is shared mutable state)."""
+
+    model: Any
+    tokenizer: Any
+    source: ModelSource
+    precision: str
+    device: torch.device
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+_CACHE: dict[tuple, LoadedModel] = {}
+_CACHE_LOCK = threading.Lock()
+_QUIET = threading.local()
+
+
+class _LoadReportFilter(logging.Filter):
+    """Drop transformers' LOAD REPORT while Taskflow loads a model in this thread: Taskflow checks the missing
+    keys itself (and raises), and unused head weights (an encoder taken from a masked-LM checkpoint) are expected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(_QUIET, "on", False) and "LOAD REPORT" in str(record.msg))
+
+
+logging.getLogger("transformers.modeling_utils").addFilter(_LoadReportFilter())
+
+
+def clear_model_cache() -> None:
+    """Forget every cached model and tokenizer (frees their memory once no Taskflow holds them)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _from_pretrained(cls: Any, source: ModelSource, **kwargs: Any) -> Any:
+    """`cls.from_pretrained` with the cache policy of the module docstring."""
+    if source.kind != "hub":
+        return cls.from_pretrained(source.location, local_files_only=True, **kwargs)
+    try:
+        return cls.from_pretrained(source.location, local_files_only=True, **kwargs)
+    except OSError as exc:
+        if _offline():
+            raise ModelNotFoundError(
+                f"{source.location!r} is not a shipped model, not a local directory, and not in the local "
+                "transformers cache, and HF_HUB_OFFLINE is set so it cannot be downloaded. Pass a local "
+                "directory with task_path=, or download the model on a connected machine first"
+            ) from exc
+    _check_reachable(source.location)
+    logger.warning("%s is not in the local cache: downloading it through transformers", source.location)
+    try:
+        return cls.from_pretrained(source.location, **kwargs)
+    except OSError as exc:
+        raise ModelNotFoundError(f"could not download {source.location!r}: {exc}") from exc
+
+
+def _check_reachable(repo_id: str, timeout: float = 3.0) -> None:
+    """One quick TCP connection to the hub endpoint before downloading: when the network is down, transformers'
+    retries with back-off would take most of a minute. Skipped behind a proxy (a direct connection may fail)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if any(
+        os.environ.get(v)
+        for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+    ):
+        return
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        raise ModelNotFoundError(
+            f"{repo_id!r} is not in the local transformers cache and the hub is unreachable ({exc}). Pass a local "
+            "directory with task_path=, or download the model on a connected machine first"
+        ) from exc
+
+
+def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        # torch.ao.quantization is deprecated in favour of torchao, which this stack does not ship.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", message=".*quantize", category=UserWarning)
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def load_model(
+    source: ModelSource,
+    auto_class: str,
+    precision: str = "fp32",
+    device: torch.device | None = None,
+    ignore_missing: tuple[str, ...] = (),
+) -> LoadedModel:
+    """Load (or fetch from the per-process cache) `auto_class` (a transformers Auto class name such as
+    "AutoModelForSequenceClassification") and the tokenizer from `source`, in eval mode at `precision` on `device`.
+
+    Raises ValueError when the checkpoint lacks weights the task needs (they would be random), e.g. a masked-LM
+    directory given to sentiment analysis; `ignore_missing` lists prefixes that may be missing (a pooler).
+    """
+    import transformers
+
+    import ernie_zoo.auto  # noqa: F401  (registers ErnieZoo with the Auto classes)
+
+    device = device or torch.device("cpu")
+    check_precision(precision, device)
+    key = (source.kind, source.location, auto_class, precision, str(device))
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        if source.kind == "shipped":
+            verify_manifest(source.location)
+        cls = getattr(transformers, auto_class)
+        try:
+            if source.kind != "hub" and not any(
+                (Path(source.location) / f).is_file() for f in _TOKENIZER_FILES
+            ):
+                raise OSError(f"none of {', '.join(_TOKENIZER_FILES)} found")
+            tokenizer = _from_pretrained(transformers.AutoTokenizer, source)
+            if len(tokenizer) <= len(tokenizer.all_special_ids) + 1:  # transformers may build an empty one
+                raise OSError(f"the tokenizer has only {len(tokenizer)} tokens")
+        except (OSError, ValueError) as exc:
+            if isinstance(exc, ModelNotFoundError):
+                raise
+            raise ModelNotFoundError(
+                f"{source.location} has no loadable tokenizer ({exc}); save it next to the model with "
+                "tokenizer.save_pretrained(directory)"
+            ) from exc
+        _QUIET.on = True
+        try:
+            model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)
+        finally:
+            _QUIET.on = False
+        unused = sorted(info.get("unexpected_keys", ()))
+        if unused:
+            logger.info("%s: weights not used by %s: %s", source.location, auto_class, unused[:8])
+        missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(ignore_missing))
+        if missing:
+            arch = (getattr(model.config, "architectures", None) or ["?"])[0]
+            raise ValueError(
+                f"{source.location} holds a {arch} checkpoint without the weights {missing[:4]} that "
+                f"{auto_class} needs (they would be random): is this the right model for the task?"
+            )
+        model.eval()
+        if precision == "int8":
+            model = _quantize_int8(model)
+        elif precision in ("fp16", "bf16"):
+            model = model.to(torch.float16 if precision == "fp16" else torch.bfloat16)
+        model = model.to(device)
+        loaded = LoadedModel(
+            model=model, tokenizer=tokenizer, source=source, precision=precision, device=device
+        )
+        _CACHE[key] = loaded
+        logger.info("loaded %s from %s (%s, %s)", type(model).__name__, source.location, precision, device)
+        return loaded
+
+
+__all__ = [
+    "LoadedModel",
+    "ManifestError",
+    "ModelNotFoundError",
+    "ModelSource",
+    "PRECISIONS",
+    "SHIPPED_MODELS",
+    "ZOO_DIR",
+    "check_precision",
+    "clear_model_cache",
+    "load_model",
+    "resolve_device",
+    "resolve_model",
+    "verify_manifest",
+    "write_manifest",
+]

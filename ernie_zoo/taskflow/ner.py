@@ -1,0 +1,182 @@
+"""Named entity recognition: entities with their type and character offsets into the original text.
+
+Usage (the shipped default is `Taskflow("ner")`, model ernie-zoo-mini-ner; below, the real output of a tiny
+model the test-suite trains on template sentences, passed with task_path=):
+
+>>> from ernie_zoo.taskflow import Taskflow
+>>> ner = Taskflow("ner", task_path=ner_dir)
+>>> ner("张伟在上海工作")  # doctest: +ELLIPSIS
+{'text': '张伟在上海工作', 'entities': [{'text': '张伟', 'type': 'PER', 'start': 0, 'end': 2, 'score': 0.9...}, {'text': '上海', 'type': 'LOC', 'start': 3, 'end': 5, 'score': 0.9...}]}
+>>> [(e["text"], e["start"], e["end"]) for e in ner("Ｈｉ！李娜在北京上学")["entities"]]
+[('李娜', 3, 5), ('北京', 6, 8)]
+
+`start`/`end` index the string you passed (`text[start:end] == entity["text"]`), also for Latin words, digits,
+full-width characters and emoji: offsets come from the tokenizer's offset_mapping, not from counting tokens.
+Tags are read from the model's `config.id2label` and may use BIO, BIOES or BMES (MSRA) prefixes (`B-PER`,
+`I-`/`M-` inside, `E-` end, `S-` single, `O`); decoding is lenient (an `I-X` after `O` starts an entity). A word
+split into several word pieces takes the tag of its first piece. Long texts are split by sentences and the
+entity offsets are shifted back into the original string (an entity never spans two chunks).
+
+Options: `entity_only=False` returns every span of the text, the gaps between entities with type "O".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .task import Chunk, EncoderTask, Prepared, Result, register_task
+
+PREFIXES = {"B", "I", "M", "E", "S"}
+
+
+@dataclass
+class NerOptions:
+    """Options of ner.
+
+    entity_only: True returns entities only; False returns a segmentation of the whole text in which the
+        stretches between entities appear with type "O".
+    """
+
+    entity_only: bool = True
+
+
+@dataclass
+class Entity:
+    text: str
+    type: str
+    start: int
+    end: int
+    score: float | None  # mean probability of the entity's tags; None for the "O" gaps of entity_only=False
+
+
+@dataclass
+class NerResult(Result):
+    text: str
+    entities: list[Entity] = field(default_factory=list)
+
+
+def parse_tag(tag: str) -> tuple[str, str | None]:
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', None); 'I_LOC' -> ('I', 'LOC'); 'S' -> ('S', '')."""
+    if tag in ("O", "o"):
+        return "O", None
+    for sep in ("-", "_"):
+        head, _, rest = tag.partition(sep)
+        if rest and head.upper() in PREFIXES:
+            return head.upper(), rest
+    if tag.upper() in PREFIXES:
+        return tag.upper(), ""
+    raise ValueError(f"tag {tag!r} is not O or B-/I-/M-/E-/S-<TYPE> (BIO, BIOES or BMES)")
+
+
+def decode_tags(tags: list[str]) -> list[tuple[str, int, int]]:
+    """Spans (type, first, last+1) over a sequence of BIO/BIOES/BMES tags (lenient about ill-formed runs)."""
+    spans: list[tuple[str, int, int]] = []
+    current: list[Any] | None = None  # [type, start, end]
+
+    def close() -> None:
+        nonlocal current
+        if current is not None:
+            spans.append((current[0], current[1], current[2]))
+        current = None
+
+    for i, tag in enumerate(tags):
+        prefix, kind = parse_tag(tag)
+        if prefix == "O":
+            close()
+        elif prefix == "B":
+            close()
+            current = [kind, i, i + 1]
+        elif prefix == "S":
+            close()
+            spans.append((kind, i, i + 1))
+        elif prefix in ("I", "M"):
+            if current is not None and current[0] == kind:
+                current[2] = i + 1
+            else:
+                close()
+                current = [kind, i, i + 1]
+        else:  # E
+            if current is not None and current[0] == kind:
+                current[2] = i + 1
+                close()
+            else:
+                close()
+                spans.append((kind, i, i + 1))
+    close()
+    return spans
+
+
+@register_task("ner", aliases=("named_entity_recognition",), default_model="ernie-zoo-mini-ner")
+class NamedEntityRecognition(EncoderTask):
+    auto_class = "AutoModelForTokenClassification"
+    Options = NerOptions
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        id2label = self.model.config.id2label
+        self.tags = [str(id2label[i]) for i in range(len(id2label))]
+        try:
+            parsed = [parse_tag(t) for t in self.tags]
+        except ValueError as exc:
+            raise ValueError(f"model config id2label is not a NER tag set: {exc}") from exc
+        if not any(p != "O" for p, _ in parsed):
+            raise ValueError(f"model config id2label has no entity tags: {self.tags}")
+
+    def run_batch(
+        self, batch: dict[str, torch.Tensor], chunks: list[Chunk]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        probs = torch.softmax(self.model(**batch).logits.float(), dim=-1)  # (B, T, num_tags)
+        score, label = probs.max(-1)  # (B, T)
+        lengths = batch["attention_mask"].sum(1).tolist()
+        return [(label[i, :n].cpu(), score[i, :n].cpu()) for i, n in enumerate(lengths)]
+
+    def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[NerResult]:
+        results = []
+        for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
+            entities: list[Entity] = []
+            for chunk, (labels, scores) in pairs:
+                entities.extend(self._chunk_entities(text, chunk, labels.tolist(), scores.tolist()))
+            if not self.options.entity_only:
+                entities = self._fill_gaps(text, entities)
+            results.append(NerResult(text, entities))
+        return results
+
+    def _chunk_entities(
+        self, text: str, chunk: Chunk, labels: list[int], scores: list[float]
+    ) -> list[Entity]:
+        # Words: runs of non-special tokens sharing a word id; a word takes the tag of its first piece.
+        words: list[tuple[int, int, str, float]] = []  # (start, end, tag, score) in chunk coordinates
+        last_word = None
+        for t, (start, end) in enumerate(chunk.offsets):
+            if chunk.special[t] or end <= start:
+                last_word = None
+                continue
+            word = chunk.word_ids[t]
+            if word is not None and word == last_word and words:
+                s, _, tag, sc = words[-1]
+                words[-1] = (s, end, tag, sc)
+            else:
+                words.append((start, end, self.tags[labels[t]], scores[t]))
+            last_word = word
+        entities = []
+        for kind, first, stop in decode_tags([w[2] for w in words]):
+            start, end = chunk.start + words[first][0], chunk.start + words[stop - 1][1]
+            score = sum(w[3] for w in words[first:stop]) / (stop - first)
+            entities.append(Entity(text[start:end], kind or "", start, end, score))
+        return entities
+
+    @staticmethod
+    def _fill_gaps(text: str, entities: list[Entity]) -> list[Entity]:
+        out: list[Entity] = []
+        pos = 0
+        for e in entities:
+            if e.start > pos:
+                out.append(Entity(text[pos : e.start], "O", pos, e.start, None))
+            out.append(e)
+            pos = e.end
+        if pos < len(text):
+            out.append(Entity(text[pos:], "O", pos, len(text), None))
+        return out

@@ -1,0 +1,73 @@
+"""Sentiment analysis: a label and its probability for each text.
+
+Usage (the shipped default is `Taskflow("sentiment_analysis")`, model ernie-zoo-mini-sentiment; below, the real
+output of a tiny model the test-suite trains on review sentences, passed with task_path=):
+
+>>> from ernie_zoo.taskflow import Taskflow
+>>> senta = Taskflow("sentiment_analysis", task_path=sentiment_dir)
+>>> senta("这家餐厅的服务非常好，菜也很好吃")  # doctest: +ELLIPSIS
+{'text': '这家餐厅的服务非常好，菜也很好吃', 'label': 'positive', 'score': 0.9...}
+>>> [r["label"] for r in senta(["房间太差了，非常失望", "这本书很好，值得推荐"])]
+['negative', 'positive']
+
+Labels come from the model's `config.id2label`. Texts longer than `max_seq_len` are split (sentences first) and
+the chunk probabilities are averaged weighted by chunk length in characters; `label` is the arg-max of that
+average and `score` its probability. Options: `return_all_scores`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .task import EncoderTask, Prepared, Result, register_task
+
+
+@dataclass
+class SentimentOptions:
+    """Options of sentiment_analysis.
+
+    return_all_scores: also return `scores`, the probability of every label.
+    """
+
+    return_all_scores: bool = False
+
+
+@dataclass
+class SentimentResult(Result):
+    text: str
+    label: str
+    score: float
+    scores: dict[str, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"text": self.text, "label": self.label, "score": self.score}
+        if self.scores is not None:
+            out["scores"] = dict(self.scores)
+        return out
+
+
+@register_task("sentiment_analysis", aliases=("sentiment",), default_model="ernie-zoo-mini-sentiment")
+class SentimentAnalysis(EncoderTask):
+    auto_class = "AutoModelForSequenceClassification"
+    Options = SentimentOptions
+
+    def run_batch(self, batch: dict[str, torch.Tensor], chunks: list) -> list[torch.Tensor]:
+        logits = self.model(**batch).logits.float()  # (B, num_labels)
+        return list(torch.softmax(logits, dim=-1).cpu())
+
+    def postprocess(self, prepared: Prepared, outputs: list[torch.Tensor]) -> list[SentimentResult]:
+        id2label = self.model.config.id2label
+        results = []
+        for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
+            weights = torch.tensor([float(max(c.end - c.start, 1)) for c, _ in pairs], dtype=torch.float64)
+            probs = torch.stack([p.double() for _, p in pairs])  # (chunks, labels)
+            mean = (weights[:, None] * probs).sum(0) / weights.sum()
+            best = int(mean.argmax())
+            scores = None
+            if self.options.return_all_scores:
+                scores = {str(id2label.get(i, i)): float(mean[i]) for i in range(mean.numel())}
+            results.append(SentimentResult(text, str(id2label.get(best, best)), float(mean[best]), scores))
+        return results

@@ -1,0 +1,367 @@
+"""The task base classes, the task registry and typed task options.
+
+Every task is one small class in its own file (PaddleNLP's `taskflow/task.py` shape)::
+
+    @register_task("sentiment_analysis", default_model="ernie-zoo-mini-sentiment")
+    class SentimentAnalysis(EncoderTask):
+        auto_class = "AutoModelForSequenceClassification"
+        Options = SentimentOptions             # a dataclass: typed, documented task options
+        def run_batch(self, batch, features): ...   # forward one padded batch
+        def postprocess(self, prepared, outputs): ...  # -> one result dataclass per input text
+
+`Task.run(texts)` is `postprocess(forward(preprocess(texts)))`. `EncoderTask` implements preprocess (split long
+texts, tokenize) and forward (length-sorted batches with dynamic padding under `torch.inference_mode`, results
+put back in input order) once for every encoder task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from .models import LoadedModel
+from .text import clean_surrogates, split_text
+
+PAD_MULTIPLE = 8
+logger = logging.getLogger(__name__)
+TASKS: dict[str, type[Task]] = {}
+ALIASES: dict[str, str] = {}
+
+
+def register_task(
+    name: str, *, aliases: tuple[str, ...] = (), default_model: str | None = None
+) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator: register a Task subclass under `name` (and `aliases`) with its shipped default model."""
+
+    def decorate(cls: type[Task]) -> type[Task]:
+        for key in (name, *aliases):
+            if key in TASKS or key in ALIASES:
+                raise ValueError(f"task name {key!r} is registered twice")
+        cls.name = name
+        cls.aliases = tuple(aliases)
+        cls.default_model = default_model
+        TASKS[name] = cls
+        for alias in aliases:
+            ALIASES[alias] = name
+        return cls
+
+    return decorate
+
+
+def get_task(name: str) -> type[Task]:
+    """The Task class registered as `name` or an alias; ValueError listing the tasks otherwise."""
+    if not isinstance(name, str):
+        raise TypeError(f"task must be a str, got {type(name).__name__}")
+    key = ALIASES.get(name, name)
+    if key not in TASKS:
+        names = sorted(TASKS) + sorted(f"{a} (= {t})" for a, t in ALIASES.items())
+        raise ValueError(f"unknown task {name!r}; available tasks: {', '.join(names)}")
+    return TASKS[key]
+
+
+def list_tasks() -> dict[str, dict[str, Any]]:
+    """{task name: {"aliases", "default_model", "options"}} for every registered task."""
+    return {
+        name: {
+            "aliases": list(cls.aliases),
+            "default_model": cls.default_model,
+            "options": [f.name for f in dataclasses.fields(cls.Options)],
+        }
+        for name, cls in sorted(TASKS.items())
+    }
+
+
+# ----------------------------------------------------------------------------------------------- options
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is not None:
+        return isinstance(value, origin)
+    return isinstance(value, hint)
+
+
+def build_options(options_cls: type, task: str, given: dict[str, Any]) -> Any:
+    """Instantiate a task's options dataclass, rejecting unknown names and values of the wrong type."""
+    fields = {f.name for f in dataclasses.fields(options_cls)}
+    unknown = sorted(set(given) - fields)
+    if unknown:
+        valid = ", ".join(sorted(fields)) or "none"
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for task {task!r}; its options: {valid}"
+        )
+    hints = typing.get_type_hints(options_cls, globalns=vars(sys.modules[options_cls.__module__]))
+    for name, value in given.items():
+        if not _matches(value, hints[name]):
+            raise TypeError(
+                f"option {name!r} of task {task!r} must be {_describe(hints[name])}, got {value!r}"
+            )
+    options = options_cls(**given)
+    check = getattr(options, "validate", None)
+    if check is not None:
+        check()
+    return options
+
+
+def _describe(hint: Any) -> str:
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def require(condition: bool, message: str) -> None:
+    """Raise ValueError(message) unless condition (for option `validate` methods)."""
+    if not condition:
+        raise ValueError(message)
+
+
+@dataclass
+class NoOptions:
+    """This task takes no options."""
+
+
+@dataclass
+class Settings:
+    """Options every task shares (the keyword arguments of `Taskflow` before `**task_options`)."""
+
+    device: torch.device
+    batch_size: int = 32
+    max_seq_len: int = 512
+    precision: str = "fp32"
+    user_dict: Any = None
+
+
+class Result:
+    """Base of result dataclasses: `to_dict()` gives the plain dict a Taskflow call returns."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+# ----------------------------------------------------------------------------------------------- tasks
+class Task:
+    """A task: `run(texts) = postprocess(forward(preprocess(texts)))`, one result dataclass per text."""
+
+    name: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    default_model: ClassVar[str | None] = None
+    auto_class: ClassVar[str | None] = None  # transformers Auto class of the model; None: no model
+    ignore_missing: ClassVar[
+        tuple[str, ...]
+    ] = ()  # weight-name prefixes that may be absent from a checkpoint
+    uses_user_dict: ClassVar[bool] = False
+    Options: ClassVar[type] = NoOptions
+
+    def __init__(self, settings: Settings, options: Any, loaded: LoadedModel | None = None):
+        self.settings = settings
+        self.options = options
+        self.loaded = loaded
+
+    def run(self, texts: list[str]) -> list[Any]:
+        prepared = self.preprocess(texts)
+        outputs = self.forward(prepared)
+        return self.postprocess(prepared, outputs)
+
+    def preprocess(self, texts: list[str]) -> Any:
+        raise NotImplementedError
+
+    def forward(self, prepared: Any) -> Any:
+        raise NotImplementedError
+
+    def postprocess(self, prepared: Any, outputs: Any) -> list[Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def usage(cls) -> str:
+        """The usage example at the top of the task's file (real Chinese input, real output)."""
+        doc = sys.modules[cls.__module__].__doc__ or ""
+        return doc.strip()
+
+
+@dataclass
+class Chunk:
+    """A piece of input text `index`: characters [start, end) of it, with its encoding."""
+
+    index: int
+    start: int
+    end: int
+    features: dict[str, list[int]] = field(default_factory=dict)
+    offsets: list[tuple[int, int]] = field(default_factory=list)  # into the chunk's text
+    special: list[int] = field(default_factory=list)  # 1 for [CLS]/[SEP]-like tokens
+    word_ids: list[int | None] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    texts: list[str]
+    chunks: list[Chunk]
+
+
+class EncoderTask(Task):
+    """Shared preprocess/forward for tasks that run an encoder over (chunks of) each text."""
+
+    # Keys of the tokenizer output passed to the model (when the tokenizer returns them).
+    model_keys: ClassVar[tuple[str, ...]] = ("input_ids", "token_type_ids", "pinyin_ids")
+
+    def __init__(self, settings: Settings, options: Any, loaded: LoadedModel | None = None):
+        super().__init__(settings, options, loaded)
+        assert loaded is not None
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        limits = [settings.max_seq_len]
+        max_pos = getattr(self.model.config, "max_position_embeddings", None)
+        if isinstance(max_pos, int) and max_pos > 0:
+            limits.append(max_pos)
+        if 0 < getattr(self.tokenizer, "model_max_length", 0) < 1_000_000:
+            limits.append(self.tokenizer.model_max_length)
+        self.max_len = min(limits)
+        self.n_special = self.tokenizer.num_special_tokens_to_add(pair=False)
+        if self.max_len - self.n_special < 4:
+            raise ValueError(f"max_seq_len={self.max_len} leaves no room for text")
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        from ernie_zoo.models import ErnieZooPreTrainedModel
+
+        self.keys = (
+            self.model_keys if isinstance(self.model, ErnieZooPreTrainedModel) else self.model_keys[:2]
+        )
+
+    # -- preprocess
+    def protected_spans(self, text: str) -> list[tuple[int, int]]:
+        """Spans the splitter must not cut through (fill-mask protects its [MASK] literals)."""
+        return []
+
+    def encode(self, texts: list[str]) -> list[dict[str, Any]]:
+        """Tokenize chunk texts (special-token strings in user text stay plain text) -> per-text dicts with
+        the model inputs plus "offsets", "special" and "word_ids"."""
+        with self.loaded.lock:
+            enc = self.tokenizer(
+                texts,
+                add_special_tokens=True,
+                truncation=False,
+                return_offsets_mapping=True,
+                return_special_tokens_mask=True,
+                return_attention_mask=False,
+                split_special_tokens=True,
+                verbose=False,
+            )
+        out = []
+        for i in range(len(texts)):
+            item = {k: enc[k][i] for k in self.keys if k in enc}
+            item["offsets"] = [tuple(o) for o in enc["offset_mapping"][i]]
+            item["special"] = enc["special_tokens_mask"][i]
+            item["word_ids"] = enc.word_ids(i)
+            out.append(item)
+        return out
+
+    def preprocess(self, texts: list[str]) -> Prepared:
+        clean = [clean_surrogates(t) for t in texts]
+        chunks: list[Chunk] = []
+        budget = self.max_len - self.n_special
+        pending = []
+        for index, text in enumerate(clean):
+            for start, end in split_text(text, budget, self.protected_spans(text)):
+                pending.append(Chunk(index, start, end))
+        while pending:
+            encoded = self.encode([clean[c.index][c.start : c.end] for c in pending])
+            retry = []
+            for chunk, item in zip(pending, encoded):
+                if len(item["input_ids"]) > self.max_len:
+                    # NFKC can expand one character into several tokens (㍻ -> 平成): cut this chunk finer.
+                    text = clean[chunk.index][chunk.start : chunk.end]
+                    protected = self.protected_spans(text)
+                    half = max(1, len(text) // 2, *(b - a for a, b in protected))
+                    if half < len(text):
+                        for s, e in split_text(text, half, protected):
+                            retry.append(Chunk(chunk.index, chunk.start + s, chunk.start + e))
+                        continue
+                if len(item["input_ids"]) > self.max_len:  # one character alone expands beyond max_seq_len
+                    logger.warning("a character expands to %d tokens; truncated", len(item["input_ids"]))
+                chunk.offsets = item.pop("offsets")[: self.max_len]
+                chunk.special = item.pop("special")[: self.max_len]
+                chunk.word_ids = item.pop("word_ids")[: self.max_len]
+                chunk.features = {k: v[: self.max_len] for k, v in item.items()}
+                chunks.append(chunk)
+            pending = retry
+        chunks.sort(key=lambda c: (c.index, c.start))
+        return Prepared(texts=texts, chunks=chunks)
+
+    # -- forward
+    def forward(self, prepared: Prepared) -> list[Any]:
+        """Run every chunk through `run_batch`, longest first in batches of `batch_size`, each padded only to
+        its own longest row; returns the per-chunk outputs in chunk order."""
+        chunks = prepared.chunks
+        order = sorted(range(len(chunks)), key=lambda i: len(chunks[i].features["input_ids"]), reverse=True)
+        outputs: list[Any] = [None] * len(chunks)
+        size = self.settings.batch_size
+        for b in range(0, len(order), size):
+            ids = order[b : b + size]
+            batch = self.pad([chunks[i].features for i in ids])
+            with torch.inference_mode():
+                rows = self.run_batch(batch, [chunks[i] for i in ids])
+            for i, row in zip(ids, rows):
+                outputs[i] = row
+        return outputs
+
+    def pad(self, features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+        """Right-pad a batch to its longest row, rounded up to a multiple of 8: (B, T) tensors on the model's
+        device plus attention_mask. The rounding costs a few padded positions but bounds the number of distinct
+        shapes, and with it the CPU kernel (oneDNN primitive) cache, which is keyed by shape."""
+        longest = max(len(f["input_ids"]) for f in features)
+        width = max(longest, min(-(-longest // PAD_MULTIPLE) * PAD_MULTIPLE, self.max_len))
+        batch: dict[str, torch.Tensor] = {}
+        for key in features[0]:
+            fill = self.pad_id if key == "input_ids" else 0
+            batch[key] = torch.tensor(
+                [f[key] + [fill] * (width - len(f[key])) for f in features], dtype=torch.long
+            )
+        lengths = torch.tensor([len(f["input_ids"]) for f in features])
+        batch["attention_mask"] = (torch.arange(width)[None, :] < lengths[:, None]).long()
+        return {k: v.to(self.loaded.device) for k, v in batch.items()}
+
+    def run_batch(self, batch: dict[str, torch.Tensor], chunks: list[Chunk]) -> list[Any]:
+        """Forward one padded batch; return one output per row (CPU, unpadded)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def group(prepared: Prepared, outputs: list[Any]) -> list[list[tuple[Chunk, Any]]]:
+        """Per input text, its (chunk, output) pairs in text order."""
+        grouped: list[list[tuple[Chunk, Any]]] = [[] for _ in prepared.texts]
+        for chunk, out in zip(prepared.chunks, outputs):
+            grouped[chunk.index].append((chunk, out))
+        return grouped
+
+
+__all__ = [
+    "ALIASES",
+    "Chunk",
+    "EncoderTask",
+    "NoOptions",
+    "Prepared",
+    "Result",
+    "Settings",
+    "TASKS",
+    "Task",
+    "build_options",
+    "get_task",
+    "list_tasks",
+    "register_task",
+    "require",
+]

@@ -1,0 +1,118 @@
+"""`Taskflow`: one line from a task name to results.
+
+>>> from ernie_zoo.taskflow import Taskflow
+>>> Taskflow("word_segmentation")("我们周末去长城玩")
+{'text': '我们周末去长城玩', 'words': ['我们', '周末', '去', '长城', '玩']}
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from .models import PRECISIONS, load_model, resolve_device, resolve_model
+from .task import Settings, Task, build_options, get_task
+from .text import normalize_inputs
+
+
+class Taskflow:
+    """Run a Chinese NLP task on a text or a list of texts.
+
+    Args:
+        task: a task name or alias: sentiment_analysis, ner (named_entity_recognition), text_generation,
+            word_segmentation, pos_tagging, fill_mask, feature_extraction (see `ernie_zoo.taskflow.list_tasks()`).
+        model: a shipped model name (ernie-zoo-mini-...), a local directory or a hub id; defaults to the task's
+            shipped model.
+        task_path: a local model directory (from save_pretrained / ernie-finetune); exclusive with `model`.
+        device: "cpu", "cuda", "cuda:N", an int (cuda index) or None (cuda when available).
+        batch_size: texts (or text chunks) per forward pass.
+        max_seq_len: longest token sequence fed to the model (capped at the model's max_position_embeddings);
+            longer texts are split into chunks and the chunk results joined (each task documents how).
+        precision: "fp32"; "fp16"/"bf16" on GPU ("bf16" is accepted on CPU but slow there); "int8" dynamic
+            quantization of the Linear layers, CPU only.
+        user_dict: a jieba user dictionary (path or list of "word [freq] [tag]" lines) for word_segmentation
+            and pos_tagging.
+        **task_options: the task's own options (e.g. `top_k=3` for fill_mask); unknown names raise ValueError.
+
+    Calling it with a `str` returns one result dict; with a `list[str]`, a list of dicts in the same order.
+    Instances are thread-safe; models are loaded once per process and shared between instances.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        model: str | None = None,
+        *,
+        task_path: str | os.PathLike | None = None,
+        device: str | int | torch.device | None = None,
+        batch_size: int = 32,
+        max_seq_len: int = 512,
+        precision: str = "fp32",
+        user_dict: str | os.PathLike | list[str] | None = None,
+        **task_options: Any,
+    ):
+        cls = get_task(task)
+        for name, value in (("batch_size", batch_size), ("max_seq_len", max_seq_len)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_seq_len < 8:
+            raise ValueError(f"max_seq_len must be >= 8, got {max_seq_len}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if user_dict is not None and not cls.uses_user_dict:
+            raise ValueError(f"user_dict is only used by word_segmentation and pos_tagging, not {cls.name!r}")
+        options = build_options(cls.Options, cls.name, task_options)
+        settings = Settings(
+            # model-free tasks run on the CPU whatever device says
+            device=resolve_device(device) if cls.auto_class is not None else torch.device("cpu"),
+            batch_size=batch_size,
+            max_seq_len=max_seq_len,
+            precision=precision,
+            user_dict=user_dict,
+        )
+        loaded = None
+        if cls.auto_class is not None:
+            source = resolve_model(cls.name, model, task_path, cls.default_model)
+            loaded = load_model(source, cls.auto_class, precision, settings.device, cls.ignore_missing)
+        elif model is not None or task_path is not None:
+            raise ValueError(f"task {cls.name!r} uses no model: drop model= / task_path=")
+        self.task: str = cls.name
+        self.options = options
+        self.settings = settings
+        self._task: Task = cls(settings, options, loaded)
+
+    def __call__(self, inputs: str | list[str]) -> dict[str, Any] | list[dict[str, Any]]:
+        """`str` -> one result dict; `list[str]` -> a list of result dicts in input order."""
+        texts, single = normalize_inputs(inputs)
+        results = [r.to_dict() for r in self._task.run(texts)] if texts else []
+        return results[0] if single else results
+
+    @property
+    def model_path(self) -> str | None:
+        """The directory or hub id the model was loaded from (None for model-free tasks)."""
+        loaded = self._task.loaded
+        return loaded.source.location if loaded is not None else None
+
+    def usage(self) -> str:
+        """The task's usage example (real Chinese input, real output)."""
+        return self._task.usage()
+
+    def help(self) -> None:
+        """Print the task's usage example."""
+        print(self.usage())
+
+    def __repr__(self) -> str:
+        where = f", model={self.model_path!r}" if self.model_path else ""
+        return f"Taskflow({self.task!r}{where}, device='{self.settings.device}', precision={self.settings.precision!r})"
+
+
+def task_usage(task: str) -> str:
+    """The usage example of a task, without loading its model."""
+    return get_task(task).usage()
+
+
+__all__ = ["Taskflow", "task_usage"]

@@ -1,0 +1,229 @@
+"""Text generation: continue each prompt with a causal language model (greedy, sampling or beam search).
+
+Usage (the shipped default is `Taskflow("text_generation")`, model ernie-zoo-mini-poetry; below, the real output
+of a tiny ErnieZooForCausalLM the test-suite trains on two Tang poems, passed with task_path=):
+
+>>> from ernie_zoo.taskflow import Taskflow
+>>> poet = Taskflow("text_generation", task_path=poetry_dir, max_new_tokens=9)
+>>> poet("床前明月光，")
+{'text': '床前明月光，', 'generated': ['疑是地上霜。举头望']}
+>>> sampler = Taskflow("text_generation", task_path=poetry_dir, decode_strategy="sampling", seed=7, num_return_sequences=2)
+>>> len(sampler("春眠不觉晓，")["generated"])
+2
+
+Works with any local causal-LM directory transformers can load (ErnieZooForCausalLM, GPT-2, ...). With a
+BERT-style tokenizer the prompt is `[CLS] text` (no `[SEP]`), generation stops at `[SEP]` and the continuation is
+joined without spaces between Chinese characters (ErnieZoo/BERT vocabularies are NFKC-normalised and lower-cased,
+so full-width punctuation such as "，" comes back as "," and Latin letters lower-case). A prompt longer than `max_seq_len - max_new_tokens` tokens keeps its last tokens (logged).
+
+Determinism: greedy and beam search are deterministic; prompts of equal token length are batched together, so
+no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
+prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
+
+Options: `max_new_tokens`, `decode_strategy`, `num_beams`, `temperature`, `top_k`, `top_p`,
+`repetition_penalty`, `num_return_sequences`, `seed`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from .task import Result, Task, register_task, require
+from .text import clean_surrogates, join_wordpieces
+
+logger = logging.getLogger(__name__)
+_RNG_LOCK = threading.Lock()  # sampling uses torch's global RNG
+
+
+@dataclass
+class GenerationOptions:
+    """Options of text_generation.
+
+    max_new_tokens: tokens to generate after the prompt.
+    decode_strategy: "greedy", "sampling" or "beam_search".
+    num_beams: beams for beam_search.
+    temperature: softmax temperature for sampling (> 0).
+    top_k: sample among the k most likely tokens (0 = no limit).
+    top_p: nucleus sampling: the smallest set of tokens whose probability reaches top_p (1.0 = no limit).
+    repetition_penalty: > 1 discourages repeating tokens (1.0 = off).
+    num_return_sequences: continuations per prompt (sampling or beam_search; at most num_beams for beams).
+    seed: makes sampling reproducible per prompt.
+    """
+
+    max_new_tokens: int = 32
+    decode_strategy: Literal["greedy", "sampling", "beam_search"] = "greedy"
+    num_beams: int = 4
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    num_return_sequences: int = 1
+    seed: int | None = None
+
+    def validate(self) -> None:
+        require(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        require(self.num_beams >= 1, f"num_beams must be >= 1, got {self.num_beams}")
+        require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+        require(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        require(self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        require(
+            self.num_return_sequences >= 1,
+            f"num_return_sequences must be >= 1, got {self.num_return_sequences}",
+        )
+        require(
+            self.decode_strategy != "greedy" or self.num_return_sequences == 1,
+            "greedy decoding gives one continuation: use decode_strategy='sampling' or 'beam_search' "
+            "for num_return_sequences > 1",
+        )
+        require(
+            self.decode_strategy != "beam_search" or self.num_return_sequences <= self.num_beams,
+            f"num_return_sequences ({self.num_return_sequences}) must be <= num_beams ({self.num_beams})",
+        )
+
+
+@dataclass
+class Prompts:
+    texts: list[str]
+    ids: list[list[int]]  # token ids of each prompt
+
+
+@dataclass
+class GenerationResult(Result):
+    text: str
+    generated: list[str] = field(default_factory=list)
+
+
+@register_task("text_generation", aliases=("generation",), default_model="ernie-zoo-mini-poetry")
+class TextGeneration(Task):
+    auto_class = "AutoModelForCausalLM"
+    Options = GenerationOptions
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        assert self.loaded is not None
+        self.model, self.tokenizer = self.loaded.model, self.loaded.tokenizer
+        tok, config = self.tokenizer, self.model.config
+        limit = self.settings.max_seq_len
+        max_pos = getattr(config, "max_position_embeddings", None)
+        if isinstance(max_pos, int) and max_pos > 0:
+            limit = min(limit, max_pos)
+        self.prompt_budget = limit - self.options.max_new_tokens
+        if self.prompt_budget < 1:
+            raise ValueError(
+                f"max_new_tokens={self.options.max_new_tokens} leaves no room for the prompt within "
+                f"{limit} positions (max_seq_len / the model's max_position_embeddings)"
+            )
+        decoder = getattr(getattr(tok, "backend_tokenizer", None), "decoder", None)
+        self.wordpiece = type(decoder).__name__ == "WordPiece" or "WordPiece" in repr(decoder)
+        gen = getattr(self.model, "generation_config", None)
+        eos = tok.sep_token_id if self.wordpiece and tok.sep_token_id is not None else tok.eos_token_id
+        if eos is None and gen is not None:
+            eos = gen.eos_token_id
+        self.eos_id = eos
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        self.pad_id = pad if pad is not None else 0
+        self.special_ids = set(tok.all_special_ids)
+
+    # -- preprocess: token ids per prompt (no trailing [SEP]; left-truncated to the budget)
+    def preprocess(self, texts: list[str]) -> Prompts:
+        tok = self.tokenizer
+        with self.loaded.lock:
+            enc = tok(
+                [clean_surrogates(t) for t in texts],
+                add_special_tokens=True,
+                return_special_tokens_mask=True,
+                return_attention_mask=False,
+                split_special_tokens=True,
+                verbose=False,
+            )
+        prompts = []
+        for i in range(len(texts)):
+            ids, special = list(enc["input_ids"][i]), list(enc["special_tokens_mask"][i])
+            while self.wordpiece and len(ids) > 1 and special[-1] and ids[-1] == tok.sep_token_id:
+                ids.pop()  # BERT-style prompt: [CLS] text, without the closing [SEP]
+                special.pop()
+            if not ids:
+                if tok.bos_token_id is None:
+                    raise ValueError(f"text_generation input {i} is empty and the tokenizer has no BOS token")
+                ids = [tok.bos_token_id]
+            if len(ids) > self.prompt_budget:
+                head = 1 if special and special[0] else 0
+                logger.warning(
+                    "prompt %d has %d tokens; keeping its last %d (max_seq_len - max_new_tokens)",
+                    i,
+                    len(ids),
+                    self.prompt_budget,
+                )
+                ids = ids[:head] + ids[len(ids) - (self.prompt_budget - head) :]
+            prompts.append(ids)
+        return Prompts(texts, prompts)
+
+    # -- forward: batches of equal-length prompts (no padding), or one seeded prompt at a time
+    def forward(self, prepared: Prompts) -> list[list[list[int]]]:
+        opts, prompts = self.options, prepared.ids
+        outputs: list[Any] = [None] * len(prompts)
+        if opts.decode_strategy == "sampling" and opts.seed is not None:
+            groups = [[i] for i in range(len(prompts))]
+        else:
+            by_length: dict[int, list[int]] = {}
+            for i, ids in enumerate(prompts):
+                by_length.setdefault(len(ids), []).append(i)
+            size = self.settings.batch_size
+            groups = [g[k : k + size] for _, g in sorted(by_length.items()) for k in range(0, len(g), size)]
+        for group in groups:
+            input_ids = torch.tensor([prompts[i] for i in group], dtype=torch.long, device=self.loaded.device)
+            sequences = self._generate(input_ids)
+            n = opts.num_return_sequences
+            for j, i in enumerate(group):
+                rows = sequences[j * n : (j + 1) * n, input_ids.shape[1] :]
+                outputs[i] = [self._trim(row.tolist()) for row in rows]
+        return outputs
+
+    def _generate(self, input_ids: torch.Tensor) -> torch.Tensor:
+        opts = self.options
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=opts.max_new_tokens,
+            num_return_sequences=opts.num_return_sequences,
+            pad_token_id=self.pad_id,
+            eos_token_id=self.eos_id,
+            repetition_penalty=opts.repetition_penalty,
+            do_sample=opts.decode_strategy == "sampling",
+            num_beams=opts.num_beams if opts.decode_strategy == "beam_search" else 1,
+        )
+        if opts.decode_strategy == "sampling":
+            kwargs.update(temperature=opts.temperature, top_k=opts.top_k, top_p=opts.top_p)
+        mask = torch.ones_like(input_ids)
+        if opts.decode_strategy != "sampling":
+            with torch.inference_mode():
+                return self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+        with _RNG_LOCK, torch.inference_mode():
+            if opts.seed is None:  # the global RNG moves on: each call samples afresh
+                return self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+            # Seeded: a private RNG state, the caller's global state is restored afterwards.
+            devices = [self.loaded.device.index or 0] if self.loaded.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):
+                torch.manual_seed(opts.seed)
+                return self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+
+    def _trim(self, ids: list[int]) -> list[int]:
+        if self.eos_id is not None and self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        return ids
+
+    def postprocess(self, prepared: Prompts, outputs: list[list[list[int]]]) -> list[GenerationResult]:
+        return [
+            GenerationResult(t, [self.decode(ids) for ids in seqs])
+            for t, seqs in zip(prepared.texts, outputs)
+        ]
+
+    def decode(self, ids: list[int]) -> str:
+        ids = [i for i in ids if i not in self.special_ids]
+        if self.wordpiece:
+            return join_wordpieces(self.tokenizer.convert_ids_to_tokens(ids))
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)

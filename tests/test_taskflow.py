@@ -1,0 +1,461 @@
+"""Taskflow tasks: each task answers correctly (fixture models trained for seconds on real Chinese templates) and
+matches a direct computation with the model; long-text splitting and joining; options; usage examples (doctest).
+
+Fixture models and the socket block come from test_taskflow_models.
+"""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import numpy as np
+import pytest
+import torch
+from test_taskflow_models import FixtureModels, fixture_models, no_network  # noqa: F401  (autouse fixture)
+
+from ernie_zoo.taskflow import Taskflow, list_tasks, split_text, task_usage
+from ernie_zoo.taskflow.ner import decode_tags, parse_tag
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> FixtureModels:
+    return fixture_models(tmp_path_factory)
+
+
+# ------------------------------------------------------------------------------------------------ splitter
+
+
+def test_split_text_prefers_sentences_then_clauses_then_length():
+    text = "第一句话。第二句话很长很长，有逗号，还有更多内容！短句。" + "字" * 25
+    spans = split_text(text, 12)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(spans[k][1] == spans[k + 1][0] for k in range(len(spans) - 1))
+    assert [text[a:b] for a, b in spans] == [
+        "第一句话。",  # sentences first
+        "第二句话很长很长，",  # an over-long sentence is cut after its clauses ...
+        "有逗号，还有更多内容！",  # ... which are packed back up to the limit
+        "短句。",
+        "字" * 12,  # then plain length
+        "字" * 12,
+        "字",
+    ]
+    assert split_text("短", 10) == [(0, 1)] and split_text("", 10) == [(0, 0)]
+    assert split_text("一。二。三。四。", 4) == [(0, 4), (4, 8)]
+
+
+def test_split_text_never_cuts_protected_spans_and_keeps_closing_quotes():
+    text = "他说：“好。”然后" + "很长" * 10 + "[MASK]" + "很长" * 10
+    mask = text.index("[MASK]")
+    spans = split_text(text, 10, protected=[(mask, mask + 6)])
+    assert all(not (mask < a < mask + 6) and not (mask < b < mask + 6) for a, b in spans)
+    assert all(b - a <= 10 for a, b in spans) and "".join(text[a:b] for a, b in spans) == text
+    assert any(text[a:b].endswith("”") for a, b in spans)  # closing quote stays with its sentence
+    with pytest.raises(ValueError, match="longer than the chunk size"):
+        split_text("x" * 30, 5, protected=[(0, 6)])
+
+
+# ------------------------------------------------------------------------------------------------ options
+
+
+def test_unknown_and_mistyped_options_are_rejected(models):
+    with pytest.raises(
+        ValueError, match=r"unknown option\(s\) 'temprature', 'topk' for task 'fill_mask'.*top_k"
+    ):
+        Taskflow("fill_mask", task_path=models.mlm, topk=3, temprature=1.0)
+    with pytest.raises(TypeError, match="option 'top_k' of task 'fill_mask' must be int"):
+        Taskflow("fill_mask", task_path=models.mlm, top_k="3")
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        Taskflow("fill_mask", task_path=models.mlm, top_k=0)
+    with pytest.raises(TypeError, match="must be one of 'mean', 'cls'"):
+        Taskflow("feature_extraction", task_path=models.encoder, pooling="max")
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        Taskflow("word_segmentation", batch_size=0)
+    with pytest.raises(TypeError, match="max_seq_len must be an int"):
+        Taskflow("word_segmentation", max_seq_len="512")
+    with pytest.raises(ValueError, match="user_dict is only used by"):
+        Taskflow("ner", task_path=models.ner, user_dict=["张伟"])
+    with pytest.raises(ValueError, match="uses no model"):
+        Taskflow("word_segmentation", task_path=models.ner)
+    with pytest.raises(ValueError, match="unknown task 'sentiment_analysys'.*sentiment_analysis"):
+        Taskflow("sentiment_analysys")
+
+
+def test_list_tasks_and_aliases():
+    tasks = list_tasks()
+    assert set(tasks) == {
+        "sentiment_analysis",
+        "ner",
+        "text_generation",
+        "word_segmentation",
+        "pos_tagging",
+        "fill_mask",
+        "feature_extraction",
+    }
+    assert "named_entity_recognition" in tasks["ner"]["aliases"]
+    assert tasks["text_generation"]["default_model"] == "ernie-zoo-mini-poetry"
+    assert "seed" in tasks["text_generation"]["options"]
+
+
+# ------------------------------------------------------------------------------------------------ sentiment
+
+
+def test_sentiment_answers_and_scores(models):
+    senta = Taskflow("sentiment_analysis", task_path=models.sentiment, return_all_scores=True)
+    out = senta(["这家餐厅的服务非常好，菜也很好吃", "房间太差了，非常失望"])
+    assert [r["label"] for r in out] == ["positive", "negative"]
+    for r in out:
+        assert set(r) == {"text", "label", "score", "scores"}
+        assert abs(sum(r["scores"].values()) - 1) < 1e-5 and r["score"] == max(r["scores"].values())
+    one = Taskflow("sentiment_analysis", task_path=models.sentiment)("这本书很好")
+    assert set(one) == {"text", "label", "score"} and isinstance(one["score"], float)
+
+
+def test_sentiment_long_text_is_the_length_weighted_mean_of_its_chunks(models):
+    senta = Taskflow("sentiment_analysis", task_path=models.sentiment, max_seq_len=24, return_all_scores=True)
+    text = "这家酒店非常好。" * 3 + "快递太慢了，非常失望。" * 5 + "服务很棒"
+    spans = split_text(text, 24 - 2)
+    assert len(spans) > 1
+    parts = senta([text[a:b] for a, b in spans])
+    weights = np.array([b - a for a, b in spans], dtype=float)
+    expected = {
+        label: float(np.dot(weights, [p["scores"][label] for p in parts]) / weights.sum())
+        for label in ("negative", "positive")
+    }
+    got = senta(text)
+    assert got["scores"] == pytest.approx(expected, abs=1e-6)
+    assert got["label"] == max(expected, key=expected.get)
+
+
+# ------------------------------------------------------------------------------------------------ NER
+
+
+@pytest.mark.parametrize(
+    "tags, spans",
+    [
+        (["B-PER", "I-PER", "O", "B-LOC", "I-LOC"], [("PER", 0, 2), ("LOC", 3, 5)]),  # BIO
+        (
+            ["B-PER", "E-PER", "O", "S-LOC", "B-ORG", "I-ORG", "E-ORG"],
+            [("PER", 0, 2), ("LOC", 3, 4), ("ORG", 4, 7)],
+        ),
+        (["B-PER", "M-PER", "E-PER", "S-PER", "O"], [("PER", 0, 3), ("PER", 3, 4)]),  # BMES (MSRA)
+        (["I-LOC", "I-LOC", "O", "I-PER"], [("LOC", 0, 2), ("PER", 3, 4)]),  # lenient: I without B
+        (["B-PER", "I-LOC", "E-LOC"], [("PER", 0, 1), ("LOC", 1, 3)]),  # type change ends an entity
+        (["B-PER", "B-PER", "O", "E-LOC"], [("PER", 0, 1), ("PER", 1, 2), ("LOC", 3, 4)]),
+        (["O", "O"], []),
+    ],
+)
+def test_decode_tags_bio_bioes_bmes(tags, spans):
+    assert decode_tags(tags) == spans
+
+
+def test_parse_tag_rejects_non_ner_labels():
+    assert parse_tag("B_LOC") == ("B", "LOC") and parse_tag("O") == ("O", None)
+    with pytest.raises(ValueError, match="positive"):
+        parse_tag("positive")
+
+
+def test_ner_finds_entities_with_offsets_into_the_original_text(models):
+    ner = Taskflow("named_entity_recognition", task_path=models.ner)
+    texts = [
+        "张伟在上海工作",
+        "Ｈｉ！李娜在北京上学",
+        "2024年，陈静和张三在ＡＢＣ公司读书",
+        "😀赵敏去杭州旅游",
+        "Apple在重庆开会",
+    ]
+    expected = [
+        [("张伟", "PER"), ("上海", "LOC")],
+        [("李娜", "PER"), ("北京", "LOC")],
+        [("陈静", "PER"), ("张三", "PER"), ("ＡＢＣ公司", "ORG")],
+        [("赵敏", "PER"), ("杭州", "LOC")],
+        [("Apple", "ORG"), ("重庆", "LOC")],
+    ]
+    for text, result, want in zip(texts, ner(texts), expected):
+        assert [(e["text"], e["type"]) for e in result["entities"]] == want
+        for e in result["entities"]:
+            assert text[e["start"] : e["end"]] == e["text"] and 0 < e["score"] <= 1
+
+
+def test_ner_long_text_offsets_map_back(models):
+    ner = Taskflow("ner", task_path=models.ner, max_seq_len=32)
+    sentence = "据报道，张伟在上海工作。"
+    text = sentence * 20
+    spans = split_text(text, 30)
+    assert len(spans) > 5
+    whole = ner(text)["entities"]
+    expected = []
+    for (a, _), part in zip(spans, ner([text[a:b] for a, b in spans])):
+        expected += [dict(e, start=e["start"] + a, end=e["end"] + a) for e in part["entities"]]
+    assert whole == expected
+    assert all(text[e["start"] : e["end"]] == e["text"] for e in whole)
+    assert sum(e["text"] == "张伟" and e["type"] == "PER" for e in whole) == 20
+
+
+def test_ner_entity_only_false_covers_the_text(models):
+    ner = Taskflow("ner", task_path=models.ner, entity_only=False)
+    text = "王芳说南京很好"
+    spans = ner(text)["entities"]
+    assert "".join(s["text"] for s in spans) == text
+    assert [s["type"] for s in spans] == ["PER", "O", "LOC", "O"]
+    assert spans[1]["score"] is None
+
+
+def _inside_latin_word(text: str, pos: int) -> bool:
+    return 0 < pos < len(text) and all(c.isascii() and c.isalnum() for c in text[pos - 1 : pos + 1])
+
+
+def test_ner_bmes_model_and_subword_pieces(models):
+    ner = Taskflow("ner", task_path=models.bmes_ner)
+    text = "ＡＢＣ公司的Applepie在１２月去了上海，😀" * 2
+    tokens = ner._task.tokenizer.tokenize("Applepie")
+    assert len(tokens) > 1 and tokens[1].startswith("##")  # really split into word pieces
+    entities = ner(text)["entities"]
+    assert entities, "a random BMES model should tag something"
+    for e in entities:
+        assert e["type"] in {"PER", "LOC"} and text[e["start"] : e["end"]] == e["text"]
+        assert not _inside_latin_word(text, e["start"]) and not _inside_latin_word(text, e["end"])
+
+
+# ------------------------------------------------------------------------------------------------ fill-mask
+
+
+def test_fill_mask_answers_and_matches_the_model(models):
+    fill = Taskflow("fill_mask", task_path=models.mlm, top_k=3)
+    result = fill("床前明[MASK]光，疑是地上霜。")
+    assert result["filled"] == "床前明月光，疑是地上霜。"
+    (mask,) = result["masks"]
+    assert (mask["start"], mask["end"]) == (3, 9)
+    # the same numbers straight from the model
+    loaded = fill._task.loaded
+    tok, model = loaded.tokenizer, loaded.model
+    enc = tok("床前明[MASK]光，疑是地上霜。", return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits[0, 4]
+    logits[tok.all_special_ids] = float("-inf")
+    probs = torch.softmax(logits, -1)
+    top = probs.topk(3)
+    assert [c["token"] for c in mask["candidates"]] == tok.convert_ids_to_tokens(top.indices.tolist())
+    assert [c["score"] for c in mask["candidates"]] == pytest.approx(top.values.tolist(), abs=1e-5)
+
+
+def test_fill_mask_several_masks_special_strings_and_errors(models):
+    fill = Taskflow("fill_mask", task_path=models.mlm, top_k=2)
+    text = "[CLS][MASK]眠不觉晓，处处闻啼[MASK]。[SEP]"
+    result = fill(text)
+    assert [(m["start"], m["end"]) for m in result["masks"]] == [(5, 11), (20, 26)]
+    assert result["filled"].startswith("[CLS]") and result["filled"].endswith("。[SEP]")
+    assert all(len(m["candidates"]) == 2 for m in result["masks"])
+    assert all(
+        c["token"] not in {"[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"}
+        for m in result["masks"]
+        for c in m["candidates"]
+    )
+    with pytest.raises(ValueError, match=r"fill_mask input 1 has no \[MASK\]"):
+        fill(["[MASK]好", "没有掩码"])
+    long_text = "春眠不觉晓。" * 30 + "床前明[MASK]光，疑是地上霜。"
+    long = Taskflow("fill_mask", task_path=models.mlm, max_seq_len=24)(long_text)
+    assert long_text[long["masks"][0]["start"] : long["masks"][0]["end"]] == "[MASK]"
+
+
+# ------------------------------------------------------------------------------------------------ generation
+
+
+def _direct_generate(task_path, prompt_ids, **kwargs):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(task_path).eval()
+    with torch.no_grad():
+        return model.generate(
+            input_ids=torch.tensor([prompt_ids]),
+            attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            **kwargs,
+        )[0, len(prompt_ids) :]
+
+
+def test_generation_greedy_answers_and_matches_generate(models):
+    poet = Taskflow("text_generation", task_path=models.poetry, max_new_tokens=9)
+    assert poet("床前明月光，") == {"text": "床前明月光，", "generated": ["疑是地上霜。举头望"]}
+    tok = poet._task.tokenizer
+    ids = tok("春眠不觉晓，")["input_ids"][:-1]  # [CLS] text, no [SEP]
+    direct = _direct_generate(
+        models.poetry, ids, max_new_tokens=9, do_sample=False, eos_token_id=tok.sep_token_id, pad_token_id=0
+    )
+    assert poet("春眠不觉晓，")["generated"][0] == "".join(
+        tok.convert_ids_to_tokens(direct.tolist())
+    ).replace("##", "")
+
+
+def test_generation_with_a_plain_gpt2_directory(models):
+    gen = Taskflow("text_generation", task_path=models.gpt2, max_new_tokens=6)
+    tok = gen._task.tokenizer
+    ids = tok("床前明月光")["input_ids"]
+    direct = _direct_generate(
+        models.gpt2, ids, max_new_tokens=6, do_sample=False, pad_token_id=0, eos_token_id=0
+    )
+    direct = direct.tolist()
+    if 0 in direct:
+        direct = direct[: direct.index(0)]
+    assert gen("床前明月光")["generated"] == [tok.decode(direct)]
+    assert gen(["床前明月光", "你好"])[0] == gen("床前明月光")
+
+
+def test_generation_sampling_seed_and_beams(models):
+    sampler = Taskflow(
+        "text_generation",
+        task_path=models.poetry,
+        decode_strategy="sampling",
+        seed=7,
+        num_return_sequences=2,
+        temperature=1.5,
+        max_new_tokens=8,
+    )
+    a = sampler("春眠不觉晓，")
+    assert len(a["generated"]) == 2
+    assert (
+        sampler(["床前明月光，", "春眠不觉晓，"])[1] == a
+    )  # same seed, same answer, whatever else is in the call
+    unseeded = Taskflow(
+        "text_generation",
+        task_path=models.poetry,
+        decode_strategy="sampling",
+        temperature=3.0,
+        max_new_tokens=8,
+    )
+    assert len({unseeded("春眠")["generated"][0] for _ in range(6)}) > 1
+    beams = Taskflow(
+        "text_generation",
+        task_path=models.poetry,
+        decode_strategy="beam_search",
+        num_beams=3,
+        num_return_sequences=3,
+        max_new_tokens=5,
+    )
+    out = beams("春眠不觉晓，")["generated"]
+    assert len(out) == 3 and len(set(out)) == 3
+    with pytest.raises(ValueError, match="greedy decoding gives one continuation"):
+        Taskflow("text_generation", task_path=models.poetry, num_return_sequences=2)
+    with pytest.raises(ValueError, match="must be <= num_beams"):
+        Taskflow(
+            "text_generation",
+            task_path=models.poetry,
+            decode_strategy="beam_search",
+            num_beams=2,
+            num_return_sequences=3,
+        )
+    with pytest.raises(ValueError, match="leaves no room for the prompt"):
+        Taskflow("text_generation", task_path=models.poetry, max_new_tokens=200)
+
+
+def test_generation_long_prompt_keeps_its_end(models):
+    poet = Taskflow("text_generation", task_path=models.poetry, max_new_tokens=9, max_seq_len=24)
+    assert poet("床前明月光，")["generated"] == ["疑是地上霜。举头望"]
+    ids = poet._task.preprocess(["春眠不觉晓。" * 40 + "床前明月光，"]).ids[0]
+    assert len(ids) == 24 - 9  # max_seq_len - max_new_tokens, keeping [CLS] and the end of the prompt
+    tok = poet._task.tokenizer
+    assert ids[0] == tok.cls_token_id and tok.convert_ids_to_tokens(ids[-6:]) == list("床前明月光,")
+    assert len(poet("春眠不觉晓。" * 40 + "床前明月光，")["generated"][0]) > 0
+
+
+# ------------------------------------------------------------------------------------------------ features
+
+
+def test_feature_extraction_is_mean_pooling(models):
+    embed = Taskflow("feature_extraction", task_path=models.encoder)
+    vector = np.array(embed("长江是中国最长的河流")["embedding"])
+    loaded = embed._task.loaded
+    enc = loaded.tokenizer("长江是中国最长的河流", return_tensors="pt")
+    with torch.no_grad():
+        hidden = loaded.model(**enc).last_hidden_state[0]
+    assert vector == pytest.approx(hidden.mean(0).numpy(), abs=1e-5)
+    cls = Taskflow("feature_extraction", task_path=models.encoder, pooling="cls")("长江是中国最长的河流")[
+        "embedding"
+    ]
+    assert cls == pytest.approx(hidden[0].numpy(), abs=1e-5)
+    unit = Taskflow("feature_extraction", task_path=models.encoder, normalize=True, return_numpy=True)(
+        ["你好", "长江"]
+    )
+    assert all(
+        isinstance(r["embedding"], np.ndarray) and abs(np.linalg.norm(r["embedding"]) - 1) < 1e-5
+        for r in unit
+    )
+
+
+def test_feature_extraction_from_an_mlm_checkpoint_and_long_texts(models):
+    embed = Taskflow("feature_extraction", task_path=models.mlm, max_seq_len=16)
+    text = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
+    spans = split_text(text, 14)
+    parts = embed([text[a:b] for a, b in spans])
+    counts = [len(embed._task.tokenizer(text[a:b])["input_ids"]) for a, b in spans]
+    expected = np.average([p["embedding"] for p in parts], axis=0, weights=counts)
+    assert embed(text)["embedding"] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ lexical
+
+
+def test_word_segmentation_and_pos_with_user_dict(tmp_path):
+    seg = Taskflow("word_segmentation")
+    assert seg("蓝鲸科技发布了新产品")["words"][:2] == ["蓝鲸", "科技"]
+    path = tmp_path / "user.txt"
+    path.write_text("蓝鲸科技 10 nt\n云栖小镇\n", encoding="utf-8")
+    for backend in ("rjieba", "jieba"):
+        custom = Taskflow("word_segmentation", user_dict=str(path), backend=backend)
+        assert custom("蓝鲸科技在云栖小镇发布了新产品")["words"][:4] == ["蓝鲸科技", "在", "云栖小镇", "发布"]
+        pos = Taskflow("pos_tagging", user_dict=path, backend=backend)("蓝鲸科技在云栖小镇")
+        assert (
+            pos["words"] == ["蓝鲸科技", "在", "云栖小镇"]
+            and pos["tags"][0] == "nt"
+            and pos["tags"][2] == "x"
+        )
+    assert seg("蓝鲸科技发布了新产品")["words"][:2] == ["蓝鲸", "科技"]  # the shared segmenter is untouched
+    spaced = Taskflow("word_segmentation", keep_whitespace=True)("我 爱 北京")
+    assert "".join(spaced["words"]) == "我 爱 北京" and " " in spaced["words"]
+    with pytest.raises(ValueError, match="user_dict 'missing.txt' is not a file"):
+        Taskflow("word_segmentation", user_dict="missing.txt")
+
+
+# ------------------------------------------------------------------------------------------------ usage examples
+
+
+DOCTESTED = [
+    "sentiment_analysis",
+    "ner",
+    "text_generation",
+    "word_segmentation",
+    "pos_tagging",
+    "fill_mask",
+    "feature_extraction",
+    "taskflow",
+    "",  # the package docstring
+]
+
+
+@pytest.mark.parametrize("module", DOCTESTED)
+def test_usage_examples_are_real(module, models):
+    mod = importlib.import_module(f"ernie_zoo.taskflow.{module}".rstrip("."))
+    globs = {
+        "sentiment_dir": models.sentiment,
+        "ner_dir": models.ner,
+        "poetry_dir": models.poetry,
+        "mlm_dir": models.mlm,
+        "encoder_dir": models.encoder,
+    }
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    # only the module docstring: the package's finder would otherwise walk into re-exported objects
+    tests = [t for t in finder.find(mod, globs=dict(globs)) if t.examples and t.name == mod.__name__]
+    assert tests, f"{module} has no usage example"
+    for test in tests:
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0 and result.attempted >= 2
+
+
+def test_help_prints_the_usage_example(models, capsys):
+    Taskflow("word_segmentation").help()
+    printed = capsys.readouterr().out
+    assert ">>> seg(" in printed and "银行行长" in printed
+    assert "张伟" in task_usage("named_entity_recognition")
+    Taskflow("ner", task_path=models.ner).help()
+    assert "'type': 'PER'" in capsys.readouterr().out

@@ -1,0 +1,121 @@
+"""`ernie-zoo taskflow`: texts as arguments, .txt / .jsonl files, stdin, --output (atomic), --option, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+from test_taskflow_models import FixtureModels, fixture_models, no_network  # noqa: F401  (autouse fixture)
+
+from ernie_zoo.cli import main
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory) -> FixtureModels:
+    return fixture_models(tmp_path_factory)
+
+
+def run_cli(argv, capsys, stdin: str | None = None, monkeypatch=None):
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    capsys.readouterr()  # drop what building the fixture models printed
+    code = main(["taskflow", *argv])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines() if line.strip()], err
+
+
+def test_texts_as_arguments(capsys):
+    code, rows, _ = run_cli(
+        ["word_segmentation", "银行行长在会上发表了重要讲话", "我们周末去长城玩", "--no-progress"], capsys
+    )
+    assert code == 0
+    assert rows == [
+        {
+            "text": "银行行长在会上发表了重要讲话",
+            "words": ["银行行长", "在", "会上", "发表", "了", "重要讲话"],
+        },
+        {"text": "我们周末去长城玩", "words": ["我们", "周末", "去", "长城", "玩"]},
+    ]
+
+
+def test_txt_and_jsonl_input_with_output_file(models, tmp_path, capsys):
+    txt = tmp_path / "reviews.txt"
+    txt.write_text("这家酒店非常好\n\n快递太慢了，非常失望\n", encoding="utf-8")
+    out = tmp_path / "sub" / "out.jsonl"
+    code, rows, err = run_cli(
+        ["sentiment_analysis", "--task-path", str(models.sentiment), "-i", str(txt), "-o", str(out)], capsys
+    )
+    assert code == 0 and rows == []
+    results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(r["text"], r["label"]) for r in results] == [
+        ("这家酒店非常好", "positive"),
+        ("快递太慢了，非常失望", "negative"),
+    ]
+    assert "2/2" in err  # the progress bar
+    assert not list(out.parent.glob(".taskflow-*"))  # no temporary file left behind
+
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"text": "张伟在上海工作", "id": 1}\n"李娜在北京上学"\n', encoding="utf-8")
+    code, rows, _ = run_cli(
+        ["ner", "--task-path", str(models.ner), "--input", str(jsonl), "--no-progress"], capsys
+    )
+    assert code == 0
+    assert [[e["text"] for e in r["entities"]] for r in rows] == [["张伟", "上海"], ["李娜", "北京"]]
+
+
+def test_stdin_and_options(models, capsys, monkeypatch):
+    code, rows, _ = run_cli(
+        ["fill_mask", "--task-path", str(models.mlm), "-O", "top_k=2", "--no-progress"],
+        capsys,
+        stdin="床前明[MASK]光，疑是地上霜。\n",
+        monkeypatch=monkeypatch,
+    )
+    assert (
+        code == 0
+        and rows[0]["filled"] == "床前明月光，疑是地上霜。"
+        and len(rows[0]["masks"][0]["candidates"]) == 2
+    )
+    code, rows, _ = run_cli(
+        ["feature_extraction", "--task-path", str(models.encoder), "--option", "return_numpy=true", "你好"],
+        capsys,
+    )
+    assert code == 0 and len(rows[0]["embedding"]) == 32  # numpy arrays are written as JSON lists
+
+
+def test_errors_are_reported_not_raised(models, tmp_path, capsys, monkeypatch):
+    from ernie_zoo.taskflow import models as tf_models
+
+    monkeypatch.setattr(tf_models, "ZOO_DIR", tmp_path / "zoo")
+    code, _, err = run_cli(["sentiment_analysis", "好"], capsys)
+    assert code == 2 and "not installed" in err and "--task-path" in err
+    code, _, err = run_cli(["word_segmentation", "-O", "colour=red", "好"], capsys)
+    assert code == 2 and "unknown option(s) 'colour'" in err
+    code, _, err = run_cli(["word_segmentation", "-O", "novalue", "好"], capsys)
+    assert code == 2 and "KEY=VALUE" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": 1}\n', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    code, _, err = run_cli(["word_segmentation", "-i", str(bad), "-o", str(out), "--no-progress"], capsys)
+    assert code == 1 and "bad.jsonl:1" in err and not out.exists() and not list(tmp_path.glob(".taskflow-*"))
+    code, _, err = run_cli(
+        ["fill_mask", "--task-path", str(models.mlm), "no mask here", "--no-progress"], capsys
+    )
+    assert code == 1 and "has no [MASK]" in err
+
+
+def test_usage_and_list(capsys):
+    assert main(["taskflow", "ner", "--usage"]) == 0
+    assert ">>> ner = Taskflow(" in capsys.readouterr().out
+    assert main(["taskflow", "--list"]) == 0
+    listing = capsys.readouterr().out
+    assert "named_entity_recognition" in listing and "ernie-zoo-mini-poetry" in listing
+
+
+@pytest.mark.parametrize(
+    "argv", [["word_segmentation", "x", "-i", "f.txt"], ["word_segmentation", "-i", "/no/such.txt"]]
+)
+def test_bad_input_combinations(argv, capsys):
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and "error:" in err
