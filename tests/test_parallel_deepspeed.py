@@ -2,7 +2,11 @@
 
 - 2 ranks, ZeRO-3 (DP 2): the same losses, grad norms, LR and weights as `SingleDeviceEngine` after 3 steps;
   each rank holds half of every parameter; a sharded checkpoint resumes to the same numbers.
-- 4 ranks, TP 2 x ZeRO-3 DP 2: the same numbers; TP'd weights are half-size, and ZeRO halves those again.
+- 4 ranks, TP 2 x ZeRO-3 DP 2 (sparse last layer on TP-sharded heads): the same numbers; TP'd weights are
+  half-size, and ZeRO halves those again; the sharded checkpoint consolidates to the run's weights.
+- the `ernie-pretrain` loop on 2 ranks: the model is built partitioned (zero.Init), the logged loss is the
+  mean over the ranks, only rank 0 prints and writes logs, and `ernie-zoo consolidate` turns its checkpoint
+  into a from_pretrained directory.
 
 Tolerances (fp32): losses and grad norms to 1e-5 relative (collectives sum in a different order than one
 process does); weights after 3 AdamW steps of lr 1e-2 to 1e-4 absolute, 0.3% of the 3e-2 a weight can move.
@@ -26,7 +30,7 @@ STEPS, GLOBAL_BATCH, SEQ, VOCAB = 3, 4, 16, 300
 def _recipe(micro_batch_size: int, grad_accum_steps: int):
     from ernie_zoo.training.recipe import OptimArgs, PretrainRecipe
 
-    # sparse_last_layer (the recipe default): the 2-rank run uses it under ZeRO-3; with TP the engine turns it off
+    # sparse_last_layer (the recipe default): used by every run, TP-sharded attention heads included
     return PretrainRecipe(
         sparse_last_layer=True,
         max_steps=STEPS,
@@ -122,8 +126,20 @@ def _check_against_reference(out: Path, reference: dict, world: int) -> list[dic
         assert torch.allclose(value, ref[name], rtol=0, atol=1e-4), (name, (value - ref[name]).abs().max())
     # the 100B path: a model born partitioned (zero.Init) with our own weight init applied under ZeRO-3
     # (and AutoTP applied to it when TP > 1); one step trains
+    from ernie_zoo.training.engine import param_groups
+
+    model = _model()
+    groups = param_groups(model, 0.01)
+    expected = {
+        name: g["weight_decay"]
+        for name, p in model.named_parameters()
+        for g in groups
+        if any(p is q for q in g["params"])
+    }
     for res in results:
         assert res["zero_init_partitioned"] is True
+        # a model born partitioned gets the same decay groups as the whole one (read through ds_shape)
+        assert res["zero_init_weight_decay"] == expected
         assert 4.0 < res["zero_init_loss"] < 7.5 and res["zero_init_norm"] > 0  # ~ln(300) = 5.7 at init
     assert results[0]["zero_init_fusion_identity"] and results[0]["zero_init_fusion_rest_zero"]
     assert results[0]["zero_init_layernorm_ones"]
@@ -174,7 +190,8 @@ def test_tp2_zero3_dp2_match_single_process(tmp_path, reference):
     results = _check_against_reference(tmp_path, reference, world=4)
     # ranks (0, 1) and (2, 3) are TP pairs: one data-parallel replica each, fed the same rows
     assert [(r["dp_rank"], r["dp_world_size"]) for r in results] == [(0, 2), (0, 2), (1, 2), (1, 2)]
-    assert all(r["recompute"] == "full" and r["sparse_last_layer"] is False for r in results)
+    # the sparse last layer runs on this rank's heads / 2 (q/k/v column-sharded) and still matches
+    assert all(r["recompute"] == "full" and r["sparse_last_layer"] is True for r in results)
     from ernie_zoo.models.presets import count_parameters
 
     assert {r["num_parameters"] for r in results} == {count_parameters(_model().config)}  # the whole model
@@ -190,6 +207,19 @@ def test_tp2_zero3_dp2_match_single_process(tmp_path, reference):
         assert parts["ernie.embeddings.word_embeddings.weight"] == [VOCAB * 32, VOCAB * 16, [VOCAB, 32]]
         assert parts["ernie.encoder.layer.0.output.LayerNorm.weight"] == [32, 16, [32]]
         assert res["zero_init_query"] == [[16, 32], 256]  # zero.Init model: TP halves it, then ZeRO (DP 2)
+    # the sharded checkpoint written after the last step, read back without any process group: TP shards
+    # joined, ZeRO partitions joined, equal to the weights the run gathered itself
+    from safetensors.torch import load_file
+
+    from ernie_zoo.parallel.consolidate import consolidate_checkpoint, read_zero_checkpoint
+
+    _, masters = read_zero_checkpoint(tmp_path / "final_ckpt")
+    final = load_file(str(tmp_path / "final.safetensors"))
+    assert set(masters) == {name for name, _ in _model().named_parameters()}  # tied decoder once
+    for name, value in masters.items():
+        assert torch.equal(value, final[name]), name  # fp32: the masters are the weights
+    report = consolidate_checkpoint(tmp_path / "final_ckpt", tmp_path / "consolidated", tokenizer=None)
+    assert report["compared_with"] and report["max_logit_diff"] < 1e-5
 
 
 def test_build_config_takes_the_recipe_values():
@@ -220,14 +250,25 @@ def test_build_config_takes_the_recipe_values():
         build_config(recipe, REPO / "recipes/deepspeed/none.json")
 
 
-def test_zero_param_groups_follow_the_reference_rule():
-    from ernie_zoo.parallel.deepspeed_backend import zero_param_groups
+def test_param_groups_read_the_true_shape_of_zero3_partitions():
+    """Under ZeRO-3 a parameter's data is an empty 1-D shard and its shape lives in `ds_shape`: the decay
+    groups must be those of the whole model (no decay for biases, LayerNorm and embeddings only)."""
     from ernie_zoo.training.engine import param_groups
 
-    model = _model()
-    ours = [{id(p) for p in g["params"]} for g in zero_param_groups(model, 0.1)]
-    theirs = [{id(p) for p in g["params"]} for g in param_groups(model, 0.1)]
-    assert ours == theirs
+    whole = _model()
+    expected = [
+        {name for name, p in whole.named_parameters() if any(p is q for q in g["params"])}
+        for g in param_groups(whole, 0.1)
+    ]
+    assert expected[0] and expected[1]
+    partitioned = _model()
+    for p in partitioned.parameters():  # what zero.Init leaves: p.data = empty shard, p.ds_shape = shape
+        p.ds_shape = p.shape
+        p.data = torch.empty(0)
+    names = {id(p): name for name, p in partitioned.named_parameters()}
+    got = [{names[id(p)] for p in g["params"]} for g in param_groups(partitioned, 0.1)]
+    assert got == expected
+    assert "ernie.encoder.layer.0.attention.self.query.weight" in got[0]  # a matrix: decayed
 
 
 # ----------------------------------------------------------------------------------------------- worker
@@ -275,6 +316,8 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
         norms.append(norm)
         lrs.append(engine.lr)
     final = engine.consolidated_state_dict()
+    if not resume:
+        engine.save(out / "final_ckpt")  # the sharded checkpoint of the final weights (consolidation test)
     result = {
         "losses": losses,
         "norms": norms,
@@ -329,7 +372,15 @@ def _zero_init_check(recipe, tp: int) -> dict:
         loss, _, _ = engine.loss(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
         engine.backward(loss / recipe.grad_accum_steps)
     norm = engine.step()
+    # the AdamW group of every parameter as ZeRO-3 holds it (weight decay 0.01 or 0.0)
+    opt = engine.optimizer
+    names = {id(p): name for name, p in engine.model.named_parameters()}
+    decay = {}
+    for i, params in enumerate(opt.fp16_groups):
+        wd = opt.optimizer.param_groups[opt.sub_group_to_group_id[i]]["weight_decay"]
+        decay.update({names[id(p)]: wd for p in params})
     out = {
+        "zero_init_weight_decay": decay,
         "zero_init_partitioned": born_partitioned,
         "zero_init_loss": loss.item(),
         "zero_init_norm": norm,
@@ -352,8 +403,45 @@ def dist_world() -> int:
     return dist.get_world_size()
 
 
+def _loop_worker(out_dir: str, argv: list[str]) -> int:
+    """One rank of the real `ernie-pretrain` CLI (`main`), its stdout and stderr in `rank<N>.log`, recording
+    what the loop tests check in `local<N>.json`: every parameter's [full numel, numel held here] right after
+    the loop built the model, and this rank's own loss per step (`on_step_end`)."""
+    import os
+
+    import ernie_zoo.training.pretrain as loop
+
+    rank = int(os.environ["RANK"])
+    out = Path(out_dir)
+    log = open(out / f"rank{rank}.log", "w")  # noqa: SIM115 - lives as long as the process
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    record: dict = {"partitions": {}, "local_losses": []}
+    build, run = loop.build_model_for, loop.pretrain
+
+    def build_and_record(recipe, config, tokenizer):
+        model = build(recipe, config, tokenizer)
+        record["partitions"] = {
+            name: [int(getattr(p, "ds_numel", p.numel())), int(getattr(p, "ds_tensor", p).numel())]
+            for name, p in model.named_parameters()
+        }
+        return model
+
+    def run_recording(recipe, on_step_end=None):
+        return run(recipe, on_step_end=lambda step, m: record["local_losses"].append([step, m["loss"]]))
+
+    loop.build_model_for, loop.pretrain = build_and_record, run_recording
+    code = loop.main(argv)
+    (out / f"local{rank}.json").write_text(json.dumps(record))
+    return code
+
+
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
     _worker(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "resume")
+if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "--loop-worker":
+    sys.exit(_loop_worker(sys.argv[2], sys.argv[3:]))
 
 
 @pytest.mark.slow
@@ -428,3 +516,148 @@ def test_ernie_pretrain_deepspeed_two_ranks_resumes_exactly(tmp_path, tiny_token
             "step"
         ]
     assert straight[-1]["train/loss"] < straight[0]["train/loss"] + 0.5  # finite and sane
+
+
+# ------------------------------------------------------------------ the ernie-pretrain loop on 2 ranks
+TINY = REPO / "recipes" / "pretrain" / "tiny-cpu.yaml"
+SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
+
+
+def _loop_args(run_dir: Path, tok_dir: Path) -> list[str]:
+    return [
+        str(TINY),
+        *("--output_dir", str(run_dir), "--tokenizer.path", str(tok_dir), "--max_steps", "4"),
+        *("--data.files", f"[{SENTENCES}]", "--distributed.backend", "deepspeed"),
+        *("--distributed.deepspeed_config", str(CPU_CONFIG), "--checkpoint.interval", "0"),
+        *("--eval.interval", "2", "--eval.batch_size", "2", "--logging.interval", "1"),
+        *("--logging.progress_bar", "true", "--logging.tensorboard", "true", "--optim.warmup_steps", "1"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory, tiny_tokenizer):
+    """`ernie-pretrain` with `distributed.backend: deepspeed` (ZeRO-3) on 2 gloo ranks for 4 steps: each rank
+    trains on its own half of the data; eval every 2 steps on 3 batches (rank 0 takes 2, rank 1 one)."""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    tmp = tmp_path_factory.mktemp("ds-loop")
+    tiny_tokenizer.save_pretrained(tmp / "tok")
+    args = _loop_args(tmp / "run", tmp / "tok")
+    run_local_ranks([__file__, "--loop-worker", str(tmp), *args], nproc=2, timeout=900, cwd=REPO)
+    local = [json.loads((tmp / f"local{r}.json").read_text()) for r in range(2)]
+    logs = [(tmp / f"rank{r}.log").read_text(encoding="utf-8", errors="replace") for r in range(2)]
+    return tmp, local, logs
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_loop_builds_the_model_partitioned(loop_run):
+    """ZeRO-3 through the loop: the model comes out of the loop's builder already partitioned (zero.Init),
+    never whole on a rank (a 100B model would be ~400 GB in fp32)."""
+    _, local, _ = loop_run
+    for rec in local:
+        parts = rec["partitions"]
+        assert parts and all(held == (full + 1) // 2 for full, held in parts.values()), parts
+        assert sum(h for _, h in parts.values()) < 0.51 * sum(f for f, _ in parts.values())
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_loop_logs_the_mean_over_ranks_and_only_rank0_reports(loop_run):
+    import re
+
+    from ernie_zoo import ErnieZooForMaskedLM
+    from ernie_zoo.training.data import load_dataset, load_tokenizer
+    from ernie_zoo.training.engine import SingleDeviceEngine
+    from ernie_zoo.training.logging_utils import read_metrics
+    from ernie_zoo.training.pretrain import _eval_batches, evaluate
+    from ernie_zoo.training.recipe import load_recipe, parse_cli
+
+    tmp, local, logs = loop_run
+    run_dir = tmp / "run"
+    records = read_metrics(run_dir / "metrics.jsonl")
+    logged = {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
+    mine = [dict(rec["local_losses"]) for rec in local]  # step -> this rank's own loss
+    assert sorted(logged) == [1, 2, 3, 4] == sorted(mine[0]) == sorted(mine[1])
+    assert any(abs(mine[0][s] - mine[1][s]) > 1e-3 for s in logged)  # the ranks saw different data
+    for step, loss in logged.items():
+        assert loss == pytest.approx((mine[0][step] + mine[1][step]) / 2, rel=1e-12), step
+
+    # eval: the ranks split the 3 held-out batches; the logged metrics are those of all of them, as one
+    # process computes them on the final weights (checkpoint-4's fp32 export)
+    path, overrides, _ = parse_cli(_loop_args(run_dir, tmp / "tok"))
+    recipe = load_recipe(path, overrides)
+    tokenizer = load_tokenizer(recipe, run_dir)
+    _, eval_ds, _ = load_dataset(recipe, tokenizer)
+    batches = _eval_batches(recipe, tokenizer, eval_ds)
+    assert len(batches) == 3
+    model = ErnieZooForMaskedLM.from_pretrained(run_dir / "checkpoint-4")
+    expected = evaluate(SingleDeviceEngine(recipe, model, torch.device("cpu")), batches)
+    final = [r for r in records if "eval/loss" in r]
+    assert [r["step"] for r in final] == [2, 4]
+    for key in ("eval/loss", "eval/accuracy"):
+        assert final[-1][key] == pytest.approx(expected[key], rel=1e-5), key
+
+    # only rank 0 talks: progress bar, eval lines, the final report; one TensorBoard writer, one summary
+    bar = re.compile(r"pretrain:\s+\d+%\|")
+    assert bar.search(logs[0]) and "eval loss" in logs[0] and "ernie-pretrain: 4 steps" in logs[0]
+    assert not bar.search(logs[1]) and "eval loss" not in logs[1] and "ernie-pretrain:" not in logs[1]
+    assert "ernie_zoo.training" not in logs[1], logs[1][-2000:]  # no INFO lines of the loop either
+    assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 4
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_consolidate_turns_the_sharded_checkpoint_into_a_model_dir(loop_run, tmp_path, capsys):
+    import shutil
+
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from ernie_zoo import ErnieZooForMaskedLM
+    from ernie_zoo.cli import main
+
+    tmp, _, _ = loop_run
+    ckpt = tmp / "run" / "checkpoint-4"
+    out = tmp_path / "model"
+    assert main(["consolidate", str(ckpt), str(out)]) == 0
+    assert "logits match" in capsys.readouterr().out
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # atomic: no temporary left behind
+    assert main(["consolidate", str(ckpt), str(tmp_path / "bf16"), "--dtype", "bf16"]) == 0
+    assert "logits match" in capsys.readouterr().out  # within bf16 rounding of the fp32 export
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / "bf16" / "model.safetensors"))
+    assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.bfloat16}
+    model = AutoModelForMaskedLM.from_pretrained(out).eval()
+    run_model = ErnieZooForMaskedLM.from_pretrained(ckpt).eval()  # the run's model (rank 0's export)
+    assert type(model) is ErnieZooForMaskedLM
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    batch = tokenizer(
+        SENTENCES.read_text(encoding="utf-8").splitlines()[:4], padding=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits, run_model(**batch).logits, rtol=0, atol=1e-5)
+    ours, theirs = model.state_dict(), run_model.state_dict()
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)  # fp32 masters == the trained weights
+
+    # clear errors: not a checkpoint, an existing output, a damaged shard (manifest or the file itself)
+    assert main(["consolidate", str(tmp / "run"), str(tmp_path / "x")]) == 2
+    assert "no zero/ directory" in capsys.readouterr().err
+    assert main(["consolidate", str(ckpt), str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpt, bad)
+    shard = bad / "zero" / "rank00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    assert main(["consolidate", str(bad), str(tmp_path / "y"), "--tokenizer", str(tmp / "tok")]) == 2
+    err = capsys.readouterr().err
+    assert "zero/rank00001.safetensors" in err and "truncated" in err
+    (bad / "manifest.json").unlink()  # no manifest to catch it: the shard itself is checked
+    assert main(["consolidate", str(bad), str(tmp_path / "y"), "--tokenizer", str(tmp / "tok")]) == 2
+    err = capsys.readouterr().err
+    assert "rank00001.safetensors" in err and "corrupt or truncated shard" in err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

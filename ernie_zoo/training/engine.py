@@ -7,6 +7,7 @@ is named in `ENGINES` under the recipe's `distributed.backend`:
 
     model                    the ErnieZooForMaskedLM being trained (train()/eval() are called on it)
     device, dp_rank, dp_world_size, is_main (and optionally rank, barrier())
+    dp_sum(values)           -> the floats summed over the data-parallel ranks (logged means, eval totals)
     loss(batch)              -> (mean masked-LM loss, masked tokens, correct); moves the batch to the device
     backward(loss)           one micro batch (the loss already divided by the accumulation steps)
     step() -> grad norm      the optimizer step, LR schedule, zeroing the gradients
@@ -79,6 +80,15 @@ def build_model(config: ErnieZooConfig, tokenizer, seed: int) -> ErnieZooForMask
     return model
 
 
+def build_model_for(recipe: PretrainRecipe, config: ErnieZooConfig, tokenizer) -> torch.nn.Module:
+    """The model the recipe's backend trains: `MODEL_BUILDERS[distributed.backend]` where the backend builds
+    it its own way (DeepSpeed ZeRO-3 partitions it at construction), else `build_model`."""
+    builder = MODEL_BUILDERS.get(recipe.distributed.backend)
+    if builder is None:
+        return build_model(config, tokenizer, recipe.seed)
+    return _resolve(builder)(config, recipe, tokenizer)
+
+
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two AdamW groups: matrices decayed; biases, LayerNorm weights and embeddings (the MLM decoder is
     tied to the word embeddings) not decayed -- BERT's recipe."""
@@ -86,7 +96,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, 
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim < 2 or "embeddings" in name or "LayerNorm" in name else decay).append(p)
+        # A ZeRO-3-partitioned parameter's data is a flat (or empty) shard; `ds_shape` is its real shape.
+        ndim = len(getattr(p, "ds_shape", p.shape))
+        (no_decay if ndim < 2 or "embeddings" in name or "LayerNorm" in name else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -157,6 +169,10 @@ class SingleDeviceEngine:
     def num_parameters(self) -> int:
         """Parameters of the model (tied weights once)."""
         return sum(p.numel() for p in self.model.parameters())
+
+    def dp_sum(self, values: list[float]) -> list[float]:
+        """`values` summed over the data-parallel ranks (one rank: unchanged)."""
+        return [float(v) for v in values]
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the forward pass (mixed precision, or nothing in fp32)."""
@@ -255,6 +271,20 @@ ENGINES: dict[str, Any] = {
     "deepspeed": "ernie_zoo.parallel.deepspeed_backend:engine_factory",
 }
 
+#: distributed.backend -> model builder `(config, recipe, tokenizer)` for backends that build the model their
+#: own way (ZeRO-3: partitioned at construction, never whole on one rank); others use `build_model`.
+MODEL_BUILDERS: dict[str, Any] = {
+    "deepspeed": "ernie_zoo.parallel.deepspeed_backend:model_factory",
+}
+
+
+def _resolve(factory: Any) -> Any:
+    """A registry entry: the callable itself, or "module:attribute" imported now."""
+    if isinstance(factory, str):
+        module, _, attribute = factory.partition(":")
+        factory = getattr(importlib.import_module(module), attribute)
+    return factory
+
 
 def make_engine(recipe: PretrainRecipe, model: torch.nn.Module, device: torch.device) -> SingleDeviceEngine:
     """The engine of `recipe.distributed.backend`."""
@@ -264,16 +294,15 @@ def make_engine(recipe: PretrainRecipe, model: torch.nn.Module, device: torch.de
         raise ValueError(
             f"recipe key 'distributed.backend' = {recipe.distributed.backend!r}: one of {sorted(ENGINES)}"
         ) from None
-    if isinstance(factory, str):
-        module, _, attribute = factory.partition(":")
-        factory = getattr(importlib.import_module(module), attribute)
-    return factory(recipe, model, device)
+    return _resolve(factory)(recipe, model, device)
 
 
 __all__ = [
     "ENGINES",
+    "MODEL_BUILDERS",
     "SingleDeviceEngine",
     "build_model",
+    "build_model_for",
     "build_model_config",
     "load_model_weights",
     "save_model_weights",

@@ -54,9 +54,12 @@ def masked_lm_loss(
 def _encode_sparse_last_layer(ernie, batch: dict[str, torch.Tensor], selected: torch.Tensor) -> torch.Tensor:
     """ErnieZooModel's forward with the last layer evaluated at the selected positions only.
 
-    embeddings -> layers[:-1] (every position) -> h (B, T, H)
-    queries: h at the selected positions, gathered per row and padded to k = max per row -> (B, k, H)
-    keys/values: h at every position -> attention (B, k, H) -> attention output + FFN -> (M, H)
+        embeddings -> layers[:-1] (every position) -> h (B, T, H)
+        queries: h at the selected positions, gathered per row and padded to k = max per row -> (B, k, H)
+        keys/values: h at every position -> attention (B, k, H) -> attention output + FFN -> (M, H)
+
+    Tensor-parallel safe: heads are reshaped as -1, so a rank holding nh/tp heads (column-sharded q/k/v, as
+    DeepSpeed AutoTP or DTensor TP leave them) runs its share and the row-parallel output projection reduces.
     """
     from transformers.masking_utils import create_bidirectional_mask
 
@@ -84,15 +87,17 @@ def _encode_sparse_last_layer(ernie, batch: dict[str, torch.Tensor], selected: t
     hq = h.gather(1, index[..., None].expand(B, k, H))  # (B, k, H)
 
     sa = last.attention.self
-    heads, size = sa.num_attention_heads, sa.attention_head_size
-    q = sa.query(hq).view(B, k, heads, size).transpose(1, 2)  # (B, nh, k, hs)
-    key = sa.key(h).view(B, T, heads, size).transpose(1, 2)  # (B, nh, T, hs)
-    value = sa.value(h).view(B, T, heads, size).transpose(1, 2)
+    # Heads as -1: under tensor parallelism q/k/v are column-sharded and this rank holds nh/tp of them; the
+    # row-parallel attention.output.dense below sums the partial outputs back to H.
+    size = sa.attention_head_size
+    q = sa.query(hq).view(B, k, -1, size).transpose(1, 2)  # (B, nh, k, hs)
+    key = sa.key(h).view(B, T, -1, size).transpose(1, 2)  # (B, nh, T, hs)
+    value = sa.value(h).view(B, T, -1, size).transpose(1, 2)
     key_mask = attention_mask[:, None, None, :].bool() if attention_mask is not None else None  # (B, 1, 1, T)
     attn = F.scaled_dot_product_attention(
         q, key, value, attn_mask=key_mask, dropout_p=sa.dropout.p if ernie.training else 0.0, scale=sa.scaling
     )  # (B, nh, k, hs)
-    attn = attn.transpose(1, 2).reshape(B, k, H)
+    attn = attn.transpose(1, 2).reshape(B, k, -1)  # (B, k, nh*hs): H, or H/tp on a TP rank
     attn = last.attention.output(attn, hq)  # dense, dropout, LayerNorm(. + hq)
     out = last.output(last.intermediate(attn), attn)  # FFN, dropout, LayerNorm(. + attn)
     return out[valid]  # (M, H), row-major like labels[selected]

@@ -45,7 +45,7 @@ from ernie_zoo.utils import atomic_write_text
 
 from . import checkpoint as ckpt
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
-from .engine import build_model, build_model_config, make_engine, resolve_device
+from .engine import build_model_config, build_model_for, make_engine, resolve_device
 from .logging_utils import MetricsLogger, format_count, progress_bar, write_json_atomic
 from .mfu import mfu, peak_flops_for, training_flops
 from .mlm import masked_lm_loss  # noqa: F401  (re-exported: the loop's loss lives in mlm.py)
@@ -61,19 +61,29 @@ REQUIRED_FILES = ("model.safetensors", "trainer_state.json", "rng.json", "recipe
 
 @torch.no_grad()
 def evaluate(engine, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-    """Masked-token loss, perplexity and accuracy over fixed, pre-masked batches (dropout off)."""
+    """Masked-token loss, perplexity and accuracy over fixed, pre-masked batches (dropout off).
+
+    Data-parallel ranks share the work: rank r evaluates batches r, r + W, r + 2W, ... and the token-weighted
+    sums are added up over the ranks (`engine.dp_sum`), so every rank returns the metrics of all the batches.
+    A rank whose share is one batch short runs the first batch again with weight 0: every rank runs the same
+    number of forwards, which ZeRO-3 needs (each forward gathers the parameters collectively).
+    """
     model = engine.model
     was_training = model.training
     model.eval()
+    rank, world = engine.dp_rank, engine.dp_world_size
     total_loss, total, correct = 0.0, 0, 0
     try:
-        for batch in batches:
-            loss, n, c = engine.loss(batch)
-            total_loss += float(loss) * n
-            total += n
-            correct += c
+        for i in range(-(-len(batches) // world)):  # ceil(len / world) forwards on every rank
+            j = rank + i * world
+            loss, n, c = engine.loss(batches[j if j < len(batches) else 0])
+            if j < len(batches):
+                total_loss += float(loss) * n
+                total += n
+                correct += c
     finally:
         model.train(was_training)
+    total_loss, total, correct = engine.dp_sum([total_loss, total, correct])
     if total == 0:
         return {}
     mean = total_loss / total
@@ -129,8 +139,9 @@ def pretrain(
     """Run (or continue) the pretraining a recipe describes; returns the summary also written to
     `output_dir/summary.json`.
 
-    on_step_end: called after every optimizer step with (step, {"loss", "tokens", "masked", "seconds"})
-    (benchmarks and notebooks use it; the loop does not depend on it).
+    on_step_end: called after every optimizer step with (step, {"loss", "tokens", "masked", "seconds"}),
+    this rank's own numbers (benchmarks and notebooks use it; the loop does not depend on it). What the loop
+    logs is the mean loss and the summed counts over the data-parallel ranks.
     """
     t_start = time.perf_counter()
     recipe.validate()
@@ -142,19 +153,25 @@ def pretrain(
     resume_from = _resume_dir(recipe, output_dir)
 
     # ---- tokenizer and data (errors about the data surface here, before any model is built)
+    # Only the main process (RANK 0) talks: logs, progress bars, metrics, TensorBoard, summary.json.
+    is_main = int(os.environ.get("RANK", "0")) == 0
     tokenizer = load_tokenizer(recipe, output_dir)
     train_ds, eval_ds, data_stats = load_dataset(recipe, tokenizer)
-    logger.info(
-        "data: %d train / %d eval examples", data_stats["train_examples"], data_stats["eval_examples"]
-    )
+    if is_main:
+        logger.info(
+            "data: %d train / %d eval examples", data_stats["train_examples"], data_stats["eval_examples"]
+        )
 
-    # ---- model and engine
+    # ---- model and engine (ZeRO-3 builds the model already partitioned: no rank holds all of it)
     config = build_model_config(recipe.model, len(tokenizer), recipe.data.max_seq_len)
-    model = build_model(config, tokenizer, recipe.seed)
+    model = build_model_for(recipe, config, tokenizer)
     engine = make_engine(recipe, model, device)
     model = engine.model
+    is_main = engine.is_main
     n_params = engine.num_parameters()
-    logger.info("model: %s parameters, %s", format_count(n_params), device)
+    n_devices = getattr(engine, "world_size", 1)  # MFU is per device: TP ranks share one replica's FLOPs
+    if is_main:
+        logger.info("model: %s parameters, %s", format_count(n_params), device)
     sampler = ShardedBatchSampler(
         len(train_ds), recipe.micro_batch_size, recipe.seed, engine.dp_rank, engine.dp_world_size
     )
@@ -189,22 +206,23 @@ def pretrain(
         engine.load(resume_from)
         ckpt.load_rng_state(resume_from, rank=getattr(engine, "rank", 0))
         state.update(ckpt.read_json(resume_from / "trainer_state.json"))
-        saved_recipe = yaml.safe_load((resume_from / "recipe.yaml").read_text(encoding="utf-8"))
-        _log_recipe_changes(saved_recipe, to_dict(recipe))
-        logger.info(
-            "resumed from %s (step %d, epoch %d, index %d)",
-            resume_from,
-            state["step"],
-            state["epoch"],
-            state["index"],
-        )
-    if engine.is_main:
+        if is_main:
+            saved_recipe = yaml.safe_load((resume_from / "recipe.yaml").read_text(encoding="utf-8"))
+            _log_recipe_changes(saved_recipe, to_dict(recipe))
+            logger.info(
+                "resumed from %s (step %d, epoch %d, index %d)",
+                resume_from,
+                state["step"],
+                state["epoch"],
+                state["index"],
+            )
+    if is_main:
         ckpt.remove_stale_temporaries(output_dir)
         atomic_write_text(output_dir / "recipe.yaml", recipe_to_yaml(recipe))
     position = DataPosition(state["epoch"], state["index"])
     start_step = state["step"]
 
-    if recipe.optim.warmup_steps >= recipe.max_steps:
+    if recipe.optim.warmup_steps >= recipe.max_steps and is_main:
         logger.warning(
             "optim.warmup_steps (%d) >= max_steps (%d): the learning rate never reaches optim.lr",
             recipe.optim.warmup_steps,
@@ -212,9 +230,9 @@ def pretrain(
         )
     peak = recipe.logging.peak_flops or peak_flops_for(device, recipe.precision)
     metrics = MetricsLogger(
-        output_dir, tensorboard=recipe.logging.tensorboard, resume_step=start_step, enabled=engine.is_main
+        output_dir, tensorboard=recipe.logging.tensorboard, resume_step=start_step, enabled=is_main
     )
-    bar = progress_bar(recipe.max_steps, start_step, enabled=recipe.logging.progress_bar and engine.is_main)
+    bar = progress_bar(recipe.max_steps, start_step, enabled=recipe.logging.progress_bar and is_main)
     kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
 
     def save(step: int) -> None:
@@ -247,10 +265,11 @@ def pretrain(
         if state["best_eval"] is None or result["eval/loss"] < state["best_eval"]["eval/loss"]:
             state["best_eval"] = {"step": step, **result}
         metrics.log(step, result)
-        bar.write(
-            f"step {step}: eval loss {result['eval/loss']:.4f}  ppl {result['eval/perplexity']:.2f}  "
-            f"acc {result['eval/accuracy']:.4f}"
-        )
+        if is_main:  # tqdm.write prints even through a disabled bar
+            bar.write(
+                f"step {step}: eval loss {result['eval/loss']:.4f}  ppl {result['eval/perplexity']:.2f}  "
+                f"acc {result['eval/accuracy']:.4f}"
+            )
 
     # ---- the loop
     model.train()
@@ -282,6 +301,16 @@ def pretrain(
             grad_norm = engine.step()
             step += 1
             dt = time.perf_counter() - t0
+            if on_step_end is not None:  # this rank's own numbers
+                on_step_end(
+                    step, {"loss": step_loss, "tokens": step_tokens, "masked": step_masked, "seconds": dt}
+                )
+            # The step over all data-parallel ranks (one small all-reduce): the loss is the mean of the ranks'
+            # losses, the counts are sums. Every rank then logs, checks and checkpoints the same numbers.
+            loss_sum, tokens_sum, flops_sum, masked_sum, correct_sum = engine.dp_sum(
+                [step_loss, step_tokens, step_flops, step_masked, step_correct]
+            )
+            step_loss = loss_sum / engine.dp_world_size
             if not math.isfinite(step_loss):
                 raise FloatingPointError(
                     f"loss is {step_loss} at step {step}: lower optim.lr, enable optim.grad_clip, or use fp32"
@@ -289,37 +318,32 @@ def pretrain(
             if state["first_loss"] is None:
                 state["first_loss"] = step_loss
             state.update(step=step, epoch=position.epoch, index=position.index)
-            state["tokens"] += step_tokens * engine.dp_world_size
-            state["flops"] += step_flops * engine.dp_world_size
+            state["tokens"] += int(tokens_sum)
+            state["flops"] += flops_sum
             state["train_time_s"] += dt
-            session_tokens += step_tokens
-            session_flops += step_flops
+            session_tokens += int(tokens_sum)
+            session_flops += flops_sum
             session_time += dt
             for key, value in (
                 ("loss", step_loss),
                 ("steps", 1),
-                ("tokens", step_tokens),
-                ("flops", step_flops),
+                ("tokens", int(tokens_sum)),
+                ("flops", flops_sum),
                 ("time", dt),
-                ("masked", step_masked),
-                ("correct", step_correct),
+                ("masked", int(masked_sum)),
+                ("correct", int(correct_sum)),
             ):
                 window[key] += value
             bar.update(1)
-            if on_step_end is not None:
-                on_step_end(
-                    step, {"loss": step_loss, "tokens": step_tokens, "masked": step_masked, "seconds": dt}
-                )
 
             if step % recipe.logging.interval == 0 or step == recipe.max_steps:
-                tok_s = window["tokens"] / window["time"]
                 record = {
                     "train/loss": window["loss"] / window["steps"],
                     "train/accuracy": window["correct"] / max(1, window["masked"]),
                     "train/lr": engine.lr,
                     "train/grad_norm": grad_norm,
-                    "train/tokens_per_s": tok_s * engine.dp_world_size,
-                    "train/mfu": mfu(window["flops"], window["time"], peak),
+                    "train/tokens_per_s": window["tokens"] / window["time"],
+                    "train/mfu": mfu(window["flops"] / n_devices, window["time"], peak),
                     "train/epoch": position.epoch,
                     "train/tokens": state["tokens"],
                 }
@@ -360,23 +384,23 @@ def pretrain(
         "best_eval": state["best_eval"],
         "train_time_s": state["train_time_s"],
         "wall_time_s": time.perf_counter() - t_start,
-        "tokens_per_s": session_tokens * engine.dp_world_size / session_time if session_time else None,
+        "tokens_per_s": session_tokens / session_time if session_time else None,
         "model_flops": state["flops"],
-        "mfu": mfu(session_flops, session_time, peak),
+        "mfu": mfu(session_flops / n_devices, session_time, peak),
         "peak_flops": peak,
         "device": str(device),
         "precision": recipe.precision,
         "data": data_stats,
     }
-    if engine.is_main:
+    if is_main:
         write_json_atomic(output_dir / "summary.json", summary)
-    logger.info(
-        "done: %d steps, %s tokens, %.1fs; final loss %s",
-        step,
-        format_count(state["tokens"]),
-        summary["wall_time_s"],
-        f"{final_loss:.4f}" if final_loss is not None else "n/a",
-    )
+        logger.info(
+            "done: %d steps, %s tokens, %.1fs; final loss %s",
+            step,
+            format_count(state["tokens"]),
+            summary["wall_time_s"],
+            f"{final_loss:.4f}" if final_loss is not None else "n/a",
+        )
     return summary
 
 
@@ -428,12 +452,18 @@ def main(argv: list[str] | None = None) -> int:
     if flags["print_recipe"]:
         print(recipe_to_yaml(recipe), end="")
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun / deepspeed: only rank 0 reports
+    logging.basicConfig(
+        level=logging.INFO if is_main else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         summary = pretrain(recipe)
     except (ValueError, FileNotFoundError, FloatingPointError) as e:
         logger.error("%s", e)
         return 1
+    if not is_main:
+        return 0
     print(
         f"ernie-pretrain: {summary['steps']} steps, final loss "
         f"{summary['final_loss'] if summary['final_loss'] is None else round(summary['final_loss'], 4)}, "

@@ -1,0 +1,375 @@
+"""Turn a sharded DeepSpeed checkpoint (ZeRO-3, optionally AutoTP) into a plain `from_pretrained` directory.
+
+Every rank of a `DeepSpeedEngine` run writes `zero/rank<NNNNN>.safetensors` (its fp32 master partition as
+`fp32_flat.<i>`, plus Adam moments) and `.json` (the layout: which parameters each flat group holds, in which
+order, with which shapes). Reading them back needs no process group and no DeepSpeed:
+
+    rank files ──> fp32_flat.<i>[offset : offset + partition]      one ZeRO partition of a parameter
+               ──> concat over the ZeRO ranks of one TP rank, [:numel], view(ds_shape)   the TP shard
+               ──> concat over TP ranks along the split dimension (found from the full shape)   the weight
+
+The result holds the fp32 master weights (not the 16-bit copy rank 0 exports under bf16/fp16), the model's
+character tables and the tokenizer, written atomically, then loaded with `AutoModelForMaskedLM` and
+checked against the run's own export before the directory is published.
+
+Memory: the consolidated state dict (4 bytes per parameter in fp32) is held once; shards are read parameter
+by parameter through safetensors' lazy slices.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+ZERO_DIR = "zero"
+MODEL_FILE = "model.safetensors"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+LAYOUT_FORMAT = 1
+
+
+def _load_rank_meta(zero: Path) -> list[dict[str, Any]]:
+    """Every rank's JSON metadata, checked for completeness and a consistent layout."""
+    first = zero / "rank00000.json"
+    if not first.is_file():
+        raise ValueError(f"{zero} holds no rank00000.json: not a checkpoint of the DeepSpeed backend")
+    metas = []
+    head = _read_json(first)
+    world = head.get("world_size")
+    if not isinstance(world, int) or world < 1:
+        raise ValueError(f"{first}: no valid world_size")
+    missing = [
+        name
+        for r in range(world)
+        for name in (f"rank{r:05d}.json", f"rank{r:05d}.safetensors")
+        if not (zero / name).is_file()
+    ]
+    if missing:
+        raise ValueError(
+            f"{zero}: the checkpoint was written by {world} ranks, but {', '.join(missing)} missing"
+        )
+    for r in range(world):
+        meta = head if r == 0 else _read_json(zero / f"rank{r:05d}.json")
+        layout = meta.get("layout")
+        if not isinstance(layout, dict) or layout.get("format") != LAYOUT_FORMAT:
+            raise ValueError(
+                f"{zero / f'rank{r:05d}.json'} has no partition layout (format {LAYOUT_FORMAT}): the checkpoint "
+                "was written by an older ernie-zoo; resume it for one step and save again"
+            )
+        for key in ("world_size", "tp_size", "zero_stage"):
+            if meta.get(key) != head.get(key):
+                raise ValueError(f"rank {r} says {key}={meta.get(key)!r}, rank 0 says {head.get(key)!r}")
+        metas.append(meta)
+    if head.get("zero_stage") != 3:
+        raise ValueError(
+            f"consolidation reads ZeRO-3 partitions; this checkpoint is ZeRO stage {head.get('zero_stage')}"
+        )
+    return metas
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: unreadable or corrupt JSON ({err})") from None
+
+
+class _Shard:
+    """One rank's safetensors file, opened lazily; parameters are read as slices of its flat groups."""
+
+    def __init__(self, path: Path, groups: list[dict[str, Any]]):
+        from safetensors import safe_open
+
+        self.path = path
+        try:
+            self._file = safe_open(str(path), framework="pt")
+            keys = set(self._file.keys())
+        except Exception as err:  # safetensors raises its own error types for a bad header or a short file
+            raise ValueError(f"{path}: corrupt or truncated shard ({err})") from None
+        self.offsets: dict[str, tuple[int, int, int]] = {}  # name -> (group, offset, partition numel)
+        for i, group in enumerate(groups):
+            key = f"fp32_flat.{i}"
+            if key not in keys:
+                raise ValueError(f"{path}: {key} is missing (corrupt shard?)")
+            shape = self._file.get_slice(key).get_shape()
+            expected = sum(p[3] for p in group["params"])
+            if shape != [expected]:
+                raise ValueError(
+                    f"{path}: {key} has shape {shape}, its metadata describes {expected} elements (corrupt shard?)"
+                )
+            offset = 0
+            for name, _shape, _numel, part in group["params"]:
+                self.offsets[name] = (i, offset, part)
+                offset += part
+
+    def partition(self, name: str) -> torch.Tensor:
+        i, offset, part = self.offsets[name]
+        try:
+            return self._file.get_slice(f"fp32_flat.{i}")[offset : offset + part]
+        except Exception as err:
+            raise ValueError(f"{self.path}: cannot read {name} ({err}); the shard is corrupt") from None
+
+
+def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(ErnieZooConfig, {parameter name: full fp32 tensor}) from a sharded DeepSpeed checkpoint.
+
+    Raises ValueError naming the problem for a directory that is not such a checkpoint, a missing or
+    corrupt shard, or a checkpoint whose manifest does not match its files.
+    """
+    from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+    from ernie_zoo.training.checkpoint import MANIFEST, verify_checkpoint
+
+    path = Path(checkpoint_dir)
+    if not path.is_dir():
+        raise ValueError(f"{path} is not a directory")
+    zero = path / ZERO_DIR
+    if not zero.is_dir():
+        hint = " (it is already a from_pretrained directory)" if (path / MODEL_FILE).is_file() else ""
+        raise ValueError(
+            f"{path} is not a sharded DeepSpeed checkpoint: it has no {ZERO_DIR}/ directory{hint}"
+        )
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} has no config.json: not a checkpoint of the DeepSpeed backend")
+    if (path / MANIFEST).is_file():  # written by ernie-pretrain: sizes and sha256 of every file
+        problem = verify_checkpoint(path)
+        if problem is not None:
+            raise ValueError(f"{path}: {problem}")
+    metas = _load_rank_meta(zero)
+    config = ErnieZooConfig.from_pretrained(str(path))
+    shards = [_Shard(zero / f"rank{r:05d}.safetensors", m["layout"]["groups"]) for r, m in enumerate(metas)]
+
+    # rank -> (tp rank, ZeRO partition rank) for each parameter's flat group
+    tp_size = int(metas[0].get("tp_size") or 1)
+    layouts = []
+    for meta in metas:
+        layout = meta["layout"]
+        entries = {}
+        for group in layout["groups"]:
+            for name, shape, numel, part in group["params"]:
+                entries[name] = (group["partition_rank"], group["partition_count"], shape, numel, part)
+        layouts.append((int(layout["tp_rank"]), entries))
+    names = list(layouts[0][1])
+
+    with torch.device("meta"):
+        skeleton = ErnieZooForMaskedLM(config)
+    full_shapes = {name: list(p.shape) for name, p in skeleton.named_parameters()}
+    unknown = [n for n in names if n not in full_shapes]
+    absent = [n for n in full_shapes if n not in names]
+    if unknown or absent:
+        raise ValueError(
+            f"{path}: the shards do not match config.json's model: unknown {unknown[:5]}, absent {absent[:5]}"
+        )
+
+    state: dict[str, torch.Tensor] = {}
+    for name in names:
+        pieces: dict[int, dict[int, tuple[torch.Tensor, list[int], int]]] = {}
+        counts: dict[int, int] = {}
+        for rank, (tp_rank, entries) in enumerate(layouts):
+            if name not in entries:
+                raise ValueError(f"rank {rank}'s shard has no {name}")
+            part_rank, count, shape, numel, _ = entries[name]
+            pieces.setdefault(tp_rank, {})[part_rank] = (shards[rank].partition(name), shape, numel)
+            counts[tp_rank] = count
+        if sorted(pieces) != list(range(tp_size)):
+            raise ValueError(f"{name}: TP ranks {sorted(pieces)} in the shards, expected 0..{tp_size - 1}")
+        tp_shards = []
+        for tp_rank in range(tp_size):
+            parts, count = pieces[tp_rank], counts[tp_rank]
+            if sorted(parts) != list(range(count)):
+                raise ValueError(
+                    f"{name}: ZeRO partitions {sorted(parts)} of TP rank {tp_rank}, expected {count}"
+                )
+            _, shape, numel = parts[0]
+            flat = torch.cat([parts[i][0] for i in range(count)])
+            if flat.numel() < numel:
+                raise ValueError(f"{name}: {flat.numel()} elements in the partitions, {numel} expected")
+            tp_shards.append(flat[:numel].view(shape))
+        state[name] = _merge_tp(name, tp_shards, full_shapes[name])
+    return config, state
+
+
+def _merge_tp(name: str, shards: list[torch.Tensor], full: list[int]) -> torch.Tensor:
+    """One weight from its TP shards: replicated (every shard whole) or split along the one dimension whose
+    size differs from the full shape, in TP-rank order (AutoTP splits contiguously)."""
+    if list(shards[0].shape) == full:
+        return shards[0].clone()
+    dims = [d for d in range(len(full)) if shards[0].shape[d] != full[d]]
+    if len(dims) != 1:
+        raise ValueError(f"{name}: TP shard shape {list(shards[0].shape)} does not split full shape {full}")
+    merged = torch.cat(shards, dim=dims[0])
+    if list(merged.shape) != full:
+        raise ValueError(f"{name}: TP shards join to {list(merged.shape)}, the model expects {full}")
+    return merged
+
+
+def _find_tokenizer(checkpoint_dir: Path) -> Path | None:
+    """The checkpoint's own tokenizer files, else the run directory's `tokenizer/` (what ernie-pretrain saves)."""
+    for candidate in (checkpoint_dir, checkpoint_dir.parent / "tokenizer"):
+        if (candidate / "tokenizer_config.json").is_file():
+            return candidate
+    return None
+
+
+def consolidate_checkpoint(
+    checkpoint_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    tokenizer: str | os.PathLike | None = "auto",
+    dtype: str = "fp32",
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Write `out_dir` = config.json + model.safetensors (+ tokenizer files) from a sharded checkpoint, atomically.
+
+    Args:
+        checkpoint_dir: a `checkpoint-<step>` directory of a `distributed.backend: deepspeed` run.
+        out_dir: the `from_pretrained` directory to create.
+        tokenizer: a tokenizer directory to copy; "auto": the checkpoint's own, else `<run>/tokenizer`
+            (raises ValueError if there is none); None: weights only.
+        dtype: fp32 (the master weights), bf16 or fp16.
+        overwrite: replace an existing `out_dir`.
+
+    Before `out_dir` appears, the written directory is loaded with `AutoModelForMaskedLM` and its MLM logits
+    on a fixed batch are compared with those of the run's own export (`checkpoint_dir/model.safetensors`,
+    rank 0's gathered copy), when there is one. Returns a report: parameters, dtype, tokenizer, max logit
+    difference.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from ernie_zoo.models import ErnieZooForMaskedLM
+    from ernie_zoo.training.engine import _tied_names
+    from ernie_zoo.utils import atomic_directory
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    path, out = Path(checkpoint_dir), Path(out_dir)
+    if out.exists() and not overwrite:
+        raise ValueError(f"{out} exists; choose another output directory or overwrite it")
+    if out.resolve() == path.resolve():
+        raise ValueError("the output directory must differ from the checkpoint directory")
+    config, params = read_zero_checkpoint(path)
+
+    tok_dir = None
+    if tokenizer == "auto":
+        tok_dir = _find_tokenizer(path)
+        if tok_dir is None:
+            raise ValueError(
+                f"no tokenizer in {path} or {path.parent / 'tokenizer'}: pass the run's tokenizer directory"
+            )
+    elif tokenizer is not None:
+        tok_dir = Path(tokenizer)
+        if not (tok_dir / "tokenizer_config.json").is_file():
+            raise ValueError(f"{tok_dir} is not a tokenizer directory (no tokenizer_config.json)")
+    tok = None
+    if tok_dir is not None:
+        from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
+        tok = ErnieZooTokenizerFast.from_pretrained(str(tok_dir))
+        if len(tok) > config.vocab_size:
+            raise ValueError(
+                f"the tokenizer in {tok_dir} has {len(tok)} tokens, the model only {config.vocab_size} rows"
+            )
+
+    # Buffers (the character tables): the run's own, from rank 0's export; else from the tokenizer.
+    with torch.device("meta"):
+        skeleton = ErnieZooForMaskedLM(config)
+    tied = _tied_names(skeleton)
+    param_names = {name for name, _ in skeleton.named_parameters()}
+    buffer_names = [k for k in skeleton.state_dict() if k not in param_names and k not in tied]
+    export = path / MODEL_FILE
+    buffers: dict[str, torch.Tensor] = {}
+    if buffer_names and export.is_file():
+        with safe_open(str(export), framework="pt") as f:
+            buffers = {k: f.get_tensor(k) for k in buffer_names if k in f.keys()}
+    if len(buffers) < len(buffer_names):
+        if tok is None:
+            raise ValueError(
+                f"{export} is missing and no tokenizer was given: the character tables "
+                f"({', '.join(buffer_names)}) cannot be rebuilt"
+            )
+        features = skeleton.ernie.embeddings.char_features
+        features.to_empty(device="cpu")  # only the small feature module; the rest stays on meta
+        skeleton.load_char_tables(tok)
+        own = dict(skeleton.state_dict())
+        buffers = {k: own[k].detach().clone() for k in buffer_names}
+
+    target = DTYPES[dtype]
+    state = {k: v.to(target).contiguous() for k, v in params.items() if k not in tied}
+    state.update({k: v.contiguous() for k, v in buffers.items()})
+    report: dict[str, Any] = {
+        "parameters": sum(v.numel() for v in params.values()),
+        "dtype": dtype,
+        "tokenizer": str(tok_dir) if tok_dir is not None else None,
+        "compared_with": None,
+        "max_logit_diff": None,
+    }
+    with atomic_directory(out) as tmp:
+        config.save_pretrained(str(tmp))
+        save_file(state, str(tmp / MODEL_FILE), metadata={"format": "pt"})
+        if tok is not None:
+            tok.save_pretrained(str(tmp))
+        report.update(_verify(tmp, export if export.is_file() else None, config, dtype))
+    logger.info(
+        "consolidated %s -> %s: %d parameters (%s)%s",
+        path,
+        out,
+        report["parameters"],
+        dtype,
+        f", max |logit diff| {report['max_logit_diff']:.3g} vs {export}" if report["compared_with"] else "",
+    )
+    return report
+
+
+@torch.no_grad()
+def _verify(directory: Path, export: Path | None, config: Any, dtype: str) -> dict[str, Any]:
+    """Load `directory` with AutoModelForMaskedLM and compare its logits on a fixed batch with the run's
+    export (`export`, same architecture); raises ValueError if they disagree beyond the precision's tolerance."""
+    from transformers import AutoModelForMaskedLM
+
+    from ernie_zoo.models import ErnieZooForMaskedLM  # importing ernie_zoo registers the Auto classes
+
+    model = AutoModelForMaskedLM.from_pretrained(str(directory), dtype=torch.float32).eval()
+    if not isinstance(model, ErnieZooForMaskedLM):
+        raise ValueError(f"{directory} loads as {type(model).__name__}, not ErnieZooForMaskedLM")
+    g = torch.Generator().manual_seed(0)
+    seq = min(16, config.max_position_embeddings)
+    ids = torch.randint(1, config.vocab_size, (2, seq), generator=g)
+    logits = model(input_ids=ids).logits
+    if not torch.isfinite(logits).all():
+        raise ValueError(f"{directory}: the consolidated model produces non-finite logits")
+    if export is None:
+        return {"compared_with": None, "max_logit_diff": None}
+    reference = ErnieZooForMaskedLM.from_pretrained(str(export.parent), dtype=torch.float32).eval()
+    expected = reference(input_ids=ids).logits
+    diff = float((logits - expected).abs().max())
+    # fp32 masters vs a 16-bit export (or a 16-bit output) differ by 16-bit rounding of the weights
+    sixteen = dtype != "fp32" or _file_dtype(export) != torch.float32
+    tolerance = 5e-2 * max(1.0, float(expected.abs().max())) if sixteen else 1e-4
+    if diff > tolerance:
+        raise ValueError(
+            f"the consolidated model's logits differ from {export}'s by {diff:.3g} (tolerance {tolerance:.3g}): "
+            "the shards and the export disagree"
+        )
+    return {"compared_with": str(export), "max_logit_diff": diff}
+
+
+def _file_dtype(path: Path) -> torch.dtype:
+    """The dtype of the first floating tensor of a safetensors file (fp32 if it has none)."""
+    from safetensors import safe_open
+
+    names = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+    with safe_open(str(path), framework="pt") as f:
+        for key in f.keys():
+            dtype = names.get(f.get_slice(key).get_dtype())
+            if dtype is not None:
+                return dtype
+    return torch.float32
+
+
+__all__ = ["DTYPES", "consolidate_checkpoint", "read_zero_checkpoint"]
