@@ -191,7 +191,9 @@ def test_train_vocab_ids_are_the_same_in_another_process(zh_sentences, tmp_path)
     runs = []
     for seed in ("1", "2"):
         env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run([sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, env=env)
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, env=env
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(out.stdout.strip().splitlines()[-1])
     assert runs[0] == runs[1]
