@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -45,6 +46,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600 files; published files get the usual permissions
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -55,3 +57,10 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj, **dump_kwargs) -> None:
+    """`json.dump` (UTF-8, indent 2 unless given) to `path` atomically, with a trailing newline."""
+    dump_kwargs.setdefault("ensure_ascii", False)
+    dump_kwargs.setdefault("indent", 2)
+    atomic_write_text(path, json.dumps(obj, **dump_kwargs) + "\n")

@@ -122,3 +122,20 @@ def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
             raise RuntimeError("crash mid-save")
     assert (target / "a.txt").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_atomic_write_json_publishes_a_whole_readable_file(tmp_path):
+    import json as _json
+    import stat
+
+    from ernie_zoo.utils import atomic_write_json
+
+    target = tmp_path / "sub" / "m.json"
+    atomic_write_json(target, {"名": "银行", "n": 1})
+    assert _json.loads(target.read_text(encoding="utf-8")) == {"名": "银行", "n": 1}
+    assert "银行" in target.read_text(encoding="utf-8")  # UTF-8, not \\u escapes
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644  # not mkstemp's 0600
+    with pytest.raises(TypeError):
+        atomic_write_json(target, {"bad": object()})
+    assert _json.loads(target.read_text(encoding="utf-8"))["n"] == 1  # old content survives a failed write
+    assert [p.name for p in target.parent.iterdir()] == ["m.json"]

@@ -38,6 +38,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ernie_zoo.utils import atomic_write_json
+
 from .sources import DEFAULT_CACHE, check_not_reserved, iter_archive_members, read_archive_member
 from .text import clause_pairs, normalize_text, to_simplified
 
@@ -518,14 +520,4 @@ def prepare_datasets(
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_json(path, obj)

@@ -27,11 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import platform
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from importlib import metadata
@@ -41,6 +39,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
+from ..utils import atomic_write_json
 from .metrics import accuracy, macro_f1, span_prf
 from .ngram import CharNgramLM
 from .poetry import format_rates
@@ -308,13 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     }
     results.update(run_baselines(args.datasets, tasks=args.tasks, progress=not args.no_progress))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.out.parent, prefix=f".{args.out.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(results, f, ensure_ascii=False, indent=2)
-        f.write("\n")
-    os.replace(tmp, args.out)
+    atomic_write_json(args.out, results)
     print(json.dumps(_summary(results), ensure_ascii=False, indent=2))
     return 0
 

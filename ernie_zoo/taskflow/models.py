@@ -23,13 +23,14 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ernie_zoo.utils import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +91,7 @@ def write_manifest(directory: str | os.PathLike) -> Path:
         raise ModelNotFoundError(f"{directory} is not a directory")
     manifest = {"format": 1, "files": {rel: _sha256(directory / rel) for rel in _model_files(directory)}}
     target = directory / MANIFEST
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".manifest-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, target)
+    atomic_write_json(target, manifest, sort_keys=True)
     return target
 
 
