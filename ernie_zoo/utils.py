@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -64,3 +65,12 @@ def atomic_write_json(path: str | os.PathLike, obj, **dump_kwargs) -> None:
     dump_kwargs.setdefault("ensure_ascii", False)
     dump_kwargs.setdefault("indent", 2)
     atomic_write_text(path, json.dumps(obj, **dump_kwargs) + "\n")
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks (manifests of checkpoints, corpora and shipped models)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -31,7 +31,6 @@ sha256, drop counts).
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import logging
 import os
@@ -45,6 +44,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..utils import sha256_file
 from .labelled import DEFAULT_DATASETS, load_split, prepare_datasets
 from .sources import DEFAULT_CACHE, SOURCES, check_not_reserved, fetch, iter_archive_members, unpack_deb
 from .text import (
@@ -294,14 +294,6 @@ def _source_paragraphs(name: str, raw_dir: Path, datasets: Path, progress: bool)
     return extract[name](root, progress=progress)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write_lines(fd: int, path: Path, lines: Iterable[str], held: HeldOut, seen: Deduper) -> dict[str, Any]:
     """Write the lines that are neither held out nor already seen to ``fd``; return their statistics."""
     os.chmod(path, 0o644)
@@ -323,7 +315,7 @@ def _write_lines(fd: int, path: Path, lines: Iterable[str], held: HeldOut, seen:
                 stats["lines"] += 1
                 stats["chars"] += len(line)
                 stats["han_chars"] += han_count(line)
-    stats["sha256"] = _sha256(path)
+    stats["sha256"] = sha256_file(path)
     return stats
 
 
@@ -388,7 +380,7 @@ def build_corpora(
     manifest["total"] = {
         k: sum(s[k] for s in manifest["sources"].values()) for k in ("lines", "chars", "han_chars")
     }
-    manifest["total"]["sha256"] = _sha256(out / "pretrain.txt")
+    manifest["total"]["sha256"] = sha256_file(out / "pretrain.txt")
     with open(out / ".manifest.json.tmp", "w", encoding="utf-8") as f:
         json.dump(manifest, f, ensure_ascii=False, indent=2)
         f.write("\n")

@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import unicodedata
 import uuid
 from collections.abc import Iterable, Iterator
@@ -46,6 +45,8 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
+
+from ernie_zoo.utils import atomic_directory
 
 from .lexicon import EntityLexicon
 from .segment import Segmenter
@@ -404,21 +405,11 @@ def save_prepared(
 ) -> Path:
     """Atomically `save_to_disk` a prepared Dataset/DatasetDict with its stats (temp dir + rename)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    dataset.save_to_disk(str(tmp))
     meta = {"format_version": FORMAT_VERSION, "stats": stats.to_dict() if stats else None, **(extra or {})}
-    with open(tmp / STATS_FILE, "w", encoding="utf-8") as f:
-        json.dump(meta, f, ensure_ascii=False, indent=2)
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
+    with atomic_directory(path) as tmp:
+        dataset.save_to_disk(str(tmp))
+        with open(tmp / STATS_FILE, "w", encoding="utf-8") as f:
+            json.dump(meta, f, ensure_ascii=False, indent=2)
     return path
 
 

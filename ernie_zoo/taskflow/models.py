@@ -19,7 +19,6 @@ creating a second Taskflow for the same model is free; `clear_model_cache()` emp
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ernie_zoo.utils import atomic_write_json
+from ernie_zoo.utils import atomic_write_json, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +65,6 @@ class ManifestError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------- manifests
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _model_files(directory: Path) -> list[str]:
     files = []
     for path in sorted(directory.rglob("*")):
@@ -89,7 +80,7 @@ def write_manifest(directory: str | os.PathLike) -> Path:
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelNotFoundError(f"{directory} is not a directory")
-    manifest = {"format": 1, "files": {rel: _sha256(directory / rel) for rel in _model_files(directory)}}
+    manifest = {"format": 1, "files": {rel: sha256_file(directory / rel) for rel in _model_files(directory)}}
     target = directory / MANIFEST
     atomic_write_json(target, manifest, sort_keys=True)
     return target
@@ -117,7 +108,7 @@ def verify_manifest(directory: str | os.PathLike) -> dict[str, str]:
         file = directory / rel
         if not file.is_file():
             raise ManifestError(f"{directory}: {rel} is listed in {MANIFEST} but missing")
-        actual = _sha256(file)
+        actual = sha256_file(file)
         if actual != expected.lower():
             raise ManifestError(
                 f"{directory}: checksum mismatch for {rel} (manifest {expected[:12]}..., file {actual[:12]}...); "

@@ -21,7 +21,6 @@ warning that says what is wrong.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from ernie_zoo.utils import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +54,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _sha256(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:
@@ -139,7 +132,10 @@ def save_checkpoint(
         for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
             with open(file, "rb") as f:
                 os.fsync(f.fileno())
-            files[file.relative_to(tmp).as_posix()] = {"size": file.stat().st_size, "sha256": _sha256(file)}
+            files[file.relative_to(tmp).as_posix()] = {
+                "size": file.stat().st_size,
+                "sha256": sha256_file(file),
+            }
         write_json(tmp / MANIFEST, {"step": step, "files": files})
         _fsync_dir(tmp)
         if final.exists():  # a re-run of the same step: replace it (the old copy is removed after the swap)
@@ -182,7 +178,7 @@ def verify_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = ()) -
         size = file.stat().st_size
         if size != meta["size"]:
             return f"{name} has {size} bytes, the manifest says {meta['size']} (truncated or overwritten)"
-        if _sha256(file) != meta["sha256"]:
+        if sha256_file(file) != meta["sha256"]:
             return f"{name} does not match its sha256 in the manifest (corrupted)"
     return None
 
