@@ -25,6 +25,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "ernie_zoo.commands.baselines",
         "run the reference baselines on the prepared labelled splits",
     ),
+    "eval": (
+        "ernie_zoo.commands.eval",
+        "evaluate the zoo models next to the baselines; write results and cards",
+    ),
 }
 
 

@@ -86,3 +86,6 @@ def test_help_lists_every_key():
     text = format_help()
     for key, _, _ in iter_fields(FinetuneArgs):
         assert f"--{key} " in text
+    # Its own recipes and keys, not ernie-pretrain's.
+    assert "recipes/finetune/" in text and "--train.learning_rate" in text
+    assert "recipes/pretrain/" not in text and "--optim.lr" not in text

@@ -232,3 +232,28 @@ def test_read_documents_gzip_bom_and_counts(tmp_path):
     docs = list(read_documents(path, stats=stats, show_progress=False))
     assert docs == ["第一行", "第二行", "\ufffd"]
     assert (stats.files, stats.lines, stats.empty_lines, stats.decode_errors) == (1, 4, 1, 1)
+
+
+def test_pack_pieces_fills_examples_in_order():
+    from ernie_zoo.masking.prepare import pack_pieces
+
+    pieces = ["一二三", "四五", "六七八九", "十", "甲乙丙丁戊己庚"]
+    packed = pack_pieces(pieces, 6)
+    assert packed == ["一二三四五", "六七八九十", "甲乙丙丁戊己庚"[:7]]
+    assert "".join(packed) == "".join(pieces)  # nothing lost or reordered
+    assert pack_pieces([], 5) == []
+
+
+def test_packing_makes_fewer_fuller_examples(tiny_tokenizer, zh_sentences):
+    plain, _ = prepare_dataset_with_stats(zh_sentences, tiny_tokenizer, max_seq_len=64, show_progress=False)
+    packed, stats = prepare_dataset_with_stats(
+        zh_sentences, tiny_tokenizer, max_seq_len=64, show_progress=False, pack=True
+    )
+    assert stats.packed_from == len(plain) and len(packed) < len(plain)
+    assert all(len(r["input_ids"]) <= 64 for r in packed)
+    # The same tokens, minus the [CLS]/[SEP] pairs saved by joining documents.
+    inner = lambda ds: sum(len(r["input_ids"]) - 2 for r in ds)  # noqa: E731
+    assert inner(packed) == inner(plain)
+    assert np.mean([len(r["input_ids"]) for r in packed]) > 1.5 * np.mean(
+        [len(r["input_ids"]) for r in plain]
+    )

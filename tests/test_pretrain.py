@@ -501,3 +501,47 @@ def test_training_flops_and_mfu(make_config):
     assert 0 < masked - sparse < (6 * (4 * h * h + 2 * h * i) + 12 * h * seq) * 850
     assert mfu(1e12, 2.0, 1e12) == 0.5 and mfu(1e12, 2.0, None) is None
     assert peak_flops_for("cpu", "fp32") is None
+
+
+def test_init_from_continues_from_a_checkpoint(tiny_run, tmp_path, tokenizer_dir):
+    """model.init_from starts a new run (fresh schedule) from an earlier run's weights; a mismatched
+    architecture is refused naming the field."""
+    from safetensors.torch import load_file
+
+    from ernie_zoo.training.engine import build_model, build_model_config, init_weights_from
+
+    out, _ = tiny_run
+    ckpt = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))[-1]
+    recipe = load_recipe(
+        TINY,
+        _tiny_overrides(
+            tmp_path / "a", **{"model.init_from": str(ckpt), "tokenizer.path": str(out / "tokenizer")}
+        ),
+    )
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
+    tok = ErnieZooTokenizerFast.from_pretrained(str(out / "tokenizer"))
+    model = build_model(build_model_config(recipe.model, len(tok)), tok, seed=123)
+    init_weights_from(model, str(ckpt))
+    saved = load_file(str(ckpt / "model.safetensors"))
+    own = model.state_dict()
+    assert saved and all(torch.equal(own[k], v) for k, v in saved.items())
+    # A run with init_from starts at step 0 with the checkpoint's weights: its first loss is far below a
+    # fresh model's first loss on the same batch.
+    fresh = _run(tmp_path / "fresh", **{"max_steps": 2, "tokenizer.path": str(out / "tokenizer")})
+    cont = _run(
+        tmp_path / "cont",
+        **{"max_steps": 2, "tokenizer.path": str(out / "tokenizer"), "model.init_from": str(ckpt)},
+    )
+    assert cont["steps"] == 2 and cont["first_loss"] < fresh["first_loss"] - 0.3
+    with pytest.raises(ValueError, match="architecture differs.*hidden_size"):
+        _run(
+            tmp_path / "bad",
+            **{
+                "max_steps": 1,
+                "tokenizer.path": str(out / "tokenizer"),
+                "model.init_from": str(ckpt),
+                "model.hidden_size": 48,
+                "model.num_attention_heads": 2,
+            },
+        )

@@ -82,6 +82,21 @@ def test_stdin_and_options(models, capsys, monkeypatch):
         capsys,
     )
     assert code == 0 and len(rows[0]["embedding"]) == 32  # numpy arrays are written as JSON lists
+    code, rounded, _ = run_cli(
+        [
+            "feature_extraction",
+            "--task-path",
+            str(models.encoder),
+            "-O",
+            "return_numpy=true",
+            "你好",
+            "--digits",
+            "3",
+        ],
+        capsys,
+    )
+    assert code == 0 and rounded[0]["embedding"] == [round(v, 3) for v in rows[0]["embedding"]]
+    assert rounded[0]["embedding"] != rows[0]["embedding"]
 
 
 def test_errors_are_reported_not_raised(models, tmp_path, capsys, monkeypatch):

@@ -566,3 +566,39 @@ def test_hub_id_online_but_unreachable_fails_fast(monkeypatch, tmp_path):
     with pytest.raises(ModelNotFoundError, match="some-org/some-model.*unreachable"):
         Taskflow("sentiment_analysis", model="some-org/some-model")
     assert time.monotonic() - start < 10
+
+
+def test_ner_checkpoint_with_crf_is_decoded_by_viterbi(models, tmp_path):
+    """A token classifier saved with a CRF loads as ErnieZooForTokenClassificationCRF and its transition
+    scores decide the tags: forbidding B-PER and I-PER in the CRF removes the PER entities per-token argmax finds."""
+    from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+
+    text = ner_data(40, seed=3)
+    texts = [t for t, spans in text if any(k == "PER" for _, _, k in spans)][:8]
+    assert texts
+    plain = Taskflow("ner", task_path=str(models.ner), entity_only=True)(texts)
+    assert any(e["type"] == "PER" for r in plain for e in r["entities"])
+
+    crf = ErnieZooForTokenClassificationCRF.from_pretrained(str(models.ner))
+    with torch.no_grad():
+        for tag in ("B-PER", "I-PER"):
+            crf.crf.start_transitions[NER_TAGS.index(tag)] = -1e4
+            crf.crf.transitions[:, NER_TAGS.index(tag)] = -1e4
+    directory = tmp_path / "ner_crf"
+    crf.save_pretrained(directory)
+    _tokenizer().save_pretrained(directory)
+    flow = Taskflow("ner", task_path=str(directory), entity_only=True)
+    assert isinstance(flow._task.model, ErnieZooForTokenClassificationCRF)
+    with_crf = flow(texts)
+    assert not any(e["type"] == "PER" for r in with_crf for e in r["entities"])
+    # Zero transitions: the CRF is the per-token classifier, so the results match the plain model's.
+    with torch.no_grad():
+        for p in (crf.crf.start_transitions, crf.crf.end_transitions, crf.crf.transitions):
+            p.zero_()
+    directory0 = tmp_path / "ner_crf0"
+    crf.save_pretrained(directory0)
+    _tokenizer().save_pretrained(directory0)
+    zero = Taskflow("ner", task_path=str(directory0), entity_only=True)(texts)
+    assert [[(e["start"], e["end"], e["type"]) for e in r["entities"]] for r in zero] == [
+        [(e["start"], e["end"], e["type"]) for e in r["entities"]] for r in plain
+    ]

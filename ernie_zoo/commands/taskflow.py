@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--usage", action="store_true", help="print the task's usage example and exit")
     parser.add_argument("--list", action="store_true", help="list the tasks and exit")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--digits", type=int, default=None, help="round scores and other floats to this many decimals"
+    )
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:
@@ -114,13 +117,15 @@ def _count(path: str) -> int | None:
         return None
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any, digits: int | None = None) -> Any:
     if hasattr(value, "tolist"):
-        return value.tolist()
+        value = value.tolist()
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+        return {k: _jsonable(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, digits) for v in value]
+    if isinstance(value, float) and digits is not None:
+        return round(value, digits)
     return value
 
 
@@ -217,7 +222,7 @@ def _run(args: argparse.Namespace, stdout: TextIO) -> int:
         with tqdm(total=total, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task) as bar:
             for block in _blocks(texts, args.batch_size * BLOCK):
                 for result in flow(block):
-                    out.write(json.dumps(_jsonable(result), ensure_ascii=False) + "\n")
+                    out.write(json.dumps(_jsonable(result, args.digits), ensure_ascii=False) + "\n")
                 bar.update(len(block))
         if tmp is not None:
             out.close()

@@ -308,7 +308,12 @@ def build_args(
 
 
 def format_help() -> str:
-    return recipe_help(FinetuneArgs, prog="ernie-finetune")
+    return recipe_help(
+        FinetuneArgs,
+        prog="ernie-finetune",
+        recipes_dir="recipes/finetune/",
+        example="--train.learning_rate 3e-4",
+    )
 
 
 def dump_recipe(args: FinetuneArgs) -> str:

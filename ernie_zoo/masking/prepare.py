@@ -90,6 +90,7 @@ class PrepareStats:
     long_lines: int = 0  #: texts longer than max_seq_len - 2 characters, split
     long_line_pieces: int = 0  #: pieces those texts were split into
     hard_splits: int = 0  #: sentences cut by length (too long even alone)
+    packed_from: int = 0  #: pieces before packing (0: not packed)
     truncated: int = 0  #: examples the tokenizer still truncated (NFKC expansion)
     dropped_no_tokens: int = 0  #: texts that produced no token at all
     examples: int = 0  #: rows in the train dataset
@@ -271,6 +272,25 @@ def split_long_text(text: str, limit: int) -> tuple[list[str], int]:
     return pieces, hard
 
 
+def pack_pieces(pieces: list[str], limit: int) -> list[str]:
+    """Greedily join consecutive pieces (each at most `limit` NFKC characters) into texts of at most `limit`
+    characters, so short lines fill whole examples instead of padding (RoBERTa's FULL-SENTENCES packing).
+    Order is kept; a piece is never split."""
+    out: list[str] = []
+    current: list[str] = []
+    size = 0
+    for piece in pieces:
+        n = _size(piece)
+        if current and size + n > limit:
+            out.append("".join(current))
+            current, size = [], 0
+        current.append(piece)
+        size += n
+    if current:
+        out.append("".join(current))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- encoding
 def _renumber(keys: np.ndarray, member: np.ndarray) -> np.ndarray:
     """Consecutive ids from 0 for runs of equal `keys` among `member` tokens; -1 elsewhere."""
@@ -444,6 +464,7 @@ def prepare_dataset_with_stats(
     batch_size: int = 1000,
     segmenter: Segmenter | None = None,
     show_progress: bool = True,
+    pack: bool = False,
 ):
     """`prepare_dataset`, also returning the `PrepareStats`. See `prepare_dataset` for the arguments."""
     from datasets import DatasetDict
@@ -470,6 +491,8 @@ def prepare_dataset_with_stats(
     if cache_dir is not None:
         h = hashlib.blake2b(digest_size=16)
         settings = (FORMAT_VERSION, max_seq_len, use_pos_entities, text_field, eval_fraction, seed)
+        if pack:  # appended only when on, so unpacked caches keep their keys
+            settings += ("pack",)
         h.update(repr(settings).encode())
         h.update(_tokenizer_fingerprint(tokenizer).encode())
         h.update(segmenter.fingerprint().encode())
@@ -506,6 +529,9 @@ def prepare_dataset_with_stats(
             stats.hard_splits += hard
         splits["eval" if ev else "train"].extend(pieces)
     del docs
+    if pack:
+        stats.packed_from = len(splits["train"]) + len(splits["eval"])
+        splits = {name: pack_pieces(pieces, limit) for name, pieces in splits.items()}
 
     encoder = _Encoder(tokenizer, max_seq_len, segmenter, lexicon, use_pos_entities)
     with _progress_bars(show_progress):
@@ -610,7 +636,8 @@ def prepare_dataset(
             and settings hash the same.
         **kwargs: `input_type` ("auto"/"text"/"file"), `text_field` ("text"), `eval_fraction` (0.0; if > 0 a
             seeded fraction of the documents goes to an "eval" split and a `DatasetDict` with "train" and
-            "eval" is returned), `seed`, `batch_size`, `segmenter`, `show_progress`.
+            "eval" is returned), `seed`, `batch_size`, `segmenter`, `show_progress`, `pack` (False; True joins
+            consecutive short documents into examples of up to max_seq_len tokens, see `pack_pieces`).
 
     Returns:
         a `datasets.Dataset` with columns `COLUMNS` (or a `DatasetDict` when `eval_fraction > 0`).

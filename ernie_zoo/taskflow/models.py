@@ -306,6 +306,20 @@ def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
         return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def _token_classifier_class(source: ModelSource, default: Any) -> Any:
+    """`ErnieZooForTokenClassificationCRF` for a checkpoint saved with a CRF (`config.use_crf`), so its
+    transition scores are loaded and decoding is Viterbi, not per-token argmax; else `default`."""
+    import transformers
+
+    config = _from_pretrained(transformers.AutoConfig, source)
+    archs = getattr(config, "architectures", None) or []
+    if getattr(config, "use_crf", False) or "ErnieZooForTokenClassificationCRF" in archs:
+        from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+
+        return ErnieZooForTokenClassificationCRF
+    return default
+
+
 def load_model(
     source: ModelSource,
     auto_class: str,
@@ -347,6 +361,8 @@ def load_model(
                 f"{source.location} has no loadable tokenizer ({exc}); save it next to the model with "
                 "tokenizer.save_pretrained(directory)"
             ) from exc
+        if auto_class == "AutoModelForTokenClassification":
+            cls = _token_classifier_class(source, cls)
         _QUIET.on = True
         try:
             model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)

