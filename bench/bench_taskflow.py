@@ -7,12 +7,14 @@ shipped ``ernie-zoo-mini-sentiment`` is installed it is used instead; otherwise 
 not depend on them) and the classifier bias is centred on calibration texts so that the predicted labels vary
 from text to text and label agreement is not trivially 1.0 — the result file says which.
 
-Texts: the real Chinese sentences of ``tests/data/zh_sentences.txt`` plus generated mixes of them cut to a target
+Texts (``reviews`` also needs ``scripts/prepare_corpora.py``): the real Chinese sentences of ``tests/data/zh_sentences.txt`` plus generated mixes of them cut to a target
 length of 8-480 characters (``random.Random(0)``), in two workloads:
 
 * ``uniform``: target lengths uniform over 8-480 (mean ~250 characters);
 * ``skewed``: target lengths log-uniform over 8-480 (mean ~125: many short texts, a long tail), the usual shape
-  of real collections (reviews, news sentences, queries).
+  of real collections (reviews, news sentences, queries);
+* ``reviews``: real reviews of the sentiment test split as they come; with the shipped model the result also
+  records fp32 and int8 accuracy against the gold labels (the accuracy change of int8).
 
 No text exceeds 512 tokens, so neither side truncates or splits and the label comparison is exact. What
 Taskflow saves is mostly padding: the pipeline pads each batch of 32 to its longest text, Taskflow sorts by
@@ -61,7 +63,19 @@ from ernie_zoo.taskflow.models import ZOO_DIR  # noqa: E402
 SHIPPED = "ernie-zoo-mini-sentiment"
 
 
+def review_texts(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """`n` texts (and gold labels) of the review test split, shuffled with `seed` (needs the prepared splits)."""
+    from ernie_zoo.data.labelled import load_split
+
+    rows = load_split("sentiment", "test")
+    random.Random(seed).shuffle(rows)
+    rows = rows[:n]
+    return [r["text"] for r in rows], [r["label"] for r in rows]
+
+
 def make_texts(n: int, seed: int = 0, lengths: str = "uniform") -> list[str]:
+    if lengths == "reviews":
+        return review_texts(n, seed)[0]
     sentences = [
         s
         for s in (REPO / "tests" / "data" / "zh_sentences.txt").read_text(encoding="utf-8").splitlines()
@@ -152,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--workloads", default="uniform,skewed")
+    parser.add_argument("--workloads", default="uniform,skewed,reviews")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "taskflow.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -176,9 +190,22 @@ def main(argv: list[str] | None = None) -> int:
 
         for fn in (run_pipe, fp32, int8):
             fn(make_texts(32, seed=1))
+        config = fp32._task.model.config
+        model_desc = (
+            f"{type(fp32._task.model).__name__}, {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+            f"{config.num_attention_heads} heads, ffn {config.intermediate_size}, vocab {config.vocab_size}"
+        )
         for name in args.workloads.split(","):
             texts = make_texts(args.n, lengths=name)
+            gold = review_texts(args.n)[1] if name == "reviews" else None
             n_tokens = [len(fp32._task.tokenizer(t)["input_ids"]) for t in texts]
+            if gold is not None:  # drop the few reviews over 512 tokens: the pipeline would truncate them
+                keep = [i for i, n in enumerate(n_tokens) if n <= 512]
+                texts, gold, n_tokens = (
+                    [texts[i] for i in keep],
+                    [gold[i] for i in keep],
+                    [n_tokens[i] for i in keep],
+                )
             assert max(n_tokens) <= 512, "a text would be truncated by the pipeline"
             wall, cpu, out = timed_rounds(
                 {"pipeline": run_pipe, "fp32": fp32, "int8": int8}, texts, args.rounds
@@ -211,14 +238,22 @@ def main(argv: list[str] | None = None) -> int:
                 / len(texts),
                 "fraction_positive_fp32": round(labels["fp32"].count("positive") / len(texts), 3),
             }
+            if gold is not None:
+                workloads[name]["accuracy_fp32"] = sum(a == b for a, b in zip(gold, labels["fp32"])) / len(
+                    texts
+                )
+                workloads[name]["accuracy_int8"] = sum(a == b for a, b in zip(gold, labels["int8"])) / len(
+                    texts
+                )
             print(name, json.dumps(workloads[name]), flush=True)
 
     result = {
         "task": "sentiment_analysis (text classification)",
         "weights": weights,
-        "model": "ErnieZooForSequenceClassification, preset mini (6 layers, hidden 384, 12 heads, ffn 1536)",
+        "model": model_desc,
         "texts": "tests/data/zh_sentences.txt + generated mixes of them, 8-480 chars (random.Random(0)); "
-        "uniform: lengths uniform, skewed: lengths log-uniform",
+        "uniform: lengths uniform, skewed: lengths log-uniform; reviews: the review test split (real texts as "
+        "they come, shuffled with seed 0, those over 512 tokens dropped), with accuracy against the gold labels",
         "batch_size": args.batch_size,
         "torch_threads": args.threads,
         "rounds": args.rounds,

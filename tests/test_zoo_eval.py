@@ -1,0 +1,174 @@
+"""`ernie-zoo eval` end to end on the tiny fixture models and a tiny datasets root: the numbers it writes equal a
+direct computation, the baselines come from a file whose split hashes must match, and the cards it writes carry
+those numbers (model cards are generated, never typed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import yaml
+from test_taskflow_models import (  # noqa: F401  (no_network is an autouse fixture)
+    POEMS,
+    fixture_models,
+    ner_data,
+    no_network,
+    sentiment_data,
+)
+
+from ernie_zoo.cli import main
+from ernie_zoo.data.labelled import write_datasets
+from ernie_zoo.evaluation.cards import render_card
+from ernie_zoo.evaluation.zoo import evaluate_zoo, to_fullwidth, to_traditional
+from ernie_zoo.taskflow import Taskflow
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return fixture_models(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("datasets")
+    labels = ["negative", "positive"]
+    senti = [{"text": t, "label": labels[y]} for t, y in sentiment_data(seed=5)[:90]]
+    ner = [
+        {"text": t, "entities": [{"start": a, "end": b, "type": k} for a, b, k in spans]}
+        for t, spans in ner_data(90, seed=5)
+    ]
+    poems = [{"title": f"诗{i}", "author": "", "dynasty": "tang", "text": POEMS[i % 2]} for i in range(12)]
+    manifest = {}
+    for task, rows in (("sentiment", senti), ("ner", ner), ("poetry", poems)):
+        k = len(rows) // 3
+        splits = {"train": rows[:k], "dev": rows[k : 2 * k], "test": rows[2 * k :]}
+        manifest[task] = write_datasets(root, task, splits, {})
+    (root / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    baselines = {
+        "datasets_sha256": {t: {s: f["sha256"] for s, f in m["files"].items()} for t, m in manifest.items()},
+        "sentiment": {"systems": {"majority": {"accuracy": 0.5, "macro_f1": 0.33}}},
+        "ner": {
+            "systems": {
+                "lexicon": {
+                    "micro": {"precision": 0.5, "recall": 0.5, "f1": 0.5},
+                    "per_type": {"PER": {"f1": 0.5}},
+                }
+            }
+        },
+        "poetry": {"systems": {"char_3gram_kn": {"test_perplexity": 99.0}}},
+    }
+    (root / "baselines.json").write_text(json.dumps(baselines), encoding="utf-8")
+    return root
+
+
+def test_text_variants_keep_offsets():
+    assert to_traditional(["这个国家发展很快"]) == ["這個國家發展很快"]
+    assert to_fullwidth(["abc 123!"]) == ["ａｂｃ １２３！"]
+    texts = ["据报道，李娜在北京工作", "广州的刘洋加入了联合国"]
+    assert [len(t) for t in to_traditional(texts)] == [len(t) for t in texts]
+
+
+def test_evaluate_zoo_on_fixture_models(models, datasets):
+    results = evaluate_zoo(
+        {
+            "ernie-zoo-mini-sentiment": models.sentiment,
+            "ernie-zoo-mini-ner": models.ner,
+            "ernie-zoo-mini-poetry": models.poetry,
+            "ernie-zoo-mini-zh": models.mlm,
+        },
+        datasets=datasets,
+        baselines_file=datasets / "baselines.json",
+    )
+    test = [
+        json.loads(x) for x in (datasets / "sentiment/test.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    senti = results["models"]["ernie-zoo-mini-sentiment"]
+    direct = Taskflow("sentiment_analysis", task_path=str(models.sentiment))([r["text"] for r in test])
+    acc = sum(o["label"] == r["label"] for o, r in zip(direct, test)) / len(test)
+    assert senti["test"]["accuracy"] == pytest.approx(acc) and acc > 0.8  # the fixture model learned its data
+    assert senti["sample"]["pred"] == [o["label"] for o in direct][: len(senti["sample"]["pred"])]
+    assert senti["baselines"]["majority"]["accuracy"] == 0.5
+    assert {"traditional", "fullwidth"} <= set(senti["robustness"])
+
+    ner = results["models"]["ernie-zoo-mini-ner"]
+    assert 0.5 < ner["test"]["micro"]["f1"] <= 1.0 and ner["baselines"]["lexicon"]["micro"]["f1"] == 0.5
+    assert len(ner["sample"]["pred"]) == len(ner["sample"]["texts"])
+
+    poetry = results["models"]["ernie-zoo-mini-poetry"]
+    # The fixture LM memorised both poems: far below the token n-gram fitted on the same two poems.
+    assert math.isfinite(poetry["test"]["perplexity"]) and poetry["test"]["perplexity"] < 3.0
+    assert set(poetry["baselines"]) == {"token_3gram_kn", "token_4gram_kn"}
+    assert poetry["generation"]["format_rates"] and poetry["sample"]["tokens"]
+
+    mlm = results["models"]["ernie-zoo-mini-zh"]
+    assert len(mlm["domains"]) == 3 and all(0 <= d["accuracy"] <= 1 for d in mlm["domains"].values())
+    for name, r in results["models"].items():
+        card = render_card(name, r)
+        front = yaml.safe_load(card.split("---\n")[1])
+        assert front["model-index"][0]["name"] == name
+
+
+def test_baselines_on_other_splits_are_refused(models, datasets, tmp_path):
+    bad = json.loads((datasets / "baselines.json").read_text(encoding="utf-8"))
+    bad["datasets_sha256"]["ner"]["test"] = "0" * 64
+    (tmp_path / "b.json").write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(ValueError, match="ner baselines were measured on other split files"):
+        evaluate_zoo(
+            {"ernie-zoo-mini-ner": models.ner}, datasets=datasets, baselines_file=tmp_path / "b.json"
+        )
+
+
+def test_eval_cli_writes_results_and_cards(models, datasets, tmp_path, capsys):
+    model_dir = tmp_path / "senti"
+    shutil.copytree(models.sentiment, model_dir)
+    out, cards = tmp_path / "zoo_eval.json", tmp_path / "cards"
+    code = main(
+        [
+            "eval",
+            f"ernie-zoo-mini-sentiment={model_dir}",
+            "--datasets", str(datasets),
+            "--baselines", str(datasets / "baselines.json"),
+            "--out", str(out),
+            "--cards", str(cards),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    results = json.loads(out.read_text(encoding="utf-8"))
+    r = results["models"]["ernie-zoo-mini-sentiment"]
+    card = (cards / "ernie-zoo-mini-sentiment.md").read_text(encoding="utf-8")
+    assert card == render_card("ernie-zoo-mini-sentiment", r)
+    assert (model_dir / "README.md").read_text(encoding="utf-8") == card
+    assert f"value: {round(r['test']['accuracy'], 4)}" in card
+    assert "test accuracy" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="unknown model"):
+        main(["eval", "ernie-zoo-huge=x", "--datasets", str(datasets)])
+
+
+def test_mlm_scores_hide_the_answer(models):
+    """Masked positions get [MASK] and pinyin 0 (a model cannot read the answer from its pinyin); the count of
+    masked tokens is what the model saw; the same seed gives the same scores."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    import ernie_zoo.auto  # noqa: F401
+    from ernie_zoo.evaluation.zoo import mlm_scores
+
+    model = AutoModelForMaskedLM.from_pretrained(str(models.mlm)).eval()
+    tok = AutoTokenizer.from_pretrained(str(models.mlm))
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, **kwargs):
+            seen.append({k: v.clone() for k, v in kwargs.items()})
+            return model(**kwargs)
+
+    texts = [t for t, _ in sentiment_data(seed=9)[:20]]
+    a = mlm_scores(Spy(), tok, texts, seed=1)
+    masked = sum(int((b["input_ids"] == tok.mask_token_id).sum()) for b in seen)
+    assert masked == a["masked_tokens"] >= len(texts)
+    for b in seen:
+        assert bool((b["pinyin_ids"][b["input_ids"] == tok.mask_token_id] == 0).all())
+    assert mlm_scores(model, tok, texts, seed=1) == a
+    assert mlm_scores(model, tok, texts, seed=2) != a
