@@ -141,7 +141,12 @@ def test_eval_cli_writes_results_and_cards(models, datasets, tmp_path, capsys):
     assert card == render_card("ernie-zoo-mini-sentiment", r)
     assert (model_dir / "README.md").read_text(encoding="utf-8") == card
     assert f"value: {round(r['test']['accuracy'], 4)}" in card
-    assert "test accuracy" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"{r['test']['accuracy']:.4f}" in printed and "0.5000 (majority)" in printed
+    assert main(["eval", "--show", "--out", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.splitlines()[0].split() == ["model", "test", "split", "metric", "model", "best", "baseline"]
+    assert shown.strip() in printed
     with pytest.raises(SystemExit, match="unknown model"):
         main(["eval", "ernie-zoo-huge=x", "--datasets", str(datasets)])
 

@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
+        "--show",
+        action="store_true",
+        help="evaluate nothing: print the summary table of the existing --out file (what the README quotes)",
+    )
+    parser.add_argument(
         "--merge",
         action="store_true",
         help="keep the other models' entries of an existing --out file (evaluate a few models again)",
@@ -59,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from ernie_zoo.taskflow.models import ZOO_DIR
     from ernie_zoo.utils import atomic_write_json, atomic_write_text
 
+    if args.show:
+        print(summary_table(json.loads(args.out.read_text(encoding="utf-8"))))
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -89,16 +97,49 @@ def run(args: argparse.Namespace) -> int:
             atomic_write_text(args.cards / f"{name}.md", text)
             atomic_write_text(models[name] / "README.md", text)
             print(f"card: {args.cards / (name + '.md')}")
-    for name, r in results["models"].items():
-        if name not in models:
-            continue
-        if r["kind"] == "sentiment":
-            print(f"{name}: test accuracy {r['test']['accuracy']:.4f}")
-        elif r["kind"] == "ner":
-            print(f"{name}: test micro-F1 {r['test']['micro']['f1']:.4f}")
-        elif r["kind"] == "poetry":
-            best = min(v["test_perplexity"] for v in r["baselines"].values())
-            print(f"{name}: test perplexity {r['test']['perplexity']:.2f} (best n-gram {best:.2f})")
-        else:
-            print(f"{name}: " + ", ".join(f"{d}: acc {v['accuracy']:.4f}" for d, v in r["domains"].items()))
+    print(summary_table({"models": {n: r for n, r in results["models"].items() if n in models}}))
     return 0
+
+
+def summary_table(results: dict) -> str:
+    """One row per model: its test metric next to the best baseline on the same split."""
+    rows = [("model", "test split", "metric", "model", "best baseline")]
+    for name, r in results["models"].items():
+        if r["kind"] == "sentiment":
+            best = max(r["baselines"].items(), key=lambda kv: kv[1]["accuracy"])
+            rows.append(
+                (
+                    name,
+                    "reviews (ours)",
+                    "accuracy",
+                    f"{r['test']['accuracy']:.4f}",
+                    f"{best[1]['accuracy']:.4f} ({best[0]})",
+                )
+            )
+        elif r["kind"] == "ner":
+            best = max(r["baselines"].items(), key=lambda kv: kv[1]["micro"]["f1"])
+            rows.append(
+                (
+                    name,
+                    "MSRA test",
+                    "micro-F1",
+                    f"{r['test']['micro']['f1']:.4f}",
+                    f"{best[1]['micro']['f1']:.4f} ({best[0]})",
+                )
+            )
+        elif r["kind"] == "poetry":
+            best = min(r["baselines"].items(), key=lambda kv: kv[1]["test_perplexity"])
+            rows.append(
+                (
+                    name,
+                    "poetry (ours)",
+                    "perplexity",
+                    f"{r['test']['perplexity']:.2f}",
+                    f"{best[1]['test_perplexity']:.2f} ({best[0]})",
+                )
+            )
+        else:
+            for dom, d in r["domains"].items():
+                rows.append((name, dom, "masked acc", f"{d['accuracy']:.4f}", "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
