@@ -147,6 +147,9 @@ def test_eval_cli_writes_results_and_cards(models, datasets, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert shown.splitlines()[0].split() == ["model", "test", "split", "metric", "model", "best", "baseline"]
     assert shown.strip() in printed
+    # Cards again from the results file alone (no evaluation): the same text.
+    assert main(["eval", "--show", "--out", str(out), "--cards", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "ernie-zoo-mini-sentiment.md").read_text(encoding="utf-8") == card
     with pytest.raises(SystemExit, match="unknown model"):
         main(["eval", "ernie-zoo-huge=x", "--datasets", str(datasets)])
 

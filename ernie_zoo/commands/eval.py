@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show",
         action="store_true",
-        help="evaluate nothing: print the summary table of the existing --out file (what the README quotes)",
+        help="evaluate nothing: print the summary table of the existing --out file (what the README quotes); "
+        "with --cards, regenerate the cards from that file",
     )
     parser.add_argument(
         "--merge",
@@ -59,13 +60,15 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from ernie_zoo.evaluation.cards import render_cards
     from ernie_zoo.evaluation.zoo import ZOO_MODELS, evaluate_zoo
     from ernie_zoo.taskflow.models import ZOO_DIR
-    from ernie_zoo.utils import atomic_write_json, atomic_write_text
+    from ernie_zoo.utils import atomic_write_json
 
     if args.show:
-        print(summary_table(json.loads(args.out.read_text(encoding="utf-8"))))
+        results = json.loads(args.out.read_text(encoding="utf-8"))
+        if args.cards is not None:
+            _write_cards(args, results, {n: ZOO_DIR / n for n in results["models"]})
+        print(summary_table(results))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.threads:
@@ -90,15 +93,25 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_json(args.out, results)
     print(f"results: {args.out}")
     if args.cards is not None:
-        ablation = json.loads(args.ablation.read_text(encoding="utf-8")) if args.ablation.is_file() else None
-        for name, text in render_cards(
-            {"models": {n: results["models"][n] for n in models}}, ablation
-        ).items():
-            atomic_write_text(args.cards / f"{name}.md", text)
-            atomic_write_text(models[name] / "README.md", text)
-            print(f"card: {args.cards / (name + '.md')}")
+        _write_cards(args, results, models)
     print(summary_table({"models": {n: r for n, r in results["models"].items() if n in models}}))
     return 0
+
+
+def _write_cards(args: argparse.Namespace, results: dict, models: dict) -> None:
+    """`<--cards>/<name>.md` for each of `models` ({name: directory}), and README.md in the directory when it
+    exists; the base model's card includes the ablation file when there is one."""
+    import json
+
+    from ernie_zoo.evaluation.cards import render_cards
+    from ernie_zoo.utils import atomic_write_text
+
+    ablation = json.loads(args.ablation.read_text(encoding="utf-8")) if args.ablation.is_file() else None
+    for name, text in render_cards({"models": {n: results["models"][n] for n in models}}, ablation).items():
+        atomic_write_text(args.cards / f"{name}.md", text)
+        if models[name].is_dir():
+            atomic_write_text(models[name] / "README.md", text)
+        print(f"card: {args.cards / (name + '.md')}")
 
 
 def summary_table(results: dict) -> str:

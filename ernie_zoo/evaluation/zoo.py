@@ -31,7 +31,6 @@ import math
 import platform
 import time
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
+from .baselines import _version
 from .metrics import accuracy, macro_f1, span_prf
 from .ngram import CharNgramLM
 from .poetry import format_rates
@@ -358,13 +358,6 @@ def evaluate_mlm(model_dir: Path, datasets: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- all
-def _version(pkg: str) -> str | None:
-    try:
-        return metadata.version(pkg)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _dir_info(model_dir: Path) -> dict[str, Any]:
     from ernie_zoo.taskflow.models import MANIFEST
 
