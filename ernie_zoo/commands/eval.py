@@ -67,7 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.show:
         results = json.loads(args.out.read_text(encoding="utf-8"))
         if args.cards is not None:
-            _write_cards(args, results, {n: ZOO_DIR / n for n in results["models"]})
+            dirs = {}
+            for n, r in results["models"].items():
+                where = r.get("model_dir")
+                dirs[n] = (
+                    None if not where else ZOO_DIR / n if where.startswith("ernie_zoo/zoo/") else Path(where)
+                )
+            _write_cards(args, results, dirs)
         print(summary_table(results))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -109,7 +115,7 @@ def _write_cards(args: argparse.Namespace, results: dict, models: dict) -> None:
     ablation = json.loads(args.ablation.read_text(encoding="utf-8")) if args.ablation.is_file() else None
     for name, text in render_cards({"models": {n: results["models"][n] for n in models}}, ablation).items():
         atomic_write_text(args.cards / f"{name}.md", text)
-        if models[name].is_dir():
+        if models[name] is not None and models[name].is_dir():
             atomic_write_text(models[name] / "README.md", text)
         print(f"card: {args.cards / (name + '.md')}")
 
