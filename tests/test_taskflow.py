@@ -79,6 +79,8 @@ def test_unknown_and_mistyped_options_are_rejected(models):
         Taskflow("word_segmentation", task_path=models.ner)
     with pytest.raises(ValueError, match="unknown task 'sentiment_analysys'.*sentiment_analysis"):
         Taskflow("sentiment_analysys")
+    with pytest.raises(ValueError, match=r"min_new_tokens must be in \[0, max_new_tokens=8\], got 9"):
+        Taskflow("text_generation", task_path=models.poetry, max_new_tokens=8, min_new_tokens=9)
 
 
 def test_list_tasks_and_aliases():

@@ -1,9 +1,15 @@
 """Fill-mask: the top-k candidates for every `[MASK]` in a text, from a masked language model.
 
-Usage (the shipped default is `Taskflow("fill_mask")`, model ernie-zoo-mini-zh; below, the real output of a
-tiny masked LM the test-suite trains on a few Chinese sentences, passed with task_path=):
+Usage with the shipped default model, ernie-zoo-mini-zh (small and briefly pretrained: its guesses are weak; real
+output):
 
 >>> from ernie_zoo.taskflow import Taskflow
+>>> [c["token"] for c in Taskflow("fill_mask")("北京是中国的首[MASK]。")["masks"][0]["candidates"]]
+['国', '中', '的', '美', '大']
+
+With a local model directory (task_path=; here a tiny masked LM the test-suite trains on a few Chinese
+sentences):
+
 >>> fill = Taskflow("fill_mask", task_path=mlm_dir, top_k=2)
 >>> result = fill("床前明[MASK]光，疑是地上霜。")
 >>> result["filled"]

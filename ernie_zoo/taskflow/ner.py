@@ -1,9 +1,13 @@
 """Named entity recognition: entities with their type and character offsets into the original text.
 
-Usage (the shipped default is `Taskflow("ner")`, model ernie-zoo-mini-ner; below, the real output of a tiny
-model the test-suite trains on template sentences, passed with task_path=):
+Usage with the shipped default model, ernie-zoo-mini-ner (real output):
 
 >>> from ernie_zoo.taskflow import Taskflow
+>>> [(e["text"], e["type"], e["start"]) for e in Taskflow("ner")("新华社北京三月五日电，李明在北京大学发表讲话。")["entities"]]
+[('新华社', 'ORG', 0), ('北京', 'LOC', 3), ('李明', 'PER', 11), ('北京大学', 'ORG', 14)]
+
+With a local model directory (task_path=; here a tiny model the test-suite trains on template sentences):
+
 >>> ner = Taskflow("ner", task_path=ner_dir)
 >>> ner("张伟在上海工作")  # doctest: +ELLIPSIS
 {'text': '张伟在上海工作', 'entities': [{'text': '张伟', 'type': 'PER', 'start': 0, 'end': 2, 'score': 0.9...}, {'text': '上海', 'type': 'LOC', 'start': 3, 'end': 5, 'score': 0.9...}]}

@@ -1,9 +1,13 @@
 """Sentiment analysis: a label and its probability for each text.
 
-Usage (the shipped default is `Taskflow("sentiment_analysis")`, model ernie-zoo-mini-sentiment; below, the real
-output of a tiny model the test-suite trains on review sentences, passed with task_path=):
+Usage with the shipped default model, ernie-zoo-mini-sentiment (real output):
 
 >>> from ernie_zoo.taskflow import Taskflow
+>>> Taskflow("sentiment_analysis")("这家餐厅的服务非常棒！")  # doctest: +ELLIPSIS
+{'text': '这家餐厅的服务非常棒！', 'label': 'positive', 'score': 0.96...}
+
+With a local model directory (task_path=; here a tiny model the test-suite trains on review sentences):
+
 >>> senta = Taskflow("sentiment_analysis", task_path=sentiment_dir)
 >>> senta("这家餐厅的服务非常好，菜也很好吃")  # doctest: +ELLIPSIS
 {'text': '这家餐厅的服务非常好，菜也很好吃', 'label': 'positive', 'score': 0.9...}

@@ -1,9 +1,14 @@
 """Text generation: continue each prompt with a causal language model (greedy, sampling or beam search).
 
-Usage (the shipped default is `Taskflow("text_generation")`, model ernie-zoo-mini-poetry; below, the real output
-of a tiny ErnieZooForCausalLM the test-suite trains on two Tang poems, passed with task_path=):
+Usage with the shipped default model, ernie-zoo-mini-poetry (a 4-layer toy poet; real output, greedy):
 
 >>> from ernie_zoo.taskflow import Taskflow
+>>> Taskflow("text_generation")(["春眠不觉晓，", "登高"])
+[{'text': '春眠不觉晓，', 'generated': ['春色不知春。']}, {'text': '登高', 'generated': ['山下一山山,一望山中一日中。']}]
+
+With a local model directory (task_path=; here a tiny ErnieZooForCausalLM the test-suite trains on two Tang
+poems):
+
 >>> poet = Taskflow("text_generation", task_path=poetry_dir, max_new_tokens=9)
 >>> poet("床前明月光，")
 {'text': '床前明月光，', 'generated': ['疑是地上霜。举头望']}
@@ -20,7 +25,7 @@ Determinism: greedy and beam search are deterministic; prompts of equal token le
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
 prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
 
-Options: `max_new_tokens`, `decode_strategy`, `num_beams`, `temperature`, `top_k`, `top_p`,
+Options: `max_new_tokens`, `min_new_tokens`, `decode_strategy`, `num_beams`, `temperature`, `top_k`, `top_p`,
 `repetition_penalty`, `num_return_sequences`, `seed`.
 """
 
@@ -45,6 +50,8 @@ class GenerationOptions:
     """Options of text_generation.
 
     max_new_tokens: tokens to generate after the prompt.
+    min_new_tokens: the end token is suppressed until this many tokens are generated (0 = off), e.g. to get more
+        than one line of a poem.
     decode_strategy: "greedy", "sampling" or "beam_search".
     num_beams: beams for beam_search.
     temperature: softmax temperature for sampling (> 0).
@@ -56,6 +63,7 @@ class GenerationOptions:
     """
 
     max_new_tokens: int = 32
+    min_new_tokens: int = 0
     decode_strategy: Literal["greedy", "sampling", "beam_search"] = "greedy"
     num_beams: int = 4
     temperature: float = 1.0
@@ -67,6 +75,10 @@ class GenerationOptions:
 
     def validate(self) -> None:
         require(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        require(
+            0 <= self.min_new_tokens <= self.max_new_tokens,
+            f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}",
+        )
         require(self.num_beams >= 1, f"num_beams must be >= 1, got {self.num_beams}")
         require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
         require(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
@@ -189,6 +201,7 @@ class TextGeneration(Task):
         opts = self.options
         kwargs: dict[str, Any] = dict(
             max_new_tokens=opts.max_new_tokens,
+            min_new_tokens=opts.min_new_tokens,
             num_return_sequences=opts.num_return_sequences,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_id,

@@ -35,7 +35,7 @@ PRETRAIN_STAGES = [
         "recipes/zoo/pretrain-mini-stage2.yaml",
         "runs/zoo/pretrain2",
         1,
-        "1 thread; a second training job used the other core",
+        "a second training job used the other core",
     ),
 ]
 MODELS = {
@@ -53,8 +53,10 @@ DATA = {
     "(13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best checkpoint by dev accuracy.",
     "ernie-zoo-mini-ner": "Fine-tuned on MSRA train (47,768 sentences after holding out 2,521 as our dev split), "
     "BIOES tags with a CRF, best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
-    "ernie-zoo-mini-poetry": "Trained on our seeded split of chinese-poetry Tang and Song poems (295,760 train): "
-    "half with the title as prompt, half from the first character (recipes/zoo/poetry_prompts.py).",
+    "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh's stage-1 checkpoint (step 1500; stage 2 was still "
+    "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train; "
+    "2,000 steps of 32 poems, about 64k poems seen): half with the title as prompt, half from the first character "
+    "(recipes/zoo/poetry_prompts.py).",
 }
 
 
