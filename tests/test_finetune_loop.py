@@ -154,8 +154,12 @@ def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch):
         a = args("resumed")
         a.train.resume = "never"
         run_finetune(a)
+    state = json.loads((tmp_path / "resumed/checkpoints/checkpoint-3/trainer_state.json").read_text())
+    before = state["state"]["train_seconds"]
+    assert before > 0  # checkpoints record the training time so far
     result = run_finetune(args("resumed"))  # resume: auto
     assert result["steps"] == 6
+    assert result["train_seconds"] > before  # the resumed run adds to it
     a = load_file(str(tmp_path / "straight" / "model.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "model.safetensors"))
     assert a.keys() == b.keys()

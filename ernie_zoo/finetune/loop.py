@@ -288,8 +288,15 @@ class Trainer:
                 tmp / "best.json", {"step": self.state["global_step"], "metric": self.state["best_metric"]}
             )
 
+    def _update_train_seconds(self) -> None:
+        clock = getattr(self, "_clock", None)
+        if clock is not None:
+            self.state["train_seconds"] = clock[0] + time.perf_counter() - clock[1]
+
     def save_last(self) -> None:
         """checkpoints/checkpoint-<step> (atomic, with a manifest); only the newest is kept."""
+
+        self._update_train_seconds()
 
         def write(tmp: Path) -> None:
             save_file(_cpu(trainable_state(self.model)), str(tmp / TRAINABLE))
@@ -387,7 +394,8 @@ class Trainer:
             desc=f"finetune ({self.method.name})",
             dynamic_ncols=True,
         )
-        start = time.perf_counter()
+        # Training time accumulates over resumes: a resumed run adds to what its checkpoint recorded.
+        self._clock = (self.state.get("train_seconds") or 0.0, time.perf_counter())
         stop = self.state["stopped_early"]
         last_eval = self.state["history"][-1]["step"] if self.state["history"] else None
         while not stop and self.state["global_step"] < self.total_steps:
@@ -440,7 +448,7 @@ class Trainer:
         if self.writer is not None:
             self.writer.flush()
             self.writer.close()
-        self.state["train_seconds"] = time.perf_counter() - start
+        self._update_train_seconds()
         best = self.ckpt_dir / "best" / TRAINABLE
         load_trainable_state(model, load_file(str(best), device=str(self.device)))
         logger.info("restored the best checkpoint (step %s)", self.state["best_step"])
