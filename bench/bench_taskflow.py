@@ -175,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     workloads: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, weights = build_model(Path(tmp))
-        pipe = transformers.pipeline("text-classification", model=str(model_dir), device="cpu")
+        # dtype fp32: the shipped weights are fp16 on disk and transformers would otherwise load them as fp16
+        pipe = transformers.pipeline(
+            "text-classification", model=str(model_dir), device="cpu", dtype=torch.float32
+        )
         fp32 = Taskflow("sentiment_analysis", task_path=model_dir, device="cpu", batch_size=args.batch_size)
         int8 = Taskflow(
             "sentiment_analysis",
@@ -257,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "torch_threads": args.threads,
         "rounds": args.rounds,
-        "baseline": 'transformers.pipeline("text-classification", batch_size, truncation=True, max_length=512)',
+        "baseline": 'transformers.pipeline("text-classification", dtype=torch.float32, batch_size, truncation=True, max_length=512)',
         "target_ratio_fp32": 2.0,
         "target_ratio_int8": 3.0,
         "workloads": workloads,

@@ -159,8 +159,14 @@ def main(argv: list[str] | None = None) -> None:
         f"NER dev F1 {delta(base, char, 'ner_dev_f1'):+.4f}. Char features on vs off: sentiment dev "
         f"{delta(base, nofeat, 'sentiment_dev_accuracy'):+.4f}, NER dev F1 {delta(base, nofeat, 'ner_dev_f1'):+.4f}. "
         "One seed per variant at a small budget: differences of about a point are within run-to-run noise. "
-        "(The MLM eval accuracy is on each run's own held-out masks, char-masked, so it is comparable across rows.)"
+        "(The MLM eval accuracy uses the same held-out split and char masks in every row.)"
     )
+    if max(r["ner_dev_f1"] for r in rows) < 0.2:
+        conclusion += (
+            f" NER fine-tuning at this budget did not get off the ground (dev F1 at most "
+            f"{max(r['ner_dev_f1'] for r in rows):.3f} in every row), so the NER column cannot separate the variants; "
+            "a larger budget is needed for that."
+        )
     result = {
         "command": "python recipes/zoo/ablation.py "
         + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
