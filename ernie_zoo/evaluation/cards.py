@@ -395,6 +395,7 @@ def render_card(name: str, r: dict[str, Any], *, ablation: dict[str, Any] | None
         "",
         "```python",
         "from ernie_zoo import Taskflow",
+        "",
     ]
     calls = {
         "sentiment": 'Taskflow("sentiment_analysis")("这家餐厅的服务非常棒！")',
