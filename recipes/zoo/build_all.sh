@@ -33,6 +33,8 @@ PYEOF
 echo "== 3. pretrain ernie-zoo-mini-zh"
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
+# (recipes/zoo/pretrain-mini-stage3.yaml continues from stage 2 over several sessions; the shipped models do not
+# use it yet.)
 
 echo "== 4. fine-tune"
 $PY recipes/zoo/poetry_prompts.py
