@@ -534,6 +534,16 @@ def test_init_from_continues_from_a_checkpoint(tiny_run, tmp_path, tokenizer_dir
         **{"max_steps": 2, "tokenizer.path": str(out / "tokenizer"), "model.init_from": str(ckpt)},
     )
     assert cont["steps"] == 2 and cont["first_loss"] < fresh["first_loss"] - 0.3
+    # Resuming takes the weights from the checkpoint: the init_from directory is no longer needed.
+    import shutil
+
+    seed_dir = tmp_path / "seed"
+    shutil.copytree(ckpt, seed_dir)
+    overrides = {"tokenizer.path": str(out / "tokenizer"), "model.init_from": str(seed_dir)}
+    _run(tmp_path / "again", max_steps=2, **overrides)
+    shutil.rmtree(seed_dir)
+    resumed = _run(tmp_path / "again", max_steps=3, **overrides)
+    assert resumed["steps"] == 3 and resumed["resumed_from_step"] == 2
     with pytest.raises(ValueError, match="architecture differs.*hidden_size"):
         _run(
             tmp_path / "bad",

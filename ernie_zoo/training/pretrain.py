@@ -26,6 +26,7 @@ valid checkpoint produces the same losses and the same final weights as an unint
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -164,7 +165,13 @@ def pretrain(
 
     # ---- model and engine (ZeRO-3 builds the model already partitioned: no rank holds all of it)
     config = build_model_config(recipe.model, len(tokenizer), recipe.data.max_seq_len)
-    model = build_model_for(recipe, config, tokenizer)
+    # A resumed run loads its weights from the checkpoint: model.init_from only seeds a fresh start.
+    build_recipe = (
+        recipe
+        if resume_from is None
+        else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
+    )
+    model = build_model_for(build_recipe, config, tokenizer)
     engine = make_engine(recipe, model, device)
     model = engine.model
     is_main = engine.is_main
