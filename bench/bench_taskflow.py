@@ -74,8 +74,6 @@ def review_texts(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
 
 
 def make_texts(n: int, seed: int = 0, lengths: str = "uniform") -> list[str]:
-    if lengths == "reviews":
-        return review_texts(n, seed)[0]
     sentences = [
         s
         for s in (REPO / "tests" / "data" / "zh_sentences.txt").read_text(encoding="utf-8").splitlines()
@@ -199,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{config.num_attention_heads} heads, ffn {config.intermediate_size}, vocab {config.vocab_size}"
         )
         for name in args.workloads.split(","):
-            texts = make_texts(args.n, lengths=name)
-            gold = review_texts(args.n)[1] if name == "reviews" else None
+            texts, gold = (
+                review_texts(args.n) if name == "reviews" else (make_texts(args.n, lengths=name), None)
+            )
             n_tokens = [len(fp32._task.tokenizer(t)["input_ids"]) for t in texts]
             if gold is not None:  # drop the few reviews over 512 tokens: the pipeline would truncate them
                 keep = [i for i, n in enumerate(n_tokens) if n <= 512]

@@ -192,10 +192,14 @@ def _poem_ids(tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
     return [ids[: max_len - 1] for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
-@torch.inference_mode()
 def poetry_token_logprobs(model, tokenizer, texts: Sequence[str], *, max_len: int = 96, batch_size: int = 64):
     """(sum of ln p(token | [CLS] + previous tokens) per poem, tokens scored per poem); no end token."""
-    ids = _poem_ids(tokenizer, texts, max_len)
+    return _token_logprobs(model, tokenizer, _poem_ids(tokenizer, texts, max_len), batch_size)
+
+
+@torch.inference_mode()
+def _token_logprobs(model, tokenizer, ids: list[list[int]], batch_size: int = 64):
+    """`poetry_token_logprobs` on token ids that are already cut to length."""
     cls, pad = tokenizer.cls_token_id, tokenizer.pad_token_id
     sums, counts = [0.0] * len(ids), [len(x) for x in ids]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -225,8 +229,10 @@ def evaluate_poetry_model(
 ) -> dict[str, Any]:
     """Held-out perplexity vs token n-gram KN LMs on the same sequences, and format rates of generations."""
     model, tokenizer = _load_causal(model_dir)
-    test = [r["text"] for r in load_split("poetry", "test", datasets)]
-    dev = [r["text"] for r in load_split("poetry", "dev", datasets)]
+    test_records = load_split("poetry", "test", datasets)
+    test = [r["text"] for r in test_records]
+    test_ids = _poem_ids(tokenizer, test, max_len)
+    dev_ids = _poem_ids(tokenizer, [r["text"] for r in load_split("poetry", "dev", datasets)], max_len)
     train = [r["text"] for r in load_split("poetry", "train", datasets)]
     result: dict[str, Any] = {
         "split": "poetry/test (chinese-poetry Tang+Song, Simplified, seed 42)",
@@ -235,20 +241,17 @@ def evaluate_poetry_model(
         "dropped by the tokenizer, characters outside the vocabulary as [UNK]); no prompt, no end token. "
         "The n-gram baselines are fitted on the training poems' token sequences and score the same events.",
     }
-    for name, texts in (("test", test), ("dev", dev)):
-        (sums, counts), seconds = _timed(
-            lambda t: poetry_token_logprobs(model, tokenizer, t, max_len=max_len), texts
-        )
+    for name, ids in (("test", test_ids), ("dev", dev_ids)):
+        (sums, counts), seconds = _timed(lambda x: _token_logprobs(model, tokenizer, x), ids)
         result[name] = {
-            "poems": len(texts),
+            "poems": len(ids),
             "tokens": sum(counts),
             "perplexity": math.exp(-sum(sums) / sum(counts)),
-            "poems_per_s": round(len(texts) / seconds, 1),
+            "poems_per_s": round(len(ids) / seconds, 1),
         }
         if name == "test":
             test_sums, test_counts = sums, counts
     unk = tokenizer.unk_token_id
-    test_ids = _poem_ids(tokenizer, test, max_len)
     result["test"]["unk_rate"] = sum(t == unk for s in test_ids for t in s) / max(1, result["test"]["tokens"])
     baselines = {}
     train_sym, test_sym = _as_symbols(_poem_ids(tokenizer, train, max_len)), _as_symbols(test_ids)
@@ -258,7 +261,7 @@ def evaluate_poetry_model(
         del lm
     result["baselines"] = baselines
     # Generation: greedy from the first test titles, the way Taskflow's default runs.
-    titles = [r["title"] for r in load_split("poetry", "test", datasets)[:n_generate]]
+    titles = [r["title"] for r in test_records[:n_generate]]
     flow = _taskflow("text_generation", model_dir, max_new_tokens=64, repetition_penalty=1.2)
     gens = [o["generated"][0] for o in flow(titles)]
     result["generation"] = {
