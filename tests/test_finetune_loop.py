@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -132,8 +133,15 @@ def _stop_after_first_checkpoint(monkeypatch):
     monkeypatch.setattr(Trainer, "_eval_and_checkpoint", crash)
 
 
-def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch):
-    common = {"max_steps": 6, "eval_every": 3, "tensorboard": False, "learning_rate": 3e-3}
+@pytest.mark.parametrize("group_by_length", [False, True])
+def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch, group_by_length):
+    common = {
+        "max_steps": 6,
+        "eval_every": 3,
+        "tensorboard": False,
+        "learning_rate": 3e-3,
+        "group_by_length": group_by_length,
+    }
 
     def args(out):
         a = _sentiment_args(tmp_path, out=out, **common)
@@ -165,6 +173,33 @@ def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_group_by_length_batches_cover_the_epoch_with_less_padding():
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 120) for _ in range(1000)]
+    features = {"train": [{"input_ids": [0] * n} for n in lengths]}
+
+    def batches(group, seed=42, epoch=0):
+        fake = SimpleNamespace(
+            features=features, t=SimpleNamespace(batch_size=8, seed=seed, group_by_length=group)
+        )
+        return Trainer._epoch_batches(fake, epoch)
+
+    def slots(bs):
+        return sum(max(lengths[i] for i in b) * len(b) for b in bs)
+
+    plain, grouped = batches(False), batches(True)
+    for bs in (plain, grouped):
+        assert sorted(i for b in bs for i in b) == list(range(1000))  # every example once per epoch
+        assert len(bs) == 125 and all(len(b) == 8 for b in bs)
+    assert slots(grouped) < 0.75 * slots(plain)  # padding: sum(lengths) / slots goes from about 0.5 to 0.95+
+    assert sum(lengths) / slots(grouped) > 0.9
+    assert grouped == batches(True)  # seeded: a resume sees the same batches
+    assert grouped != batches(True, epoch=1)  # a new order each epoch
+    # the batch order is shuffled too: not sorted by length across the epoch
+    longest = [max(lengths[i] for i in b) for b in grouped]
+    assert longest != sorted(longest, reverse=True)
 
 
 def test_early_stopping_and_best_checkpoint(tmp_path):

@@ -142,6 +142,12 @@ class TrainArgs:
     epochs: float = arg(3.0, "Passes over the training data (fractions allowed); max_steps wins if set.")
     max_steps: int | None = arg(None, "Stop after this many optimizer steps.")
     batch_size: int = arg(32, "Examples per batch.")
+    group_by_length: bool = arg(
+        False,
+        "Batch examples of similar length (shuffled, then sorted by length within windows of 50 batches; the "
+        "batch order is shuffled again): less padding, so faster on data of mixed lengths. Seeded, so resumes "
+        "see the same batches.",
+    )
     eval_batch_size: int = arg(64, "Examples per evaluation batch.")
     grad_accum: int = arg(1, "Batches per optimizer step.")
     learning_rate: float | None = arg(

@@ -376,9 +376,21 @@ class Trainer:
         return stop
 
     # ------------------------------------------------------------- training
-    def _epoch_order(self, epoch: int) -> list[int]:
+    def _epoch_batches(self, epoch: int) -> list[list[int]]:
+        """This epoch's batches of training-example indices: a seeded permutation cut into batches, or with
+        train.group_by_length the permutation sorted by length within windows of 50 batches, cut, and the batches
+        shuffled again (the same seed, so a resumed run sees the same batches)."""
+        train, size = self.features["train"], self.t.batch_size
         g = torch.Generator().manual_seed(self.t.seed * 1000 + epoch)
-        return torch.randperm(len(self.features["train"]), generator=g).tolist()
+        order = torch.randperm(len(train), generator=g).tolist()
+        if not self.t.group_by_length:
+            return [order[i : i + size] for i in range(0, len(order), size)]
+        window = size * 50
+        batches = []
+        for w in range(0, len(order), window):
+            part = sorted(order[w : w + window], key=lambda i: len(train[i]["input_ids"]), reverse=True)
+            batches += [part[i : i + size] for i in range(0, len(part), size)]
+        return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
 
     def train(self) -> dict[str, Any]:
         model, t = self.model, self.t
@@ -399,12 +411,11 @@ class Trainer:
         stop = self.state["stopped_early"]
         last_eval = self.state["history"][-1]["step"] if self.state["history"] else None
         while not stop and self.state["global_step"] < self.total_steps:
-            order = self._epoch_order(self.state["epoch"])
-            batch_starts = list(range(0, len(order), t.batch_size))
+            batches = self._epoch_batches(self.state["epoch"])
             micro = 0
             running = 0.0
-            for b in range(self.state["batch_in_epoch"], len(batch_starts)):
-                chunk = [train[i] for i in order[batch_starts[b] : batch_starts[b] + t.batch_size]]
+            for b in range(self.state["batch_in_epoch"], len(batches)):
+                chunk = [train[i] for i in batches[b]]
                 inputs = {k: v.to(self.device) for k, v in collate(chunk, pad_id).items()}
                 loss = model(**inputs).loss
                 if not torch.isfinite(loss):
@@ -415,7 +426,7 @@ class Trainer:
                 running += float(loss.detach()) / t.grad_accum
                 micro += 1
                 self.state["batch_in_epoch"] = b + 1
-                if micro % t.grad_accum and b + 1 < len(batch_starts):
+                if micro % t.grad_accum and b + 1 < len(batches):
                     continue
                 if t.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(
