@@ -109,6 +109,14 @@ def test_save_load_and_auto_tokenizer(tiny_tokenizer, zh_sentences, tmp_path):
         assert loaded(text) == tiny_tokenizer(text)
 
 
+def test_a_directory_without_a_vocabulary_is_an_error_not_an_all_unk_tokenizer(tiny_tokenizer, tmp_path):
+    tiny_tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()  # tokenizer_config.json alone: no vocabulary anywhere
+    with pytest.raises(ValueError, match="no vocabulary found"):
+        AutoTokenizer.from_pretrained(tmp_path)
+    assert len(ErnieZooTokenizerFast()) == 5  # built directly without a vocabulary: still allowed (specials only)
+
+
 def test_loads_an_ernie_vocab_txt(tiny_tokenizer, tmp_path):
     vocab = sorted(tiny_tokenizer.get_vocab().items(), key=lambda kv: kv[1])
     path = tmp_path / "vocab.txt"

@@ -108,6 +108,13 @@ class ErnieZooTokenizerFast(BertTokenizer):
             vocab = vocab_file
         if isinstance(vocab, (str, os.PathLike)):
             vocab = read_vocab_file(vocab)
+        if vocab is None and kwargs.get("name_or_path"):
+            # from_pretrained found neither tokenizer.json nor vocab.txt: BertTokenizer would quietly build a
+            # tokenizer of the 5 special tokens that maps all text to [UNK].
+            raise ValueError(  # not OSError: from_pretrained would replace the message with a generic one
+                f"{kwargs['name_or_path']}: no vocabulary found (expected tokenizer.json or vocab.txt next to "
+                "tokenizer_config.json)"
+            )
         kwargs.pop("tokenize_chinese_chars", None)
         kwargs.setdefault("model_max_length", 512)
         super().__init__(vocab=vocab, do_lower_case=do_lower_case, tokenize_chinese_chars=True, **kwargs)
