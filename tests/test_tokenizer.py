@@ -114,7 +114,8 @@ def test_a_directory_without_a_vocabulary_is_an_error_not_an_all_unk_tokenizer(t
     (tmp_path / "tokenizer.json").unlink()  # tokenizer_config.json alone: no vocabulary anywhere
     with pytest.raises(ValueError, match="no vocabulary found"):
         AutoTokenizer.from_pretrained(tmp_path)
-    assert len(ErnieZooTokenizerFast()) == 5  # built directly without a vocabulary: still allowed (specials only)
+    # built directly without a vocabulary it is still allowed (the special tokens only)
+    assert len(ErnieZooTokenizerFast()) == 5
 
 
 def test_loads_an_ernie_vocab_txt(tiny_tokenizer, tmp_path):
