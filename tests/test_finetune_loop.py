@@ -413,6 +413,33 @@ def test_pretrained_base_new_modules_train_and_are_saved(tmp_path, tiny_tokenize
     assert fresh_modules(model, ["ernie.pooler.dense.weight"]) == []  # half a module: not new
 
 
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_base_saved_in_fp16_is_fine_tuned_in_fp32(tmp_path, tiny_tokenizer, make_config, method):
+    """The shipped zoo models are fp16 on disk; transformers would load them as fp16, and fp16 training on CPU
+    overflowed to NaN at the first step. Fine-tuning and loading the result happen in fp32."""
+    from ernie_zoo import ErnieZooForMaskedLM
+
+    torch.manual_seed(0)
+    mlm = ErnieZooForMaskedLM(make_config(initializer_range=0.2))
+    mlm.load_char_tables(tiny_tokenizer)
+    mlm.half().save_pretrained(tmp_path / "fp16")
+    tiny_tokenizer.save_pretrained(tmp_path / "fp16")
+    saved = load_file(str(tmp_path / "fp16" / "model.safetensors"))
+    assert {t.dtype for t in saved.values() if t.is_floating_point()} == {torch.float16}
+    args = _sentiment_args(tmp_path, max_steps=3, tensorboard=False, learning_rate=1e-3)
+    args.model.model_name_or_path = str(tmp_path / "fp16")
+    args.model.config_overrides = {}
+    args.method.method = method
+    result = run_finetune(args)  # raised FloatingPointError (loss is nan at step 1) when trained in fp16
+    assert torch.isfinite(torch.tensor(result["dev"]["loss"]))
+    for path in (
+        args.train.output_dir,
+        *([Path(args.train.output_dir) / "adapter"] if method == "lora" else []),
+    ):
+        model, _ = load_finetuned(path)
+        assert {p.dtype for p in model.parameters()} == {torch.float32}, path
+
+
 def test_multi_label_and_text_pairs(tmp_path):
     aspects = [
         ("屏幕很清晰", "screen"),

@@ -107,7 +107,7 @@ def load_base_model(base: str | Path, architecture: str, config_updates: dict[st
         config.id2label = {int(k): v for k, v in config_updates["id2label"].items()}
     if architecture not in MODEL_CLASSES:
         raise ValueError(f"unknown model class {architecture!r}; known: {sorted(MODEL_CLASSES)}")
-    return MODEL_CLASSES[architecture].from_pretrained(str(base), config=config)
+    return MODEL_CLASSES[architecture].from_pretrained(str(base), config=config, dtype=torch.float32)
 
 
 def load_finetuned(
@@ -127,7 +127,7 @@ def load_finetuned(
         model = load_adapter(base, path)
     elif (path / "config.json").is_file():
         config = ErnieZooConfig.from_pretrained(str(path))
-        model = model_class_for(config).from_pretrained(str(path))
+        model = model_class_for(config).from_pretrained(str(path), dtype=torch.float32)
     else:
         raise ValueError(f"{path} is neither a model directory (config.json) nor an adapter ({CONFIG_NAME})")
     tokenizer = ErnieZooTokenizerFast.from_pretrained(str(path))

@@ -162,7 +162,11 @@ def build_model(
                 f"the tokenizer has {len(tokenizer)} tokens but {source} has vocab_size "
                 f"{config.vocab_size}; use the model's own tokenizer"
             )
-        model, loading = cls.from_pretrained(source, config=config, output_loading_info=True)
+        # fp32 whatever the file holds: transformers would keep fp16 weights (e.g. the shipped zoo models) in
+        # fp16, and training in fp16 on CPU overflows to NaN at the first step.
+        model, loading = cls.from_pretrained(
+            source, config=config, output_loading_info=True, dtype=torch.float32
+        )
         base_path = source
         fresh = fresh_modules(model, loading["missing_keys"])
         if fresh:
