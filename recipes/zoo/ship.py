@@ -35,7 +35,7 @@ PRETRAIN_STAGES = {
         "recipes/zoo/pretrain-mini-stage2.yaml",
         "runs/zoo/pretrain2",
         1,
-        "1 thread; a second training job used the other core",
+        "a second training job used the other core",
     ),
     "tapt-reviews": (
         "task-adaptive pretraining on the review train text",
