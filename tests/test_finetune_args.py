@@ -12,6 +12,9 @@ from ernie_zoo.finetune.args import _flat_aliases
 from ernie_zoo.training.recipe import iter_fields
 
 RECIPES = sorted((Path(__file__).parent.parent / "recipes" / "finetune").glob("*.yaml"))
+# The zoo's fine-tuning recipes (recipes/zoo/pretrain-*.yaml are ernie-pretrain's, tested in test_recipes.py).
+ZOO = Path(__file__).parent.parent / "recipes" / "zoo"
+ZOO_RECIPES = sorted(p for p in ZOO.glob("*.yaml") if not p.name.startswith("pretrain-"))
 
 
 def test_there_are_recipes_for_every_task():
@@ -19,7 +22,7 @@ def test_there_are_recipes_for_every_task():
     assert tasks == {"sequence_classification", "token_classification", "generation"}
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", RECIPES + ZOO_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_recipe_loads_and_repeats_every_help_text(path):
     args = build_args(path)
     assert isinstance(args, FinetuneArgs)
@@ -89,3 +92,28 @@ def test_help_lists_every_key():
     # Its own recipes and keys, not ernie-pretrain's.
     assert "recipes/finetune/" in text and "--train.learning_rate" in text
     assert "recipes/pretrain/" not in text and "--optim.lr" not in text
+
+
+def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
+    """Each zoo fine-tuning stage starts from a run directory (or a checkpoint in one) that another zoo recipe
+    writes; where build_all.sh runs a stage, it runs the recipe producing its start point first."""
+    import re
+
+    from ernie_zoo.training.recipe import load_recipe
+
+    outputs = {build_args(p).train.output_dir: p.stem for p in ZOO_RECIPES}
+    outputs |= {load_recipe(p).output_dir: p.stem for p in ZOO.glob("pretrain-*.yaml")}
+    lines = (ZOO / "build_all.sh").read_text(encoding="utf-8").splitlines()
+    build = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # the commands only
+
+    def position(stem):
+        found = re.search(rf"(?<![\w-]){re.escape(stem)}(?![\w-])", build)
+        return found.start() if found else None
+
+    for path in ZOO_RECIPES:
+        source = build_args(path).model.model_name_or_path
+        run_dir = source if source in outputs else str(Path(source).parent)
+        assert run_dir in outputs, f"{path.name}: {source} is written by no zoo recipe"
+        if position(path.stem) is not None:
+            producer = position(outputs[run_dir])
+            assert producer is not None and producer < position(path.stem), (path.name, outputs[run_dir])
