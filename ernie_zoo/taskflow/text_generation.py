@@ -4,7 +4,7 @@ Usage with the shipped default model, ernie-zoo-mini-poetry (a 4-layer toy poet;
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> Taskflow("text_generation")(["春眠不觉晓，", "登高"])
-[{'text': '春眠不觉晓，', 'generated': ['春色不知春。']}, {'text': '登高', 'generated': ['山下一山山,一望山中一日中。']}]
+[{'text': '春眠不觉晓，', 'generated': ['春色不知春。']}, {'text': '登高', 'generated': ['不见山,一夜不可怜。']}]
 
 With a local model directory (task_path=; here a tiny ErnieZooForCausalLM the test-suite trains on two Tang
 poems):
