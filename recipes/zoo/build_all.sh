@@ -4,8 +4,8 @@
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
 #   3. pretrain ernie-zoo-mini-zh, stage 1 then stage 2 (packed)       -> runs/zoo/pretrain{,2}/checkpoint-*
-#   4. fine-tune sentiment (after two stages of task-adaptive pretraining on the review train text) and NER
-#      (three stages) from it, and train the poetry LM (two stages)        -> runs/zoo/{sentiment-tapt2,ner3,poetry2}
+#   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER (three stages)
+#      from it, and train the poetry LM (two stages)                      -> runs/zoo/{sentiment-tapt,ner3,poetry2}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
@@ -48,8 +48,7 @@ text = "".join(json.loads(r)["text"].replace("\n", " ") + "\n" for r in rows)
 Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # the TRAIN split's text, no labels
 PYEOF
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt.yaml
-$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt2.yaml
-for recipe in sentiment-tapt2 ner ner-stage2 ner-stage3 poetry poetry-stage2; do
+for recipe in sentiment-tapt ner ner-stage2 ner-stage3 poetry poetry-stage2; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 
