@@ -165,6 +165,10 @@ def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch, group_by_length):
     state = json.loads((tmp_path / "resumed/checkpoints/checkpoint-3/trainer_state.json").read_text())
     before = state["state"]["train_seconds"]
     assert before > 0  # checkpoints record the training time so far
+    with pytest.raises(ValueError, match="group_by_length"):  # a different data order is refused
+        a = args("resumed")
+        a.train.group_by_length = not group_by_length
+        run_finetune(a)
     result = run_finetune(args("resumed"))  # resume: auto
     assert result["steps"] == 6
     assert result["train_seconds"] > before  # the resumed run adds to it

@@ -208,9 +208,8 @@ def _arch(r: dict[str, Any]) -> list[str]:
 
 def _budget(r: dict[str, Any]) -> str:
     stages = (r.get("training") or {}).get("stages") or []
-    tokens = sum(
-        s.get("tokens") or 0 for s in stages
-    )  # masked-LM stages count tokens; fine-tuning stages: None
+    # Masked-LM stages (pretraining, task-adaptive pretraining) count tokens; fine-tuning stages hold None.
+    tokens = sum(s.get("tokens") or 0 for s in stages)
     hours = sum(s["cpu_hours"] for s in stages)
     return f"{tokens / 1e6:.1f}M pretraining tokens, {hours:.1f} CPU-hours in all"
 

@@ -309,11 +309,24 @@ class Trainer:
             save_rng_state(tmp)
             write_json(
                 tmp / "trainer_state.json",
-                {"state": self.state, "method": self.method.name, "total_steps": self.total_steps},
+                {
+                    "state": self.state,
+                    "method": self.method.name,
+                    "total_steps": self.total_steps,
+                    "data_order": self._data_order(),
+                },
             )
 
         save_checkpoint(self.ckpt_dir, self.state["global_step"], write)
         rotate_checkpoints(self.ckpt_dir, keep_last=1)
+
+    def _data_order(self) -> dict[str, Any]:
+        """The settings that fix which batches each step sees (a resume must keep them)."""
+        return {
+            "seed": self.t.seed,
+            "batch_size": self.t.batch_size,
+            "group_by_length": self.t.group_by_length,
+        }
 
     def resume(self, checkpoint: Path) -> None:
         saved = read_json(checkpoint / "trainer_state.json")
@@ -321,6 +334,13 @@ class Trainer:
             raise ValueError(
                 f"{checkpoint} was trained with method {saved['method']!r}, not {self.method.name!r}"
             )
+        for key, value in (saved.get("data_order") or {}).items():  # checkpoints before it lack the record
+            if self._data_order()[key] != value:
+                raise ValueError(
+                    f"{checkpoint} was trained with train.{key}={value!r}, not {self._data_order()[key]!r}: the "
+                    "resumed run would see a different data order; set it back, or start afresh with "
+                    "train.overwrite true"
+                )
         load_trainable_state(self.model, load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
         load_optimizer_state(self.optimizer, checkpoint)
         load_json_state(self.scheduler, checkpoint / "scheduler.json")
