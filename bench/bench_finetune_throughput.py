@@ -32,22 +32,16 @@ def _steps_per_s(times: list[float], skip: int) -> float:
     return (len(times) - 1 - skip) / (times[-1] - times[skip])
 
 
-def run_ours(rows: list[dict], args, group: bool, workdir: Path) -> dict:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+def finetune_args(data_dir: Path, out: Path, group: bool, args):
+    """The ernie-finetune arguments of one run (the Trainer runs read their task and features from them too)."""
+    from ernie_zoo.finetune import build_args
 
-    from ernie_zoo.finetune import build_args, run_finetune
-
-    train = workdir / "train.jsonl"
-    dev = workdir / "dev.jsonl"
-    train.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    dev.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[:32]), encoding="utf-8")
-    out = workdir / f"ours-{group}"
-    a = build_args(
+    return build_args(
         {
             "task": "token_classification",
             "data": {
-                "train_file": str(train),
-                "dev_file": str(dev),
+                "train_file": str(data_dir / "train.jsonl"),
+                "dev_file": str(data_dir / "dev.jsonl"),
                 "entity_types": ["LOC", "ORG", "PER"],
                 "tag_scheme": "bioes",
                 "max_length": 128,
@@ -67,44 +61,32 @@ def run_ours(rows: list[dict], args, group: bool, workdir: Path) -> dict:
             },
         }
     )
-    run_finetune(a)
+
+
+def run_ours(data_dir: Path, args, group: bool, workdir: Path) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from ernie_zoo.finetune import run_finetune
+
+    out = workdir / f"ours-{group}"
+    run_finetune(finetune_args(data_dir, out, group, args))
     events = EventAccumulator(str(next((out / "runs").iterdir())))
     events.Reload()
     times = [e.wall_time for e in events.Scalars("train/loss")]
     return {"steps_per_s": _steps_per_s(times, args.skip)}
 
 
-def run_trainer(rows: list[dict], args, group: bool, workdir: Path) -> dict:
+def run_trainer(task, features: list[dict], tokenizer, args, group: bool, workdir: Path) -> dict:
+    """transformers Trainer on the features ernie-finetune trains on (its own NER encoding, same head)."""
     import torch
-    from transformers import (
-        AutoTokenizer,
-        DataCollatorForTokenClassification,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
+    from transformers import DataCollatorForTokenClassification, Trainer, TrainerCallback, TrainingArguments
 
-    import ernie_zoo.auto  # noqa: F401
-    from ernie_zoo.finetune.tagging import Span, spans_to_tags
-    from ernie_zoo.models import ErnieZooForTokenClassification
+    from ernie_zoo.models import ErnieZooConfig
 
-    labels = ["O"] + [f"{p}-{t}" for t in ("LOC", "ORG", "PER") for p in "BIES"]
-    index = {label: i for i, label in enumerate(labels)}
-    tokenizer = AutoTokenizer.from_pretrained(MODEL)
-    features = []
-    for r in rows:
-        enc = tokenizer(r["text"], truncation=True, max_length=128, return_offsets_mapping=True)
-        offsets = enc.pop("offset_mapping")
-        char_to_token = {c: t for t, (s, e) in enumerate(offsets) for c in range(s, e) if e > s}
-        spans = []
-        for ent in r["entities"]:
-            toks = sorted({char_to_token[c] for c in range(ent["start"], ent["end"]) if c in char_to_token})
-            if toks:
-                spans.append(Span(toks[0], toks[-1] + 1, ent["type"]))
-        tags = spans_to_tags(spans, len(offsets), "bioes")
-        enc["labels"] = [-100 if e <= s else index.get(tag, 0) for tag, (s, e) in zip(tags, offsets)]
-        features.append(dict(enc))
-    model = ErnieZooForTokenClassification.from_pretrained(MODEL, num_labels=len(labels), dtype=torch.float32)
+    config = ErnieZooConfig.from_pretrained(MODEL)
+    for key, value in task.config_updates().items():  # as ernie-finetune's build_model applies them
+        setattr(config, key, value)
+    model = task.model_class().from_pretrained(MODEL, config=config, dtype=torch.float32)
     clock: list[float] = []
 
     class Clock(TrainerCallback):
@@ -170,25 +152,41 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     import ernie_zoo.auto  # noqa: F401
+    from ernie_zoo.finetune.tasks import make_task
 
     torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in NER_TRAIN.read_text(encoding="utf-8").splitlines()[: args.sentences]]
-    tokenizer = AutoTokenizer.from_pretrained(MODEL)
-    lengths = [min(len(ids), 128) for ids in tokenizer([r["text"] for r in rows])["input_ids"]]
-    variants = (
-        ("transformers Trainer (random)", run_trainer, False),
-        ("transformers Trainer (group_by_length)", run_trainer, True),
-        ("ernie-finetune (random)", run_ours, False),
-        ("ernie-finetune (group_by_length)", run_ours, True),
-    )
+    variants = ("transformers Trainer", "ernie-finetune")
     # Rounds interleave the four variants, so a change in the machine's background load hits them alike; each
     # variant's rate is its median over the rounds.
-    rates: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-    for round_ in range(args.rounds):
-        for name, fn, group in variants:
-            with tempfile.TemporaryDirectory() as tmp:
-                print(f"== round {round_ + 1}: {name}", flush=True)
-                rates[name].append(fn(rows, args, group, Path(tmp))["steps_per_s"])
+    rates: dict[str, list[float]] = {
+        f"{name} ({order})": [] for name in variants for order in ("random", "group_by_length")
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = Path(tmp)
+        for name, part in (("train", rows), ("dev", rows[:32])):
+            (data_dir / f"{name}.jsonl").write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8"
+            )
+        # The training features, encoded once by ernie-finetune's NER task: the Trainer runs train on them.
+        task = make_task(finetune_args(data_dir, data_dir / "unused", False, args))
+        task.read()
+        tokenizer = AutoTokenizer.from_pretrained(MODEL)
+        features = [
+            {k: v for k, v in f.items() if not k.startswith("_")}
+            for f in task.encode(task.splits["train"], tokenizer)
+        ]
+        lengths = [len(f["input_ids"]) for f in features]
+        for round_ in range(args.rounds):
+            for name in rates:
+                group = name.endswith("(group_by_length)")
+                with tempfile.TemporaryDirectory() as work:
+                    print(f"== round {round_ + 1}: {name}", flush=True)
+                    if name.startswith("ernie-finetune"):
+                        run = run_ours(data_dir, args, group, Path(work))
+                    else:
+                        run = run_trainer(task, features, tokenizer, args, group, Path(work))
+                    rates[name].append(run["steps_per_s"])
     runs = {}
     for name, values in rates.items():
         steps_per_s = statistics.median(values)
