@@ -334,10 +334,11 @@ class Trainer:
             raise ValueError(
                 f"{checkpoint} was trained with method {saved['method']!r}, not {self.method.name!r}"
             )
+        current = self._data_order()
         for key, value in (saved.get("data_order") or {}).items():  # checkpoints before it lack the record
-            if self._data_order()[key] != value:
+            if current[key] != value:
                 raise ValueError(
-                    f"{checkpoint} was trained with train.{key}={value!r}, not {self._data_order()[key]!r}: the "
+                    f"{checkpoint} was trained with train.{key}={value!r}, not {current[key]!r}: the "
                     "resumed run would see a different data order; set it back, or start afresh with "
                     "train.overwrite true"
                 )

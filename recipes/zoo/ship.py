@@ -105,8 +105,8 @@ DATA = {
 EXTRA_SECONDS = {"runs/zoo/poetry": 1097.0}
 
 
-def _stage(name: str, recipe: str, run_dir: Path, threads: int, note: str) -> dict:
-    s = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+def _stage(name: str, recipe: str, run_dir: str, threads: int, note: str) -> dict:
+    s = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
     return {
         "name": name,
         "recipe": recipe,
@@ -138,10 +138,7 @@ def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
 
 def training_info(name: str) -> dict:
     _, _, pretrain, finetune = MODELS[name]
-    stages = [
-        _stage(*PRETRAIN_STAGES[key][:2], Path(PRETRAIN_STAGES[key][2]), *PRETRAIN_STAGES[key][3:])
-        for key in pretrain
-    ]
+    stages = [_stage(*PRETRAIN_STAGES[key]) for key in pretrain]
     stages += [_finetune_stage(i, len(finetune), recipe, run) for i, (recipe, run) in enumerate(finetune)]
     info = {"data": DATA[name], "stages": stages}
     total = sum(s["cpu_hours"] for s in stages)
