@@ -349,6 +349,72 @@ def test_generation_sampling_seed_and_beams(models):
         Taskflow("text_generation", task_path=models.poetry, max_new_tokens=200)
 
 
+def _greedy_with_eos_floor(
+    model, ids: list[int], eos: int, floor: float, steps: int
+) -> tuple[list[int], list[float]]:
+    """Reference greedy loop: the end token is allowed only where its probability is >= floor; returns the new
+    tokens and p(end) at each step."""
+    out, p_end = [], []
+    with torch.no_grad():
+        for _ in range(steps):
+            probs = model(input_ids=torch.tensor([ids + out])).logits[0, -1].softmax(-1)
+            p_end.append(float(probs[eos]))
+            if probs[eos] < floor:
+                probs[eos] = -1.0
+            out.append(int(probs.argmax()))
+            if out[-1] == eos:
+                break
+    return out, p_end
+
+
+def test_generation_eos_min_prob_takes_the_end_token_only_above_the_floor(models):
+    poet = Taskflow("text_generation", task_path=models.poetry, max_new_tokens=30)
+    task = poet._task
+    assert (task.repetition_penalty, task.eos_min_prob) == (1.0, 0.0)  # no defaults in the fixture's config
+    tok, model = task.tokenizer, task.model
+    ids = task.preprocess(["床前明月光，"]).ids[0]
+    plain, p_end = _greedy_with_eos_floor(model, ids, tok.sep_token_id, 0.0, 30)
+    assert plain[-1] == tok.sep_token_id  # the fixture ends its poem by itself
+    q = p_end[-1]  # p(end) where it stopped
+    assert poet("床前明月光，")["generated"] == [task.decode(plain[:-1])]
+    # Just under that probability nothing changes; just over it the end is refused there and decoding goes on.
+    same = Taskflow("text_generation", task_path=models.poetry, max_new_tokens=30, eos_min_prob=q * 0.99)
+    assert same("床前明月光，") == poet("床前明月光，")
+    floor = min(q * 1.0001, (q + 1) / 2)
+    longer = Taskflow("text_generation", task_path=models.poetry, max_new_tokens=30, eos_min_prob=floor)
+    expected, _ = _greedy_with_eos_floor(model, ids, tok.sep_token_id, floor, 30)
+    if expected[-1] == tok.sep_token_id:
+        expected = expected[:-1]
+    got = longer("床前明月光，")["generated"][0]
+    assert got == task.decode(expected) and len(got) > len(poet("床前明月光，")["generated"][0])
+    with pytest.raises(ValueError, match=r"eos_min_prob must be in \[0, 1\)"):
+        Taskflow("text_generation", task_path=models.poetry, eos_min_prob=1.0)
+
+
+def test_generation_defaults_come_from_the_model_generation_config(models, tmp_path):
+    import json
+    import shutil
+
+    model_dir = tmp_path / "poet"
+    shutil.copytree(models.poetry, model_dir)
+    config_file = model_dir / "generation_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    config_file.write_text(
+        json.dumps({**config, "repetition_penalty": 1.3, "eos_min_prob": 0.25}), encoding="utf-8"
+    )
+    task = Taskflow("text_generation", task_path=str(model_dir))._task
+    assert (task.repetition_penalty, task.eos_min_prob) == (1.3, 0.25)
+    task = Taskflow(
+        "text_generation", task_path=str(model_dir), repetition_penalty=1.0, eos_min_prob=0.0
+    )._task
+    assert (task.repetition_penalty, task.eos_min_prob) == (1.0, 0.0)  # explicit options win
+    config_file.write_text(json.dumps({**config, "eos_min_prob": 1.5}), encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"generation_config.json: eos_min_prob must be a number in \[0, 1\)"
+    ):
+        Taskflow("text_generation", task_path=str(model_dir))
+
+
 def test_generation_long_prompt_keeps_its_end(models):
     poet = Taskflow("text_generation", task_path=models.poetry, max_new_tokens=9, max_seq_len=24)
     assert poet("床前明月光，")["generated"] == ["疑是地上霜。举头望"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -180,3 +181,26 @@ def test_mlm_scores_hide_the_answer(models):
         assert bool((b["pinyin_ids"][b["input_ids"] == tok.mask_token_id] == 0).all())
     assert mlm_scores(model, tok, texts, seed=1) == a
     assert mlm_scores(model, tok, texts, seed=2) != a
+
+
+def test_poetry_decoding_choice_rule():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "recipes/zoo/poetry_decoding.py"
+    spec = importlib.util.spec_from_file_location("poetry_decoding", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.distinct2("春风春风") == 2 / 3 and mod.distinct2("春") == 1.0
+
+    def row(penalty, min_prob, mean, d2):
+        return {"repetition_penalty": penalty, "eos_min_prob": min_prob, "format_mean": mean, "distinct2": d2}
+
+    rows = [
+        row(1.0, 0.0, 0.36, 0.86),
+        row(1.0, 0.2, 0.60, 0.80),
+        row(1.2, 0.2, 0.52, 0.97),
+        row(1.2, 0.3, 0.52, 0.97),
+    ]
+    # The repetitive setting is skipped despite its better format score; a tie goes to the smaller eos_min_prob.
+    assert mod.choose(rows) == rows[2]
+    assert mod.choose([rows[1]]) == rows[1]  # nothing passes the repetition check: the best of all

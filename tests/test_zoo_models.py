@@ -155,10 +155,31 @@ def test_ner_default_on_new_sentences():
 
 
 def test_poetry_default_continues_a_first_line():
-    flow = Taskflow("text_generation", max_new_tokens=24)
+    flow = Taskflow("text_generation")
     gen = flow("春眠不觉晓，")["generated"][0]
     han = sum("\u4e00" <= c <= "\u9fff" for c in gen)
-    assert gen and han >= 0.7 * len(gen) and gen[-1] in "。,，!！?？"
-    # Greedy decoding often closes the poem after one line; min_new_tokens keeps it going.
-    longer = Taskflow("text_generation", max_new_tokens=24, min_new_tokens=12)("春眠不觉晓，")["generated"][0]
-    assert len(longer) >= 12 and sum("\u4e00" <= c <= "\u9fff" for c in longer) >= 0.7 * len(longer)
+    assert gen and han >= 0.7 * len(gen) and gen[-1] in "。!！?？"
+    # With the model's eos_min_prob the poem goes on past its first couplet; plain greedy closes it there.
+    assert sum(gen.count(m) for m in "。!！?？") >= 2
+    plain = Taskflow("text_generation", eos_min_prob=0.0)("春眠不觉晓，")["generated"][0]
+    assert sum(plain.count(m) for m in "。!！?？") == 1 and len(plain) < len(gen)
+
+
+def test_poetry_decoding_defaults_are_the_ones_chosen_on_dev():
+    chosen = json.loads((REPO / "bench/results/poetry_decoding_dev.json").read_text(encoding="utf-8"))[
+        "chosen"
+    ]
+    config = json.loads(
+        (ZOO_DIR / "ernie-zoo-mini-poetry/generation_config.json").read_text(encoding="utf-8")
+    )
+    assert {k: config[k] for k in chosen} == chosen
+    task = Taskflow("text_generation")._task
+    assert (task.repetition_penalty, task.eos_min_prob) == (
+        chosen["repetition_penalty"],
+        chosen["eos_min_prob"],
+    )
+    decoding = EVAL["models"]["ernie-zoo-mini-poetry"]["generation"]["decoding"]
+    assert (
+        f"repetition_penalty {chosen['repetition_penalty']:g}, eos_min_prob {chosen['eos_min_prob']:g}"
+        in decoding
+    )

@@ -332,6 +332,16 @@ def _eval_poetry(r: dict[str, Any]) -> list[str]:
         f"Generation ({g['decoding']}, {g['prompts']}): format checks of the generated poems next to the real "
         "test poems.",
         "",
+    ]
+    if "eos_min_prob" in g["decoding"] and "eos_min_prob 0," not in g["decoding"]:
+        out += [
+            "`eos_min_prob` (this model's default, in its generation_config.json): the end token is only taken "
+            "where the model gives it at least that probability. Plain greedy search ends most poems after the "
+            "first couplet, where the end token is the single most likely token at a probability of a few per "
+            "cent. The defaults were chosen on dev titles (`recipes/zoo/poetry_decoding.py`).",
+            "",
+        ]
+    out += [
         "| | generated | real test poems |",
         "|---|---:|---:|",
     ]

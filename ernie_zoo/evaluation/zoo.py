@@ -260,13 +260,16 @@ def evaluate_poetry_model(
         baselines[f"token_{order}gram_kn"] = {"order": order, "test_perplexity": lm.perplexity(test_sym)}
         del lm
     result["baselines"] = baselines
-    # Generation: greedy from the first test titles, the way Taskflow's default runs.
+    # Generation: greedy from the first test titles, the way Taskflow's default runs (with the model's own
+    # decoding defaults from its generation_config.json).
     titles = [r["title"] for r in test_records[:n_generate]]
-    flow = _taskflow("text_generation", model_dir, max_new_tokens=64, repetition_penalty=1.2)
+    flow = _taskflow("text_generation", model_dir, max_new_tokens=64)
     gens = [o["generated"][0] for o in flow(titles)]
+    task = flow._task
     result["generation"] = {
         "prompts": f"the first {len(titles)} test titles",
-        "decoding": "greedy, repetition_penalty 1.2, max_new_tokens 64",
+        "decoding": f"greedy, repetition_penalty {task.repetition_penalty:g}, eos_min_prob {task.eos_min_prob:g}, "
+        "max_new_tokens 64",
         "format_rates": format_rates(gens),
         "reference_format_rates": format_rates(test),
         "examples": [{"title": t, "generated": g} for t, g in zip(titles[:8], gens[:8])],

@@ -1,10 +1,12 @@
 """Text generation: continue each prompt with a causal language model (greedy, sampling or beam search).
 
-Usage with the shipped default model, ernie-zoo-mini-poetry (a 4-layer toy poet; real output, greedy):
+Usage with the shipped default model, ernie-zoo-mini-poetry (a 4-layer toy poet; real output, greedy with the
+model's own defaults: repetition_penalty 1.2, eos_min_prob 0.3):
 
 >>> from ernie_zoo.taskflow import Taskflow
->>> Taskflow("text_generation")(["春眠不觉晓，", "登高"])
-[{'text': '春眠不觉晓，', 'generated': ['春色不知春。']}, {'text': '登高', 'generated': ['不见山,一夜不可怜。']}]
+>>> Taskflow("text_generation")(["春眠不觉晓，", "登高"])  # doctest: +NORMALIZE_WHITESPACE
+[{'text': '春眠不觉晓，', 'generated': ['风雨又成秋。一夜无人意,千年有酒杯。山中无限事,诗句亦何如。此地无心在,谁能得此生。']},
+ {'text': '登高', 'generated': ['不见山,一夜无人间。一笑不可问,一生何处寻。']}]
 
 With a local model directory (task_path=; here a tiny ErnieZooForCausalLM the test-suite trains on two Tang
 poems):
@@ -25,18 +27,21 @@ Determinism: greedy and beam search are deterministic; prompts of equal token le
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
 prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
 
-Options: `max_new_tokens`, `min_new_tokens`, `decode_strategy`, `num_beams`, `temperature`, `top_k`, `top_p`,
+Options: `max_new_tokens`, `min_new_tokens`, `eos_min_prob`, `decode_strategy`, `num_beams`, `temperature`, `top_k`, `top_p`,
 `repetition_penalty`, `num_return_sequences`, `seed`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from .task import Result, Task, register_task, require
 from .text import clean_surrogates, join_wordpieces
@@ -49,27 +54,35 @@ _RNG_LOCK = threading.Lock()  # sampling uses torch's global RNG
 class GenerationOptions:
     """Options of text_generation.
 
-    max_new_tokens: tokens to generate after the prompt.
+    max_new_tokens: tokens to generate after the prompt (64: an eight-line poem of 7-character lines with its
+        punctuation).
     min_new_tokens: the end token is suppressed until this many tokens are generated (0 = off), e.g. to get more
         than one line of a poem.
+    eos_min_prob: the end token is only chosen while the model gives it at least this probability (0 = off).
+        Greedy search otherwise stops wherever the end token is merely the single most likely token, even when
+        most of the probability is on going on (a poem ending after its first couplet with p(end) = 0.03).
+        None: the model's default (`eos_min_prob` in its generation_config.json; ernie-zoo-mini-poetry ships
+        0.2), else 0.
     decode_strategy: "greedy", "sampling" or "beam_search".
     num_beams: beams for beam_search.
     temperature: softmax temperature for sampling (> 0).
     top_k: sample among the k most likely tokens (0 = no limit).
     top_p: nucleus sampling: the smallest set of tokens whose probability reaches top_p (1.0 = no limit).
-    repetition_penalty: > 1 discourages repeating tokens (1.0 = off).
+    repetition_penalty: > 1 discourages repeating tokens (1.0 = off). None: the model's default (its
+        generation_config.json; ernie-zoo-mini-poetry ships 1.2), else 1.0.
     num_return_sequences: continuations per prompt (sampling or beam_search; at most num_beams for beams).
     seed: makes sampling reproducible per prompt.
     """
 
-    max_new_tokens: int = 32
+    max_new_tokens: int = 64
     min_new_tokens: int = 0
+    eos_min_prob: float | None = None
     decode_strategy: Literal["greedy", "sampling", "beam_search"] = "greedy"
     num_beams: int = 4
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    repetition_penalty: float = 1.0
+    repetition_penalty: float | None = None
     num_return_sequences: int = 1
     seed: int | None = None
 
@@ -83,7 +96,14 @@ class GenerationOptions:
         require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
         require(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        require(self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        require(
+            self.repetition_penalty is None or self.repetition_penalty > 0,
+            f"repetition_penalty must be > 0, got {self.repetition_penalty}",
+        )
+        require(
+            self.eos_min_prob is None or 0 <= self.eos_min_prob < 1,
+            f"eos_min_prob must be in [0, 1), got {self.eos_min_prob}",
+        )
         require(
             self.num_return_sequences >= 1,
             f"num_return_sequences must be >= 1, got {self.num_return_sequences}",
@@ -97,6 +117,20 @@ class GenerationOptions:
             self.decode_strategy != "beam_search" or self.num_return_sequences <= self.num_beams,
             f"num_return_sequences ({self.num_return_sequences}) must be <= num_beams ({self.num_beams})",
         )
+
+
+class EosMinProb(LogitsProcessor):
+    """Forbid the end token in every row where the model gives it less than `min_prob` (computed from the scores
+    it receives: after repetition_penalty; for beam search these are log-probabilities, which softmax maps back)."""
+
+    def __init__(self, eos_id: int, min_prob: float):
+        self.eos_id, self.min_prob = eos_id, min_prob
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        p_end = scores.float().softmax(-1)[:, self.eos_id]
+        scores = scores.clone()
+        scores[p_end < self.min_prob, self.eos_id] = -float("inf")
+        return scores
 
 
 @dataclass
@@ -141,6 +175,31 @@ class TextGeneration(Task):
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos
         self.pad_id = pad if pad is not None else 0
         self.special_ids = set(tok.all_special_ids)
+        self.repetition_penalty, self.eos_min_prob = self._decoding_defaults(gen)
+
+    def _decoding_defaults(self, gen: Any) -> tuple[float, float]:
+        """(repetition_penalty, eos_min_prob): the options, else the model's generation_config.json, else off.
+
+        `repetition_penalty` is a transformers field (plain `generate()` uses it too); `eos_min_prob` is an
+        ernie-zoo key of the same file that transformers does not keep, so it is read from the file itself."""
+        opts = self.options
+        penalty = opts.repetition_penalty
+        if penalty is None:
+            penalty = getattr(gen, "repetition_penalty", None) or 1.0
+        min_prob = opts.eos_min_prob
+        if min_prob is None:
+            min_prob = 0.0
+            # A hub model's file is not read here: transformers has already dropped the key.
+            source = self.loaded.source
+            path = Path(source.location) / "generation_config.json"
+            if source.kind != "hub" and path.is_file():
+                value = json.loads(path.read_text(encoding="utf-8")).get("eos_min_prob", 0.0)
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+                    raise ValueError(f"{path}: eos_min_prob must be a number in [0, 1), got {value!r}")
+                min_prob = float(value)
+        if min_prob > 0 and self.eos_id is None:
+            raise ValueError("eos_min_prob needs an end token, and this model's tokenizer has none")
+        return float(penalty), min_prob
 
     # -- preprocess: token ids per prompt (no trailing [SEP]; left-truncated to the budget)
     def preprocess(self, texts: list[str]) -> Prompts:
@@ -205,10 +264,12 @@ class TextGeneration(Task):
             num_return_sequences=opts.num_return_sequences,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_id,
-            repetition_penalty=opts.repetition_penalty,
+            repetition_penalty=self.repetition_penalty,
             do_sample=opts.decode_strategy == "sampling",
             num_beams=opts.num_beams if opts.decode_strategy == "beam_search" else 1,
         )
+        if self.eos_min_prob > 0:
+            kwargs["logits_processor"] = LogitsProcessorList([EosMinProb(self.eos_id, self.eos_min_prob)])
         if opts.decode_strategy == "sampling":
             kwargs.update(temperature=opts.temperature, top_k=opts.top_k, top_p=opts.top_p)
         mask = torch.ones_like(input_ids)

@@ -53,6 +53,8 @@ for recipe in sentiment-tapt ner ner-stage2 ner-stage3 poetry poetry-stage2; do
 done
 
 echo "== 5. ship"
+# The poetry model's decoding defaults (generation_config.json), chosen on dev titles.
+$PY recipes/zoo/poetry_decoding.py --model runs/zoo/poetry2
 $PY recipes/zoo/ship.py
 
 echo "== 6. ablation"

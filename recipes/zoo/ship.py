@@ -79,6 +79,8 @@ MODELS = {
         ],
     ),
 }
+# name: results file of the decoding defaults chosen on dev, written into the shipped generation_config.json.
+DECODING = {"ernie-zoo-mini-poetry": "bench/results/poetry_decoding_dev.json"}
 DATA = {
     "ernie-zoo-mini-zh": "Pretraining mixture (recipes/zoo/corpus.json budgets; 248,293 lines, 11.0M characters): "
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
@@ -150,6 +152,19 @@ def training_info(name: str) -> dict:
     return info
 
 
+def write_decoding_defaults(path: Path, results_file: str) -> None:
+    """Add the decoding defaults chosen on dev (recipes/zoo/poetry_decoding.py's results file) to a
+    generation_config.json: `repetition_penalty` is a transformers field, `eos_min_prob` an ernie-zoo key that
+    Taskflow reads from the file."""
+    source = Path(results_file)
+    if not source.is_file():
+        raise SystemExit(f"{source} is missing: run `python recipes/zoo/poetry_decoding.py` first")
+    chosen = json.loads(source.read_text(encoding="utf-8"))["chosen"]
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.update(repetition_penalty=chosen["repetition_penalty"], eos_min_prob=chosen["eos_min_prob"])
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
 def ship(name: str, out_root: Path) -> Path:
     from transformers import AutoTokenizer
 
@@ -184,6 +199,8 @@ def ship(name: str, out_root: Path) -> Path:
     with atomic_directory(target) as tmp:
         model.half().save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        if name in DECODING:
+            write_decoding_defaults(tmp / "generation_config.json", DECODING[name])
         atomic_write_json(tmp / "training.json", info)
         size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
         if size > MAX_BYTES:
