@@ -17,7 +17,7 @@ from ernie_zoo.evaluation.baselines import (
     sentiment_tfidf_lr,
     words_to_spans,
 )
-from ernie_zoo.evaluation.metrics import accuracy, macro_f1, prf, span_prf
+from ernie_zoo.evaluation.metrics import accuracy, macro_f1, prf, recall_by_seen, span_prf
 from ernie_zoo.evaluation.ngram import CharNgramLM
 from ernie_zoo.evaluation.poetry import check_poem_format, format_rates, poem_lines
 
@@ -64,6 +64,25 @@ def test_span_prf_type_filter_duplicates_and_errors():
         span_prf([[{"start": 0, "end": 1}]], [[]])
     with pytest.raises(TypeError, match="3-tuple"):
         span_prf([[[0, 1, "PER"]]], [[]])
+
+
+def test_recall_by_seen_splits_gold_by_names_known_from_training():
+    train_texts = ["李明在北京", "北京大学很大"]
+    train_gold = [[(0, 2, "PER"), (3, 5, "LOC")], [(0, 4, "ORG")]]
+    texts = ["北京的李明", "王芳去北京大学", "北京"]
+    gold = [
+        [(0, 2, "LOC"), (3, 5, "PER")],  # both seen
+        [(0, 2, "PER"), (3, 7, "ORG"), (3, 5, "ORG")],  # 王芳 unseen; 北京大学 seen; 北京 seen only as LOC
+        [{"start": 0, "end": 2, "type": "LOC"}],
+    ]
+    pred = [[(0, 2, "LOC")], [(0, 2, "PER"), (3, 7, "ORG")], []]
+    r = recall_by_seen(train_texts, train_gold, texts, gold, pred)
+    assert r["seen"] == {"gold": 4, "found": 2, "recall": 0.5}
+    assert r["unseen"] == {"gold": 2, "found": 1, "recall": 0.5}
+    assert r["unseen_share"] == 2 / 6
+    assert recall_by_seen([], [], [""], [[]], [[]])["unseen_share"] == 0.0
+    with pytest.raises(ValueError, match="same number of sentences"):
+        recall_by_seen(train_texts, train_gold, texts, gold, pred[:2])
 
 
 def test_accuracy_and_macro_f1():

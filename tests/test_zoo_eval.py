@@ -204,3 +204,24 @@ def test_poetry_decoding_choice_rule():
     # The repetitive setting is skipped despite its better format score; a tie goes to the smaller eos_min_prob.
     assert mod.choose(rows) == rows[2]
     assert mod.choose([rows[1]]) == rows[1]  # nothing passes the repetition check: the best of all
+
+
+def test_ship_counts_thread_seconds_per_segment(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "ship", Path(__file__).resolve().parents[1] / "recipes/zoo/ship.py"
+    )
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    # Two logged intervals of 10 s each: steps 1-20 on 2 threads, 21-40 on 1 thread (tokens_per_s halves).
+    rows = [
+        {"step": 20, "train/tokens": 1000, "train/tokens_per_s": 100.0},
+        {"step": 30, "eval/loss": 1.0},
+        {"step": 40, "train/tokens": 1500, "train/tokens_per_s": 50.0},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    assert ship.thread_seconds(str(tmp_path), {0: 2, 20: 1}, 20.0) == pytest.approx(30.0)
+    # Evaluation and checkpoint time (wall 40 s against 20 s of logged intervals) is spread over both segments.
+    assert ship.thread_seconds(str(tmp_path), {0: 2, 20: 1}, 40.0) == pytest.approx(60.0)
+    assert ship.thread_seconds(str(tmp_path), {0: 1}, 20.0) == pytest.approx(20.0)

@@ -277,6 +277,17 @@ def _eval_ner(r: dict[str, Any]) -> list[str]:
         f"Dev micro-F1 (our seeded dev split of MSRA train) {_f(r['dev']['micro']['f1'])}; MSRA test rewritten in "
         f"Traditional characters: {_f(r['robustness']['traditional']['micro']['f1'])}.",
         "",
+    ]
+    seen, dev_seen = r["test"].get("by_seen_in_train"), r["dev"].get("by_seen_in_train")
+    if seen and dev_seen:
+        out += [
+            f"Names not seen in training: {seen['unseen_share']:.1%} of the test entities never occur (same text "
+            f"and type) as an entity in the train split, against {dev_seen['unseen_share']:.1%} on dev. Recall on "
+            f"test is {_f(seen['unseen']['recall'])} for those and {_f(seen['seen']['recall'])} for seen ones (dev: "
+            f"{_f(dev_seen['unseen']['recall'])} and {_f(dev_seen['seen']['recall'])}).",
+            "",
+        ]
+    out += [
         f"Target: {metric} >= {target}. "
         + (
             f"Met ({_f(m['f1'])})."

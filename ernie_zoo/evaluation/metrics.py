@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["accuracy", "macro_f1", "prf", "span_prf"]
+__all__ = ["accuracy", "macro_f1", "prf", "recall_by_seen", "span_prf"]
 
 Span = Mapping[str, Any] | tuple[int, int, str]
 
@@ -91,6 +91,41 @@ def span_prf(
     per_type = {t: prf(tp[t], fp[t], fn[t]) for t in sorted(seen)}
     micro = prf(sum(tp.values()), sum(fp.values()), sum(fn.values()))
     return {"micro": micro, "per_type": per_type, "sentences": len(gold)}
+
+
+def recall_by_seen(
+    train_texts: Sequence[str],
+    train_gold: Sequence[Iterable[Span]],
+    texts: Sequence[str],
+    gold: Sequence[Iterable[Span]],
+    pred: Sequence[Iterable[Span]],
+) -> dict[str, Any]:
+    """Recall of the gold spans of ``texts``, split by whether the span's (surface text, type) occurs as a gold
+    entity anywhere in the training sentences: how much a tagger relies on names it has seen.
+
+    Returns ``{"seen": {"gold": n, "found": k, "recall": r}, "unseen": {...}, "unseen_share": share of gold}``.
+
+    >>> recall_by_seen(["李明来了"], [[(0, 2, "PER")]], ["李明和王芳"], [[(0, 2, "PER"), (3, 5, "PER")]], [[(0, 2, "PER")]])
+    {'seen': {'gold': 1, 'found': 1, 'recall': 1.0}, 'unseen': {'gold': 1, 'found': 0, 'recall': 0.0}, 'unseen_share': 0.5}
+    """
+    if len(train_texts) != len(train_gold) or not len(texts) == len(gold) == len(pred):
+        raise ValueError("texts and their span lists must have the same number of sentences")
+    known = {
+        (text[s:e], t) for text, spans in zip(train_texts, train_gold) for s, e, t in map(_as_tuple, spans)
+    }
+    counts = {"seen": [0, 0], "unseen": [0, 0]}
+    for text, g_spans, p_spans in zip(texts, gold, pred):
+        found = {_as_tuple(p) for p in p_spans}
+        for span in {_as_tuple(g) for g in g_spans}:
+            bucket = counts["seen" if (text[span[0] : span[1]], span[2]) in known else "unseen"]
+            bucket[0] += 1
+            bucket[1] += span in found
+    out: dict[str, Any] = {
+        k: {"gold": n, "found": f, "recall": f / n if n else 0.0} for k, (n, f) in counts.items()
+    }
+    total = counts["seen"][0] + counts["unseen"][0]
+    out["unseen_share"] = counts["unseen"][0] / total if total else 0.0
+    return out
 
 
 def accuracy(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:

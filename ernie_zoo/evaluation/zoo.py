@@ -39,7 +39,7 @@ import torch
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from .baselines import _version
-from .metrics import accuracy, macro_f1, span_prf
+from .metrics import accuracy, macro_f1, recall_by_seen, span_prf
 from .ngram import CharNgramLM
 from .poetry import format_rates
 
@@ -156,11 +156,16 @@ def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64)
     }
     test = load_split("ner", "test", datasets)
     texts, gold = [r["text"] for r in test], [r["entities"] for r in test]
+    train = load_split("ner", "train", datasets)
+    train_texts, train_gold = [r["text"] for r in train], [r["entities"] for r in train]
     for name, records in (("test", test), ("dev", load_split("ner", "dev", datasets))):
         outs, seconds = _timed(flow, [r["text"] for r in records])
         pred = _spans(outs)
         scores = span_prf([r["entities"] for r in records], pred, types=ENTITY_TYPES)
         scores["texts_per_s"] = round(len(records) / seconds, 1)
+        scores["by_seen_in_train"] = recall_by_seen(
+            train_texts, train_gold, [r["text"] for r in records], [r["entities"] for r in records], pred
+        )
         result[name] = scores
         if name == "test":
             test_pred = pred

@@ -21,7 +21,8 @@ import torch
 MAX_BYTES = 25 * 1000 * 1000
 CPU = f"{platform.machine()} CPU, 2 cores"
 
-# Masked-LM stages: name -> (description, recipe, run dir, torch threads, note on the machine).
+# Masked-LM stages: name -> (description, recipe, run dir, torch threads, note on the machine). Threads may be
+# {first step: threads} for a run whose thread count changed at a resume.
 PRETRAIN_STAGES = {
     "stage1": (
         "pretrain stage 1 (char -> phrase -> entity masking)",
@@ -41,6 +42,20 @@ PRETRAIN_STAGES = {
         "task-adaptive pretraining on the review train text",
         "recipes/zoo/pretrain-reviews-tapt.yaml",
         "runs/zoo/tapt-reviews",
+        1,
+        "a fine-tuning job used the other core",
+    ),
+    "stage3": (
+        "pretrain stage 3 (packed, char + phrase + entity masking, warm restart from stage 2)",
+        "recipes/zoo/pretrain-mini-stage3.yaml",
+        "runs/zoo/pretrain3",
+        {0: 2, 1600: 1},
+        "fine-tuning jobs used the other core after step 1600",
+    ),
+    "tapt-reviews-s3": (
+        "task-adaptive pretraining on the review train text",
+        "recipes/zoo/pretrain-reviews-tapt-s3.yaml",
+        "runs/zoo/tapt-reviews-s3",
         1,
         "a fine-tuning job used the other core",
     ),
@@ -107,16 +122,41 @@ DATA = {
 EXTRA_SECONDS = {"runs/zoo/poetry": 1097.0}
 
 
-def _stage(name: str, recipe: str, run_dir: str, threads: int, note: str) -> dict:
+def thread_seconds(run_dir: str, threads: dict[int, int], wall_seconds: float) -> float:
+    """Thread-seconds of a run whose thread count changed at resumes ({first step: threads}): each logged
+    interval's time (tokens / tokens per second in metrics.jsonl) at the threads of its segment, scaled so the
+    intervals add up to the run's wall time (evaluation and checkpoints included)."""
+    rows = [
+        json.loads(line)
+        for line in (Path(run_dir) / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    rows = [r for r in rows if r.get("train/tokens_per_s")]
+    starts = sorted(threads)
+    timed, weighted, tokens = 0.0, 0.0, 0
+    for r in rows:
+        dt = (r["train/tokens"] - tokens) / r["train/tokens_per_s"]
+        tokens = r["train/tokens"]
+        timed += dt
+        weighted += dt * threads[max(k for k in starts if k < r["step"])]
+    return weighted * wall_seconds / timed
+
+
+def _stage(name: str, recipe: str, run_dir: str, threads: int | dict[int, int], note: str) -> dict:
     s = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    if isinstance(threads, dict):
+        cpu_seconds = thread_seconds(run_dir, threads, s["wall_time_s"])
+        segments = ", ".join(f"{n} from step {k}" for k, n in sorted(threads.items()))
+        described = f"torch threads {segments}"
+    else:
+        cpu_seconds, described = s["wall_time_s"] * threads, f"{threads} torch thread(s)"
     return {
         "name": name,
         "recipe": recipe,
         "steps": s["steps"],
         "tokens": s["tokens"],
         "wall_seconds": round(s["wall_time_s"], 1),
-        "cpu_hours": round(s["wall_time_s"] * threads / 3600, 3),
-        "hardware": f"{CPU}, fp32, {threads} torch thread(s), {note}",
+        "cpu_hours": round(cpu_seconds / 3600, 3),
+        "hardware": f"{CPU}, fp32, {described}, {note}",
         "eval": s.get("final_eval"),
     }
 
