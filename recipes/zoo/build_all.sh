@@ -48,7 +48,7 @@ text = "".join(json.loads(r)["text"].replace("\n", " ") + "\n" for r in rows)
 Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # the TRAIN split's text, no labels
 PYEOF
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt.yaml
-for recipe in sentiment-tapt ner ner-stage2 ner-stage3 poetry poetry-stage2; do
+for recipe in sentiment-tapt ner ner-stage2 ner-stage3 ner-stage4 poetry poetry-stage2; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 
