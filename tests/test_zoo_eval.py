@@ -225,3 +225,42 @@ def test_ship_counts_thread_seconds_per_segment(tmp_path):
     # Evaluation and checkpoint time (wall 40 s against 20 s of logged intervals) is spread over both segments.
     assert ship.thread_seconds(str(tmp_path), {0: 2, 20: 1}, 40.0) == pytest.approx(60.0)
     assert ship.thread_seconds(str(tmp_path), {0: 1}, 20.0) == pytest.approx(20.0)
+
+
+def test_ner_mention_replacement_keeps_offsets_and_types(tmp_path):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "recipes/zoo/ner_augment.py"
+    spec = importlib.util.spec_from_file_location("ner_augment", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    records = [
+        {
+            "text": "李明在北京大学见到王芳。",
+            "entities": [
+                {"start": 0, "end": 2, "type": "PER"},
+                {"start": 3, "end": 7, "type": "ORG"},
+                {"start": 9, "end": 11, "type": "PER"},
+            ],
+        },
+        {"text": "在京开会。", "entities": [{"start": 1, "end": 2, "type": "LOC"}]},  # one character: kept
+        {"text": "没有实体。", "entities": []},
+    ]
+    names = {"PER": ["欧阳修远"], "ORG": ["新华社"], "LOC": ["上海"]}
+    copies = mod.augment(records, names, seed=0)
+    assert len(copies) == 1  # only the first has an entity of two or more characters
+    text, ents = copies[0]["text"], copies[0]["entities"]
+    assert text == "欧阳修远在新华社见到欧阳修远。"
+    assert [(text[e["start"] : e["end"]], e["type"]) for e in ents] == [
+        ("欧阳修远", "PER"),
+        ("新华社", "ORG"),
+        ("欧阳修远", "PER"),
+    ]
+    assert mod.augment(records, {"PER": ["甲乙", "丙丁"], "ORG": ["戊己"]}, seed=3) == mod.augment(
+        records, {"PER": ["甲乙", "丙丁"], "ORG": ["戊己"]}, seed=3
+    )  # seeded
+    lexicon = tmp_path / "dict.txt"
+    lexicon.write_text(
+        "王芳 5 nr\n连 900 nr\n上海 50 ns\n国务院 9 nt\n稀有 2 nr\nabc 9 nr\n的 100 uj\n", encoding="utf-8"
+    )
+    assert mod.lexicon_names(lexicon) == {"PER": {"王芳"}, "LOC": {"上海"}, "ORG": {"国务院"}}

@@ -63,9 +63,9 @@ PRETRAIN_STAGES = {
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
     "ernie-zoo-mini-zh": (
-        "runs/zoo/pretrain2/checkpoint-3500",
+        "runs/zoo/pretrain3/checkpoint-4500",
         "runs/zoo/pretrain/tokenizer",
-        ["stage1", "stage2"],
+        ["stage1", "stage2", "stage3"],
         [],
     ),
     "ernie-zoo-mini-sentiment": (
@@ -144,18 +144,20 @@ def thread_seconds(run_dir: str, threads: dict[int, int], wall_seconds: float) -
 
 def _stage(name: str, recipe: str, run_dir: str, threads: int | dict[int, int], note: str) -> dict:
     s = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    # wall_time_s covers the last process only; train_time_s adds up every segment of a resumed run.
+    seconds = max(s["wall_time_s"], s.get("train_time_s") or 0.0)
     if isinstance(threads, dict):
-        cpu_seconds = thread_seconds(run_dir, threads, s["wall_time_s"])
+        cpu_seconds = thread_seconds(run_dir, threads, seconds)
         segments = ", ".join(f"{n} from step {k}" for k, n in sorted(threads.items()))
         described = f"torch threads {segments}"
     else:
-        cpu_seconds, described = s["wall_time_s"] * threads, f"{threads} torch thread(s)"
+        cpu_seconds, described = seconds * threads, f"{threads} torch thread(s)"
     return {
         "name": name,
         "recipe": recipe,
         "steps": s["steps"],
         "tokens": s["tokens"],
-        "wall_seconds": round(s["wall_time_s"], 1),
+        "wall_seconds": round(seconds, 1),
         "cpu_hours": round(cpu_seconds / 3600, 3),
         "hardware": f"{CPU}, fp32, {described}, {note}",
         "eval": s.get("final_eval"),
