@@ -27,8 +27,8 @@ Determinism: greedy and beam search are deterministic; prompts of equal token le
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
 prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
 
-Options: `max_new_tokens`, `min_new_tokens`, `eos_min_prob`, `decode_strategy`, `num_beams`, `temperature`, `top_k`, `top_p`,
-`repetition_penalty`, `num_return_sequences`, `seed`.
+Options: `max_new_tokens`, `min_new_tokens`, `eos_min_prob`, `decode_strategy`, `num_beams`, `temperature`,
+`top_k`, `top_p`, `repetition_penalty`, `num_return_sequences`, `seed`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class GenerationOptions:
         Greedy search otherwise stops wherever the end token is merely the single most likely token, even when
         most of the probability is on going on (a poem ending after its first couplet with p(end) = 0.03).
         None: the model's default (`eos_min_prob` in its generation_config.json; ernie-zoo-mini-poetry ships
-        0.2), else 0.
+        0.3, chosen on dev titles), else 0.
     decode_strategy: "greedy", "sampling" or "beam_search".
     num_beams: beams for beam_search.
     temperature: softmax temperature for sampling (> 0).
