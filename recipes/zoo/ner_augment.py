@@ -65,6 +65,8 @@ def augment(records: list[dict], names: dict[str, list[str]], seed: int = 0) -> 
 def main(argv: list[str] | None = None) -> None:
     import jieba
 
+    from ernie_zoo.utils import atomic_write_text
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--train", type=Path, default=Path("~/.cache/ernie_zoo/datasets/ner/train.jsonl").expanduser()
@@ -85,12 +87,9 @@ def main(argv: list[str] | None = None) -> None:
                 pools[e["type"]].add(surface)
     names = {t: sorted(v) for t, v in pools.items()}  # sorted: the seed alone fixes the choices
     copies = augment(records, names, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for rec in records + copies:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    tmp.replace(args.out)
+    atomic_write_text(
+        args.out, "".join(json.dumps(rec, ensure_ascii=False) + "\n" for rec in records + copies)
+    )
     sizes = ", ".join(f"{t} {len(v):,}" for t, v in names.items())
     print(f"{len(records):,} train + {len(copies):,} copies -> {args.out} (names: {sizes})")
 

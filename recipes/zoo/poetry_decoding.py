@@ -16,7 +16,6 @@ bench/results/poetry_decoding_dev.json.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -44,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     from ernie_zoo.data.labelled import load_split
     from ernie_zoo.evaluation.poetry import format_rates
     from ernie_zoo.taskflow import Taskflow
+    from ernie_zoo.utils import atomic_write_json
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -97,10 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         "chosen": {"repetition_penalty": best["repetition_penalty"], "eos_min_prob": best["eos_min_prob"]},
         "grid": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
+    atomic_write_json(args.out, result)
     print("chosen:", result["chosen"], "->", args.out)
 
 

@@ -193,13 +193,15 @@ def write_decoding_defaults(path: Path, results_file: str) -> None:
     """Add the decoding defaults chosen on dev (recipes/zoo/poetry_decoding.py's results file) to a
     generation_config.json: `repetition_penalty` is a transformers field, `eos_min_prob` an ernie-zoo key that
     Taskflow reads from the file."""
+    from ernie_zoo.utils import atomic_write_json
+
     source = Path(results_file)
     if not source.is_file():
         raise SystemExit(f"{source} is missing: run `python recipes/zoo/poetry_decoding.py` first")
     chosen = json.loads(source.read_text(encoding="utf-8"))["chosen"]
     config = json.loads(path.read_text(encoding="utf-8"))
     config.update(repetition_penalty=chosen["repetition_penalty"], eos_min_prob=chosen["eos_min_prob"])
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write_json(path, config, sort_keys=True)
 
 
 def ship(name: str, out_root: Path) -> Path:
