@@ -473,6 +473,25 @@ def test_split_indices():
         split_indices(0, 0.1, seed=0)
 
 
+def test_split_seed_keeps_the_held_out_examples_of_an_earlier_seed(tmp_path, tokenizer_dir):
+    """A continued stage with a new seed and data.split_seed = the earlier seed holds out the same examples."""
+    from ernie_zoo.training.data import load_dataset, load_tokenizer
+
+    def eval_texts(**extra):
+        recipe = load_recipe(
+            TINY,
+            _tiny_overrides(
+                tmp_path / "out", **{"tokenizer.path": str(tokenizer_dir), "data.eval_fraction": 0.2, **extra}
+            ),
+        )
+        _, eval_ds, _ = load_dataset(recipe, load_tokenizer(recipe, tmp_path / "out"))
+        return sorted(tuple(ids) for ids in eval_ds["input_ids"])
+
+    first = eval_texts(seed=0)
+    assert first and eval_texts(seed=1) != first  # a new seed alone draws another split
+    assert eval_texts(seed=1, **{"data.split_seed": 0}) == first
+
+
 def test_lr_schedule():
     from ernie_zoo.training.engine import lr_lambda
     from ernie_zoo.training.recipe import OptimArgs

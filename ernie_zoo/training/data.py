@@ -162,6 +162,7 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
     from ernie_zoo.masking import load_prepared, prepare_dataset_with_stats
 
     d = recipe.data
+    split_seed = recipe.seed if d.split_seed is None else d.split_seed
     stats: dict[str, Any] = {}
     eval_ds = None
     if d.dataset_dir is not None:
@@ -179,7 +180,7 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
             eval_ds = dataset["eval"] if "eval" in dataset else None
             dataset = dataset["train"]
         if eval_ds is None and d.eval_fraction > 0 and len(dataset) > 1:
-            train_idx, eval_idx = split_indices(len(dataset), d.eval_fraction, recipe.seed)
+            train_idx, eval_idx = split_indices(len(dataset), d.eval_fraction, split_seed)
             dataset, eval_ds = dataset.select(train_idx), dataset.select(eval_idx)
     else:
         missing = [f for f in d.files if not os.path.isfile(f)]
@@ -198,7 +199,7 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
             cache_dir=d.cache_dir,
             input_type="file",
             eval_fraction=d.eval_fraction,
-            seed=recipe.seed,
+            seed=split_seed,
             show_progress=recipe.logging.progress_bar and int(os.environ.get("RANK", "0")) == 0,
         )
         stats.update(prep_stats.to_dict())

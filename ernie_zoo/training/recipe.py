@@ -105,6 +105,10 @@ class DataArgs:
     eval_fraction: float = arg(
         0.05, "Fraction of examples held out (seeded) for evaluation; 0 disables evaluation."
     )
+    split_seed: int | None = arg(
+        None,
+        "Seed of the held-out split; null: the recipe's seed. A stage that continues an earlier run with a new seed (new data order and masks) sets this to the earlier run's seed, so the examples that run held out stay held out.",
+    )
     num_proc: int = arg(1, "Processes for tokenization and boundary precompute.")
     cache_dir: str | None = arg(None, "Cache for the prepared dataset; null: no cache.")
     lexicon: str | None = arg(

