@@ -17,7 +17,7 @@ from ernie_zoo.evaluation.baselines import (
     sentiment_tfidf_lr,
     words_to_spans,
 )
-from ernie_zoo.evaluation.metrics import accuracy, macro_f1, prf, recall_by_seen, span_prf
+from ernie_zoo.evaluation.metrics import accuracy, entity_names, macro_f1, prf, recall_by_seen, span_prf
 from ernie_zoo.evaluation.ngram import CharNgramLM
 from ernie_zoo.evaluation.poetry import check_poem_format, format_rates, poem_lines
 
@@ -76,13 +76,17 @@ def test_recall_by_seen_splits_gold_by_names_known_from_training():
         [{"start": 0, "end": 2, "type": "LOC"}],
     ]
     pred = [[(0, 2, "LOC")], [(0, 2, "PER"), (3, 7, "ORG")], []]
-    r = recall_by_seen(train_texts, train_gold, texts, gold, pred)
+    known = entity_names(train_texts, train_gold)
+    assert known == {("李明", "PER"), ("北京", "LOC"), ("北京大学", "ORG")}
+    r = recall_by_seen(known, texts, gold, pred)
     assert r["seen"] == {"gold": 4, "found": 2, "recall": 0.5}
     assert r["unseen"] == {"gold": 2, "found": 1, "recall": 0.5}
     assert r["unseen_share"] == 2 / 6
-    assert recall_by_seen([], [], [""], [[]], [[]])["unseen_share"] == 0.0
+    assert recall_by_seen(entity_names([], []), [""], [[]], [[]])["unseen_share"] == 0.0
     with pytest.raises(ValueError, match="same number of sentences"):
-        recall_by_seen(train_texts, train_gold, texts, gold, pred[:2])
+        recall_by_seen(known, texts, gold, pred[:2])
+    with pytest.raises(ValueError, match="same number of sentences"):
+        entity_names(train_texts, train_gold[:1])
 
 
 def test_accuracy_and_macro_f1():

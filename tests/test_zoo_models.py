@@ -178,8 +178,12 @@ def test_poetry_decoding_defaults_are_the_ones_chosen_on_dev():
         chosen["repetition_penalty"],
         chosen["eos_min_prob"],
     )
-    decoding = EVAL["models"]["ernie-zoo-mini-poetry"]["generation"]["decoding"]
+    generation = EVAL["models"]["ernie-zoo-mini-poetry"]["generation"]
+    assert (generation["repetition_penalty"], generation["eos_min_prob"]) == (
+        chosen["repetition_penalty"],
+        chosen["eos_min_prob"],
+    )
     assert (
         f"repetition_penalty {chosen['repetition_penalty']:g}, eos_min_prob {chosen['eos_min_prob']:g}"
-        in decoding
+        in generation["decoding"]
     )

@@ -344,7 +344,7 @@ def _eval_poetry(r: dict[str, Any]) -> list[str]:
         "test poems.",
         "",
     ]
-    if "eos_min_prob" in g["decoding"] and "eos_min_prob 0," not in g["decoding"]:
+    if g["eos_min_prob"] > 0:
         out += [
             "`eos_min_prob` (this model's default, in its generation_config.json): the end token is only taken "
             "where the model gives it at least that probability. Plain greedy search ends most poems after the "

@@ -16,10 +16,10 @@ gold entity of the same sentence (the CoNLL / MSRA convention).  A span is a map
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["accuracy", "macro_f1", "prf", "recall_by_seen", "span_prf"]
+__all__ = ["accuracy", "entity_names", "macro_f1", "prf", "recall_by_seen", "span_prf"]
 
 Span = Mapping[str, Any] | tuple[int, int, str]
 
@@ -93,26 +93,36 @@ def span_prf(
     return {"micro": micro, "per_type": per_type, "sentences": len(gold)}
 
 
+def entity_names(texts: Sequence[str], spans: Sequence[Iterable[Span]]) -> frozenset[tuple[str, str]]:
+    """The (surface text, type) of every gold span of ``texts``: the names a tagger trained on them has seen.
+
+    >>> sorted(entity_names(["李明在北京"], [[(0, 2, "PER"), {"start": 3, "end": 5, "type": "LOC"}]]))
+    [('北京', 'LOC'), ('李明', 'PER')]
+    """
+    if len(texts) != len(spans):
+        raise ValueError("texts and their span lists must have the same number of sentences")
+    return frozenset(
+        (text[s:e], t) for text, sent_spans in zip(texts, spans) for s, e, t in map(_as_tuple, sent_spans)
+    )
+
+
 def recall_by_seen(
-    train_texts: Sequence[str],
-    train_gold: Sequence[Iterable[Span]],
+    known: Collection[tuple[str, str]],
     texts: Sequence[str],
     gold: Sequence[Iterable[Span]],
     pred: Sequence[Iterable[Span]],
 ) -> dict[str, Any]:
-    """Recall of the gold spans of ``texts``, split by whether the span's (surface text, type) occurs as a gold
-    entity anywhere in the training sentences: how much a tagger relies on names it has seen.
+    """Recall of the gold spans of ``texts``, split by whether the span's (surface text, type) is in ``known``
+    (`entity_names` of the training sentences): how much a tagger relies on names it has seen.
 
     Returns ``{"seen": {"gold": n, "found": k, "recall": r}, "unseen": {...}, "unseen_share": share of gold}``.
 
-    >>> recall_by_seen(["李明来了"], [[(0, 2, "PER")]], ["李明和王芳"], [[(0, 2, "PER"), (3, 5, "PER")]], [[(0, 2, "PER")]])
+    >>> known = entity_names(["李明来了"], [[(0, 2, "PER")]])
+    >>> recall_by_seen(known, ["李明和王芳"], [[(0, 2, "PER"), (3, 5, "PER")]], [[(0, 2, "PER")]])
     {'seen': {'gold': 1, 'found': 1, 'recall': 1.0}, 'unseen': {'gold': 1, 'found': 0, 'recall': 0.0}, 'unseen_share': 0.5}
     """
-    if len(train_texts) != len(train_gold) or not len(texts) == len(gold) == len(pred):
+    if not len(texts) == len(gold) == len(pred):
         raise ValueError("texts and their span lists must have the same number of sentences")
-    known = {
-        (text[s:e], t) for text, spans in zip(train_texts, train_gold) for s, e, t in map(_as_tuple, spans)
-    }
     counts = {"seen": [0, 0], "unseen": [0, 0]}
     for text, g_spans, p_spans in zip(texts, gold, pred):
         found = {_as_tuple(p) for p in p_spans}

@@ -39,7 +39,7 @@ import torch
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from .baselines import _version
-from .metrics import accuracy, macro_f1, recall_by_seen, span_prf
+from .metrics import accuracy, entity_names, macro_f1, recall_by_seen, span_prf
 from .ngram import CharNgramLM
 from .poetry import format_rates
 
@@ -157,14 +157,14 @@ def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64)
     test = load_split("ner", "test", datasets)
     texts, gold = [r["text"] for r in test], [r["entities"] for r in test]
     train = load_split("ner", "train", datasets)
-    train_texts, train_gold = [r["text"] for r in train], [r["entities"] for r in train]
+    known = entity_names([r["text"] for r in train], [r["entities"] for r in train])
     for name, records in (("test", test), ("dev", load_split("ner", "dev", datasets))):
         outs, seconds = _timed(flow, [r["text"] for r in records])
         pred = _spans(outs)
         scores = span_prf([r["entities"] for r in records], pred, types=ENTITY_TYPES)
         scores["texts_per_s"] = round(len(records) / seconds, 1)
         scores["by_seen_in_train"] = recall_by_seen(
-            train_texts, train_gold, [r["text"] for r in records], [r["entities"] for r in records], pred
+            known, [r["text"] for r in records], [r["entities"] for r in records], pred
         )
         result[name] = scores
         if name == "test":
@@ -275,6 +275,8 @@ def evaluate_poetry_model(
         "prompts": f"the first {len(titles)} test titles",
         "decoding": f"greedy, repetition_penalty {task.repetition_penalty:g}, eos_min_prob {task.eos_min_prob:g}, "
         "max_new_tokens 64",
+        "repetition_penalty": task.repetition_penalty,
+        "eos_min_prob": task.eos_min_prob,
         "format_rates": format_rates(gens),
         "reference_format_rates": format_rates(test),
         "examples": [{"title": t, "generated": g} for t, g in zip(titles[:8], gens[:8])],
