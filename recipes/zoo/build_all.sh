@@ -3,7 +3,7 @@
 # script after a crash and finished steps are skipped, interrupted runs resume from their last checkpoint):
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
-#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed) and 3          -> runs/zoo/pretrain{,2,3}/checkpoint-*
+#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3 and 4       -> runs/zoo/pretrain{,2,3,4}/checkpoint-*
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER
 #      from it, and train the poetry LM (two stages)                      -> runs/zoo/{sentiment-tapt-s3,ner-s3-2,poetry2}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
@@ -34,8 +34,9 @@ PYEOF
 echo "== 3. pretrain ernie-zoo-mini-zh"
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
-# Stage 3 is the shipped ernie-zoo-mini-zh and the start of the sentiment and NER models.
+# Stage 3 is the start of the sentiment and NER models; stage 4 is the shipped ernie-zoo-mini-zh.
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage3.yaml
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage4.yaml
 
 echo "== 4. fine-tune"
 $PY recipes/zoo/poetry_prompts.py

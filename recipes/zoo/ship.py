@@ -52,6 +52,13 @@ PRETRAIN_STAGES = {
         {0: 2, 1600: 1},
         "fine-tuning jobs used the other core after step 1600",
     ),
+    "stage4": (
+        "pretrain stage 4 (packed, char + phrase + entity masking, warm restart from stage 3, new seed)",
+        "recipes/zoo/pretrain-mini-stage4.yaml",
+        "runs/zoo/pretrain4",
+        2,
+        "tests and evaluations ran on the same cores at times",
+    ),
     "tapt-reviews-s3": (
         "task-adaptive pretraining on the review train text",
         "recipes/zoo/pretrain-reviews-tapt-s3.yaml",
@@ -63,9 +70,9 @@ PRETRAIN_STAGES = {
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
     "ernie-zoo-mini-zh": (
-        "runs/zoo/pretrain3/checkpoint-4500",
+        "runs/zoo/pretrain4/checkpoint-3000",
         "runs/zoo/pretrain/tokenizer",
-        ["stage1", "stage2", "stage3"],
+        ["stage1", "stage2", "stage3", "stage4"],
         [],
     ),
     "ernie-zoo-mini-sentiment": (
