@@ -111,6 +111,31 @@ def test_evaluate_zoo_on_fixture_models(models, datasets):
         assert front["model-index"][0]["name"] == name
 
 
+def test_poetry_eval_reports_format_with_and_without_poem_format(models, datasets, tmp_path):
+    from ernie_zoo.evaluation.zoo import evaluate_poetry_model
+
+    model_dir = tmp_path / "poet"
+    shutil.copytree(models.poetry, model_dir)
+    config_file = model_dir / "generation_config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    config_file.write_text(json.dumps({**config, "poem_format": True}), encoding="utf-8")
+    r = evaluate_poetry_model(model_dir, datasets, n_generate=4)
+    g = r["generation"]
+    assert g["poem_format"] is True and "poem_format true" in g["decoding"]
+    assert g["format_rates"]["is_regulated"] == 1.0  # by construction
+    free = Taskflow("text_generation", task_path=str(model_dir), max_new_tokens=64, poem_format=False)
+    titles = [ex["title"] for ex in g["examples"]]
+    from ernie_zoo.evaluation.poetry import format_rates
+
+    assert g["format_rates_without_poem_format"] == format_rates([o["generated"][0] for o in free(titles)])
+    from ernie_zoo.evaluation.cards import _eval_poetry
+
+    section = "\n".join(_eval_poetry({**r, "baselines_original_text": {}}))
+    assert "| | generated | without poem_format | real test poems |" in section
+    free_count = g["format_rates_without_poem_format"]["line_count_ok"]
+    assert f"| line_count_ok | 1.000 | {free_count:.3f} |" in section
+
+
 def test_baselines_on_other_splits_are_refused(models, datasets, tmp_path):
     bad = json.loads((datasets / "baselines.json").read_text(encoding="utf-8"))
     bad["datasets_sha256"]["ner"]["test"] = "0" * 64

@@ -161,8 +161,12 @@ def test_poetry_default_continues_a_first_line():
     assert gen and han >= 0.7 * len(gen) and gen[-1] in "。!！?？"
     # With the model's eos_min_prob the poem goes on past its first couplet; plain greedy closes it there.
     assert sum(gen.count(m) for m in "。!！?？") >= 2
-    plain = Taskflow("text_generation", eos_min_prob=0.0)("春眠不觉晓，")["generated"][0]
+    plain = Taskflow("text_generation", eos_min_prob=0.0, poem_format=False)("春眠不觉晓，")["generated"][0]
     assert sum(plain.count(m) for m in "。!！?？") == 1 and len(plain) < len(gen)
+    # poem_format (on by default): the prompt's line and the continuation form regulated verse
+    from ernie_zoo.evaluation.poetry import check_poem_format
+
+    assert check_poem_format("春眠不觉晓，" + gen).is_regulated
 
 
 def test_poetry_decoding_defaults_are_the_ones_chosen_on_dev():
@@ -173,15 +177,18 @@ def test_poetry_decoding_defaults_are_the_ones_chosen_on_dev():
         (ZOO_DIR / "ernie-zoo-mini-poetry/generation_config.json").read_text(encoding="utf-8")
     )
     assert {k: config[k] for k in chosen} == chosen
+    assert config["poem_format"] is True
     task = Taskflow("text_generation")._task
-    assert (task.repetition_penalty, task.eos_min_prob) == (
+    assert (task.repetition_penalty, task.eos_min_prob, task.poem_format) == (
         chosen["repetition_penalty"],
         chosen["eos_min_prob"],
+        True,
     )
     generation = EVAL["models"]["ernie-zoo-mini-poetry"]["generation"]
-    assert (generation["repetition_penalty"], generation["eos_min_prob"]) == (
+    assert (generation["repetition_penalty"], generation["eos_min_prob"], generation["poem_format"]) == (
         chosen["repetition_penalty"],
         chosen["eos_min_prob"],
+        True,
     )
     assert (
         f"repetition_penalty {chosen['repetition_penalty']:g}, eos_min_prob {chosen['eos_min_prob']:g}"

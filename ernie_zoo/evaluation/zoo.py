@@ -274,13 +274,19 @@ def evaluate_poetry_model(
     result["generation"] = {
         "prompts": f"the first {len(titles)} test titles",
         "decoding": f"greedy, repetition_penalty {task.repetition_penalty:g}, eos_min_prob {task.eos_min_prob:g}, "
-        "max_new_tokens 64",
+        f"poem_format {str(task.poem_format).lower()}, max_new_tokens 64",
         "repetition_penalty": task.repetition_penalty,
         "eos_min_prob": task.eos_min_prob,
+        "poem_format": task.poem_format,
         "format_rates": format_rates(gens),
         "reference_format_rates": format_rates(test),
         "examples": [{"title": t, "generated": g} for t, g in zip(titles[:8], gens[:8])],
     }
+    if task.poem_format:  # what the model does on its own, without the verse constraint
+        free = _taskflow("text_generation", model_dir, max_new_tokens=64, poem_format=False)
+        result["generation"]["format_rates_without_poem_format"] = format_rates(
+            [o["generated"][0] for o in free(titles)]
+        )
     n = min(SAMPLE_SIZE, len(test))
     result["sample"] = {
         "texts": test[:n],

@@ -1,12 +1,12 @@
 """Text generation: continue each prompt with a causal language model (greedy, sampling or beam search).
 
 Usage with the shipped default model, ernie-zoo-mini-poetry (a 4-layer toy poet; real output, greedy with the
-model's own defaults: repetition_penalty 1.2, eos_min_prob 0.3):
+model's own defaults: repetition_penalty 1.2, eos_min_prob 0.3, poem_format on):
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> Taskflow("text_generation")(["春眠不觉晓，", "登高"])  # doctest: +NORMALIZE_WHITESPACE
 [{'text': '春眠不觉晓，', 'generated': ['风雨又成秋。一夜无人意,千年有酒杯。山中无限事,诗句亦何如。此地无心在,谁能得此生。']},
- {'text': '登高', 'generated': ['不见山,一夜无人间。一笑不可问,一生何处寻。']}]
+ {'text': '登高', 'generated': ['不见山中有,一笑无人不。不是天地间,何如此心在。']}]
 
 With a local model directory (task_path=; here a tiny ErnieZooForCausalLM the test-suite trains on two Tang
 poems):
@@ -27,8 +27,8 @@ Determinism: greedy and beam search are deterministic; prompts of equal token le
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
 prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
 
-Options: `max_new_tokens`, `min_new_tokens`, `eos_min_prob`, `decode_strategy`, `num_beams`, `temperature`,
-`top_k`, `top_p`, `repetition_penalty`, `num_return_sequences`, `seed`.
+Options: `max_new_tokens`, `min_new_tokens`, `eos_min_prob`, `poem_format`, `decode_strategy`, `num_beams`,
+`temperature`, `top_k`, `top_p`, `repetition_penalty`, `num_return_sequences`, `seed`.
 """
 
 from __future__ import annotations
@@ -63,6 +63,12 @@ class GenerationOptions:
         most of the probability is on going on (a poem ending after its first couplet with p(end) = 0.03).
         None: the model's default (`eos_min_prob` in its generation_config.json; ernie-zoo-mini-poetry ships
         0.3, chosen on dev titles), else 0.
+    poem_format: decode classical verse: every line 5 or 7 Han characters (the first line decides, or the
+        prompt's lines when it ends in a complete line), a comma after odd lines and a full stop (or ! ?) after
+        even ones, and the end only after 4 or 8 lines (it is forced after 8). Only Han characters and those
+        marks are generated. The model still chooses every character; this only rules out malformed verse.
+        None: the model's default (`poem_format` in its generation_config.json; ernie-zoo-mini-poetry ships
+        true), else off.
     decode_strategy: "greedy", "sampling" or "beam_search".
     num_beams: beams for beam_search.
     temperature: softmax temperature for sampling (> 0).
@@ -77,6 +83,7 @@ class GenerationOptions:
     max_new_tokens: int = 64
     min_new_tokens: int = 0
     eos_min_prob: float | None = None
+    poem_format: bool | None = None
     decode_strategy: Literal["greedy", "sampling", "beam_search"] = "greedy"
     num_beams: int = 4
     temperature: float = 1.0
@@ -133,6 +140,109 @@ class EosMinProb(LogitsProcessor):
         return scores
 
 
+_HAN, _MID, _END, _OTHER = 0, 1, 2, 3
+_MID_MARKS = set("，,、;；:：")
+_END_MARKS = set("。.！!？?")
+_LINE_LENGTHS = (5, 7)
+
+
+def _is_han(ch: str) -> bool:
+    o = ord(ch)
+    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF
+
+
+def token_classes(tokens: list[str]) -> torch.Tensor:
+    """Class of each vocabulary token for PoemFormat: one Han character, a line-internal mark (，、；：),
+    a line-final mark (。！？), or anything else (WordPiece's ``##`` prefix is ignored)."""
+    out = []
+    for tok in tokens:
+        t = tok[2:] if tok.startswith("##") else tok
+        if len(t) == 1 and _is_han(t):
+            out.append(_HAN)
+        elif len(t) == 1 and t in _MID_MARKS:
+            out.append(_MID)
+        elif len(t) == 1 and t in _END_MARKS:
+            out.append(_END)
+        else:
+            out.append(_OTHER)
+    return torch.tensor(out, dtype=torch.long)
+
+
+@dataclass
+class VerseState:
+    """Where a poem stands: lines completed, their common length (None until the first line ends) and Han
+    characters in the current line."""
+
+    lines: int = 0
+    length: int | None = None
+    chars: int = 0
+
+    def step(self, cls: int) -> None:
+        if cls == _HAN:
+            self.chars += 1
+        elif cls in (_MID, _END) and self.chars:
+            self.length = self.length or self.chars
+            self.lines, self.chars = self.lines + 1, 0
+
+    @classmethod
+    def from_prompt(cls, classes: list[int]) -> VerseState:
+        """The state after a prompt that holds complete lines of one length (5 or 7), e.g. a first line; any
+        other prompt (a title) starts a new poem."""
+        lengths, chars = [], 0
+        for c in classes:
+            if c == _HAN:
+                chars += 1
+            elif c in (_MID, _END) and chars:
+                lengths.append(chars)
+                chars = 0
+        if lengths and len(set(lengths)) == 1 and lengths[0] in _LINE_LENGTHS and chars < lengths[0]:
+            return cls(len(lengths), lengths[0], chars)
+        return cls()
+
+
+class PoemFormat(LogitsProcessor):
+    """Keep only the tokens that continue a well-formed 5- or 7-character quatrain or octave (see
+    GenerationOptions.poem_format); the model's scores decide among them."""
+
+    def __init__(self, classes: torch.Tensor, eos_id: int, prompt_len: int, prompt_states: list[VerseState]):
+        self.classes, self.eos_id, self.prompt_len = classes, eos_id, prompt_len
+        self.prompt_states = prompt_states  # one per batch row before beams / return sequences expand it
+        self.masks = {c: classes == c for c in (_HAN, _MID, _END)}
+
+    def allowed(self, state: VerseState) -> torch.Tensor:
+        mark = self.masks[_MID] if state.lines % 2 == 0 else self.masks[_END]
+        none = torch.zeros_like(mark)
+        if state.chars == 0:
+            if state.lines >= 8:
+                ok = none.clone()
+            else:
+                ok = self.masks[_HAN].clone()
+            if state.lines in (4, 8):
+                ok[self.eos_id] = True
+            return ok
+        lengths = (state.length,) if state.length else _LINE_LENGTHS
+        ok = none.clone()
+        if state.chars < max(lengths):
+            ok |= self.masks[_HAN]
+        if state.chars in lengths:
+            ok |= mark
+        return ok
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        scores = scores.clone()
+        expand = input_ids.shape[0] // len(self.prompt_states)
+        classes = self.classes.to(input_ids.device)[input_ids[:, self.prompt_len :]].tolist()
+        for row, row_classes in enumerate(classes):
+            start = self.prompt_states[row // expand]
+            state = VerseState(start.lines, start.length, start.chars)
+            for c in row_classes:
+                state.step(c)
+            ok = self.allowed(state).to(scores.device)
+            if ok.any():
+                scores[row, ~ok] = -float("inf")
+        return scores
+
+
 @dataclass
 class Prompts:
     texts: list[str]
@@ -175,31 +285,48 @@ class TextGeneration(Task):
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos
         self.pad_id = pad if pad is not None else 0
         self.special_ids = set(tok.all_special_ids)
-        self.repetition_penalty, self.eos_min_prob = self._decoding_defaults(gen)
+        self.repetition_penalty, self.eos_min_prob, self.poem_format = self._decoding_defaults(gen)
+        self.token_classes = None
+        if self.poem_format:
+            if self.eos_id is None:
+                raise ValueError("poem_format needs an end token, and this model's tokenizer has none")
+            self.token_classes = token_classes(tok.convert_ids_to_tokens(list(range(len(tok)))))
 
-    def _decoding_defaults(self, gen: Any) -> tuple[float, float]:
-        """(repetition_penalty, eos_min_prob): the options, else the model's generation_config.json, else off.
+    def _decoding_defaults(self, gen: Any) -> tuple[float, float, bool]:
+        """(repetition_penalty, eos_min_prob, poem_format): the options, else the model's
+        generation_config.json, else off.
 
-        `repetition_penalty` is a transformers field (plain `generate()` uses it too); `eos_min_prob` is an
-        ernie-zoo key of the same file that transformers does not keep, so it is read from the file itself."""
+        `repetition_penalty` is a transformers field (plain `generate()` uses it too); `eos_min_prob` and
+        `poem_format` are ernie-zoo keys of the same file that transformers does not keep, so they are read
+        from the file itself."""
         opts = self.options
         penalty = opts.repetition_penalty
         if penalty is None:
             penalty = getattr(gen, "repetition_penalty", None) or 1.0
+        saved: dict[str, Any] = {}
+        # A hub model's file is not read here: transformers has already dropped the keys.
+        source = self.loaded.source
+        path = Path(source.location) / "generation_config.json"
+        if (
+            source.kind != "hub"
+            and path.is_file()
+            and (opts.eos_min_prob is None or opts.poem_format is None)
+        ):
+            saved = json.loads(path.read_text(encoding="utf-8"))
         min_prob = opts.eos_min_prob
         if min_prob is None:
-            min_prob = 0.0
-            # A hub model's file is not read here: transformers has already dropped the key.
-            source = self.loaded.source
-            path = Path(source.location) / "generation_config.json"
-            if source.kind != "hub" and path.is_file():
-                value = json.loads(path.read_text(encoding="utf-8")).get("eos_min_prob", 0.0)
-                if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-                    raise ValueError(f"{path}: eos_min_prob must be a number in [0, 1), got {value!r}")
-                min_prob = float(value)
+            value = saved.get("eos_min_prob", 0.0)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+                raise ValueError(f"{path}: eos_min_prob must be a number in [0, 1), got {value!r}")
+            min_prob = float(value)
+        poem = opts.poem_format
+        if poem is None:
+            poem = saved.get("poem_format", False)
+            if not isinstance(poem, bool):
+                raise ValueError(f"{path}: poem_format must be true or false, got {poem!r}")
         if min_prob > 0 and self.eos_id is None:
             raise ValueError("eos_min_prob needs an end token, and this model's tokenizer has none")
-        return float(penalty), min_prob
+        return float(penalty), min_prob, poem
 
     # -- preprocess: token ids per prompt (no trailing [SEP]; left-truncated to the budget)
     def preprocess(self, texts: list[str]) -> Prompts:
@@ -268,8 +395,15 @@ class TextGeneration(Task):
             do_sample=opts.decode_strategy == "sampling",
             num_beams=opts.num_beams if opts.decode_strategy == "beam_search" else 1,
         )
+        processors = LogitsProcessorList()
         if self.eos_min_prob > 0:
-            kwargs["logits_processor"] = LogitsProcessorList([EosMinProb(self.eos_id, self.eos_min_prob)])
+            processors.append(EosMinProb(self.eos_id, self.eos_min_prob))
+        if self.poem_format:  # after EosMinProb: the end it forces after 8 lines wins
+            classes = self.token_classes[input_ids.cpu()].tolist()
+            states = [VerseState.from_prompt(row) for row in classes]
+            processors.append(PoemFormat(self.token_classes, self.eos_id, input_ids.shape[1], states))
+        if processors:
+            kwargs["logits_processor"] = processors
         if opts.decode_strategy == "sampling":
             kwargs.update(temperature=opts.temperature, top_k=opts.top_k, top_p=opts.top_p)
         mask = torch.ones_like(input_ids)

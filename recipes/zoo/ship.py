@@ -102,6 +102,10 @@ MODELS = {
 }
 # name: results file of the decoding defaults chosen on dev, written into the shipped generation_config.json.
 DECODING = {"ernie-zoo-mini-poetry": "bench/results/poetry_decoding_dev.json"}
+# name: Taskflow's poem_format default. A product choice, not a dev-tuned one: the model is a classical-verse model,
+# and the constraint only rules out malformed verse (the model still picks every character). `ernie-zoo eval`
+# reports the format checks with and without it.
+POEM_FORMAT = {"ernie-zoo-mini-poetry": True}
 DATA = {
     "ernie-zoo-mini-zh": "Pretraining mixture (recipes/zoo/corpus.json budgets; 248,293 lines, 11.0M characters): "
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
@@ -199,10 +203,10 @@ def training_info(name: str) -> dict:
     return info
 
 
-def write_decoding_defaults(path: Path, results_file: str) -> None:
-    """Add the decoding defaults chosen on dev (recipes/zoo/poetry_decoding.py's results file) to a
-    generation_config.json: `repetition_penalty` is a transformers field, `eos_min_prob` an ernie-zoo key that
-    Taskflow reads from the file."""
+def write_decoding_defaults(path: Path, results_file: str, poem_format: bool = False) -> None:
+    """Add the decoding defaults chosen on dev (recipes/zoo/poetry_decoding.py's results file) and the
+    poem_format default to a generation_config.json: `repetition_penalty` is a transformers field, `eos_min_prob`
+    and `poem_format` ernie-zoo keys that Taskflow reads from the file."""
     from ernie_zoo.utils import atomic_write_json
 
     source = Path(results_file)
@@ -210,7 +214,11 @@ def write_decoding_defaults(path: Path, results_file: str) -> None:
         raise SystemExit(f"{source} is missing: run `python recipes/zoo/poetry_decoding.py` first")
     chosen = json.loads(source.read_text(encoding="utf-8"))["chosen"]
     config = json.loads(path.read_text(encoding="utf-8"))
-    config.update(repetition_penalty=chosen["repetition_penalty"], eos_min_prob=chosen["eos_min_prob"])
+    config.update(
+        repetition_penalty=chosen["repetition_penalty"],
+        eos_min_prob=chosen["eos_min_prob"],
+        poem_format=poem_format,
+    )
     atomic_write_json(path, config, sort_keys=True)
 
 
@@ -249,7 +257,9 @@ def ship(name: str, out_root: Path) -> Path:
         model.half().save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         if name in DECODING:
-            write_decoding_defaults(tmp / "generation_config.json", DECODING[name])
+            write_decoding_defaults(
+                tmp / "generation_config.json", DECODING[name], POEM_FORMAT.get(name, False)
+            )
         atomic_write_json(tmp / "training.json", info)
         size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
         if size > MAX_BYTES:
