@@ -289,3 +289,84 @@ def test_ner_mention_replacement_keeps_offsets_and_types(tmp_path):
         "王芳 5 nr\n连 900 nr\n上海 50 ns\n国务院 9 nt\n稀有 2 nr\nabc 9 nr\n的 100 uj\n", encoding="utf-8"
     )
     assert mod.lexicon_names(lexicon) == {"PER": {"王芳"}, "LOC": {"上海"}, "ORG": {"国务院"}}
+
+
+def test_model_soup_is_chosen_greedily_on_dev(tmp_path, tiny_tokenizer, make_config):
+    """recipes/zoo/soup.py: the mean of the ingredients' weights, kept only where dev does not go down."""
+    import importlib.util
+
+    import torch
+    from safetensors.torch import load_file
+
+    from ernie_zoo import ErnieZooForMaskedLM
+    from ernie_zoo.finetune import build_args, dump_recipe, run_finetune
+
+    path = Path(__file__).resolve().parents[1] / "recipes/zoo/soup.py"
+    spec = importlib.util.spec_from_file_location("soup", path)
+    soup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(soup)
+    a, b = (
+        {"w": torch.tensor([1.0, 3.0]), "n": torch.tensor([1])},
+        {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor([2])},
+    )
+    mean = soup.average([a, b])
+    assert mean["w"].tolist() == [2.0, 4.5] and mean["n"].tolist() == [1]  # integer buffers: the first's
+    with pytest.raises(ValueError, match="same parameters and shapes"):
+        soup.average([a, {"w": torch.zeros(3), "n": torch.tensor([1])}])
+
+    torch.manual_seed(0)
+    base = tmp_path / "base"
+    mlm = ErnieZooForMaskedLM(make_config(initializer_range=0.2))
+    mlm.load_char_tables(tiny_tokenizer)
+    mlm.save_pretrained(base)
+    tiny_tokenizer.save_pretrained(base)
+    data = Path(__file__).parent / "data" / "finetune" / "sentiment.jsonl"
+    rows = data.read_text(encoding="utf-8").splitlines()
+    files = {}
+    for name, part in (("train", rows[:56]), ("dev", rows[56:68])):
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text("\n".join(part) + "\n", encoding="utf-8")
+    recipes = []
+    for seed in (1, 2):
+        args = build_args(
+            {
+                "task": "sequence_classification",
+                "data": {"train_file": str(files["train"]), "dev_file": str(files["dev"]), "max_length": 32},
+                "model": {"model_name_or_path": str(base)},
+                "method": {"method": "full"},
+                "train": {
+                    "output_dir": str(tmp_path / f"run{seed}"),
+                    "max_steps": 6,
+                    "batch_size": 8,
+                    "learning_rate": 1e-3,
+                    "seed": seed,
+                    "progress": False,
+                    "num_threads": 1,
+                    "tensorboard": False,
+                },
+            }
+        )
+        run_finetune(args)
+        recipes.append(tmp_path / f"run{seed}.yaml")
+        recipes[-1].write_text(dump_recipe(args), encoding="utf-8")
+    out = tmp_path / "soup"
+    soup.main([str(r) for r in recipes] + ["--out", str(out)])
+    res = json.loads((out / "soup.json").read_text(encoding="utf-8"))
+    devs = {i["recipe"]: i["dev"] for i in res["ingredients"]}
+    assert res["metric"] == "accuracy" and res["kept"][0] == max(devs, key=devs.get)
+    assert res["dev"]["accuracy"] >= max(devs.values())
+    weights = [load_file(str(tmp_path / f"run{s}" / "model.safetensors")) for s in (1, 2)]
+    saved = load_file(str(out / "model.safetensors"))
+    key = "classifier.weight"
+    expected = (
+        (weights[0][key] + weights[1][key]) / 2
+        if len(res["kept"]) == 2
+        else weights[[str(r) for r in recipes].index(res["kept"][0])][key]
+    )
+    torch.testing.assert_close(saved[key], expected)
+    assert res["greedy_steps"][0]["kept"] == (len(res["kept"]) == 2)
+    other = tmp_path / "other.yaml"
+    other.write_text(recipes[1].read_text(encoding="utf-8").replace(str(files["dev"]), str(files["train"])))
+    with pytest.raises(SystemExit, match="data.dev_file"):
+        soup.main([str(recipes[0]), str(other), "--out", str(tmp_path / "bad")])
+    assert not (tmp_path / "bad").exists()

@@ -173,8 +173,12 @@ def _stage(name: str, recipe: str, run_dir: str, threads: int | dict[int, int], 
 
 
 def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
+    import yaml
+
     ev = json.loads((Path(run_dir) / "eval_results.json").read_text(encoding="utf-8"))
-    threads = 1
+    resolved = yaml.safe_load((Path(run_dir) / "finetune_args.yaml").read_text(encoding="utf-8"))
+    threads = resolved["train"].get("num_threads") or 1
+    machine = "other training jobs on the other core" if threads == 1 else "no other training job"
     seconds = ev["train_seconds"] + EXTRA_SECONDS.get(run_dir, 0.0)
     return {
         "name": f"fine-tune ({ev['method']})" + (f", stage {index + 1}" if count > 1 else ""),
@@ -183,7 +187,7 @@ def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
         "tokens": None,
         "wall_seconds": round(seconds, 1),
         "cpu_hours": round(seconds * threads / 3600, 3),
-        "hardware": f"{CPU}, fp32, {threads} torch thread, other training jobs on the other core",
+        "hardware": f"{CPU}, fp32, {threads} torch thread{'s' if threads > 1 else ''}, {machine}",
         "best_step": ev.get("best_step"),
         "dev": {k: v for k, v in ev.get("dev", {}).items() if not isinstance(v, (dict, list))},
     }
