@@ -21,12 +21,27 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-__all__ = ["PoemFormat", "check_poem_format", "format_rates", "poem_lines"]
+__all__ = [
+    "END_MARKS",
+    "HAN_RE",
+    "LINE_COUNTS",
+    "LINE_LENGTHS",
+    "MID_MARKS",
+    "PoemFormat",
+    "check_poem_format",
+    "format_rates",
+    "poem_lines",
+]
 
-_MID = "，、,;；:："
-_END = "。！？.!?"
-_SEGMENT_RE = re.compile(rf"([^{re.escape(_MID + _END)}\n]*)([{re.escape(_MID + _END)}]?)")
-_HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+# The form shared by these checks and Taskflow's poem_format decoding (ernie_zoo.taskflow.text_generation).
+MID_MARKS = "，、,;；:："  # ends the first line of a couplet
+END_MARKS = "。！？.!?"  # ends a couplet
+HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+LINE_LENGTHS = (5, 7)  # Han characters per line
+LINE_COUNTS = (4, 8)  # lines of a quatrain (绝句) and an octave (律诗)
+_SEGMENT_RE = re.compile(
+    rf"([^{re.escape(MID_MARKS + END_MARKS)}\n]*)([{re.escape(MID_MARKS + END_MARKS)}]?)"
+)
 
 
 def poem_lines(text: str) -> list[tuple[str, str]]:
@@ -36,7 +51,7 @@ def poem_lines(text: str) -> list[tuple[str, str]]:
     out = []
     for m in _SEGMENT_RE.finditer(text):
         body, mark = m.group(1), m.group(2)
-        han = "".join(_HAN_RE.findall(body))
+        han = "".join(HAN_RE.findall(body))
         if han:
             out.append((han, mark))
         elif mark and out and not out[-1][1]:
@@ -82,13 +97,14 @@ def check_poem_format(text: str) -> PoemFormat:
     even = len(lines) % 2 == 0 and len(lines) > 0
     parallel = even and all(lengths[i] == lengths[i + 1] for i in range(0, len(lengths), 2))
     punct = even and all(
-        (mark in _MID if i % 2 == 0 else mark in _END) and mark != "" for i, (_, mark) in enumerate(lines)
+        (mark in MID_MARKS if i % 2 == 0 else mark in END_MARKS) and mark != ""
+        for i, (_, mark) in enumerate(lines)
     )
     return PoemFormat(
         n_lines=len(lines),
         line_lengths=lengths,
-        line_count_ok=len(lines) in (4, 8),
-        line_length_ok=bool(lengths) and len(set(lengths)) == 1 and lengths[0] in (5, 7),
+        line_count_ok=len(lines) in LINE_COUNTS,
+        line_length_ok=bool(lengths) and len(set(lengths)) == 1 and lengths[0] in LINE_LENGTHS,
         couplets_parallel=parallel,
         punctuation_ok=punct,
     )

@@ -43,6 +43,7 @@ from typing import Any, Literal
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from ..evaluation.poetry import END_MARKS, HAN_RE, LINE_COUNTS, LINE_LENGTHS, MID_MARKS
 from .task import Result, Task, register_task, require
 from .text import clean_surrogates, join_wordpieces
 
@@ -141,14 +142,6 @@ class EosMinProb(LogitsProcessor):
 
 
 _HAN, _MID, _END, _OTHER = 0, 1, 2, 3
-_MID_MARKS = set("，,、;；:：")
-_END_MARKS = set("。.！!？?")
-_LINE_LENGTHS = (5, 7)
-
-
-def _is_han(ch: str) -> bool:
-    o = ord(ch)
-    return 0x4E00 <= o <= 0x9FFF or 0x3400 <= o <= 0x4DBF or 0xF900 <= o <= 0xFAFF
 
 
 def token_classes(tokens: list[str]) -> torch.Tensor:
@@ -157,11 +150,11 @@ def token_classes(tokens: list[str]) -> torch.Tensor:
     out = []
     for tok in tokens:
         t = tok[2:] if tok.startswith("##") else tok
-        if len(t) == 1 and _is_han(t):
+        if len(t) == 1 and HAN_RE.fullmatch(t):
             out.append(_HAN)
-        elif len(t) == 1 and t in _MID_MARKS:
+        elif len(t) == 1 and t in MID_MARKS:
             out.append(_MID)
-        elif len(t) == 1 and t in _END_MARKS:
+        elif len(t) == 1 and t in END_MARKS:
             out.append(_END)
         else:
             out.append(_OTHER)
@@ -195,7 +188,7 @@ class VerseState:
             elif c in (_MID, _END) and chars:
                 lengths.append(chars)
                 chars = 0
-        if lengths and len(set(lengths)) == 1 and lengths[0] in _LINE_LENGTHS and chars < lengths[0]:
+        if lengths and len(set(lengths)) == 1 and lengths[0] in LINE_LENGTHS and chars < lengths[0]:
             return cls(len(lengths), lengths[0], chars)
         return cls()
 
@@ -213,14 +206,14 @@ class PoemFormat(LogitsProcessor):
         mark = self.masks[_MID] if state.lines % 2 == 0 else self.masks[_END]
         none = torch.zeros_like(mark)
         if state.chars == 0:
-            if state.lines >= 8:
+            if state.lines >= max(LINE_COUNTS):
                 ok = none.clone()
             else:
                 ok = self.masks[_HAN].clone()
-            if state.lines in (4, 8):
+            if state.lines in LINE_COUNTS:
                 ok[self.eos_id] = True
             return ok
-        lengths = (state.length,) if state.length else _LINE_LENGTHS
+        lengths = (state.length,) if state.length else LINE_LENGTHS
         ok = none.clone()
         if state.chars < max(lengths):
             ok |= self.masks[_HAN]
