@@ -14,6 +14,7 @@ half-written): the averaged model, its tokenizer and soup.json with every dev sc
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 
@@ -94,34 +95,34 @@ def main(argv: list[str] | None = None) -> None:
             model, features[split], task.splits[split], tokenizer, args.batch_size, torch.device("cpu")
         )
 
-    ingredients = []
+    ingredients, dev_scores = [], []
     for recipe, model in models:
         s = score(model)
+        dev_scores.append(s)
         ingredients.append({"recipe": recipe, "dev": s[metric]})
         print(f"{recipe}: dev {metric} {s[metric]:.4f}")
     order = sorted(range(len(models)), key=lambda i: -ingredients[i]["dev"])
     kept = [order[0]]
-    soup = models[order[0]][1]
-    best = ingredients[order[0]]["dev"]
+    soup, soup_scores = models[order[0]][1], dev_scores[order[0]]
     steps = []
     for i in order[1:]:
-        trial = [models[j][1].state_dict() for j in kept + [i]]
-        candidate = load_finetuned(Path(runs[order[0]].train.output_dir).expanduser())[0]
-        candidate.load_state_dict(average(trial))
-        value = score(candidate)[metric]
-        steps.append({"add": ingredients[i]["recipe"], "dev": value, "kept": value >= best})
+        candidate = copy.deepcopy(soup)
+        candidate.load_state_dict(average([models[j][1].state_dict() for j in kept + [i]]))
+        s = score(candidate)
+        better = s[metric] >= soup_scores[metric]
+        steps.append({"add": ingredients[i]["recipe"], "dev": s[metric], "kept": better})
         print(
-            f"+ {ingredients[i]['recipe']}: soup dev {metric} {value:.4f} ({'kept' if value >= best else 'left out'})"
+            f"+ {ingredients[i]['recipe']}: soup dev {metric} {s[metric]:.4f} ({'kept' if better else 'left out'})"
         )
-        if value >= best:
+        if better:
             kept.append(i)
-            soup, best = candidate, value
+            soup, soup_scores = candidate, s
     result = {
         "metric": metric,
         "ingredients": ingredients,
         "greedy_steps": steps,
         "kept": [ingredients[i]["recipe"] for i in kept],
-        "dev": score(soup),
+        "dev": soup_scores,
     }
     if "test" in features:
         result["test"] = score(soup, "test")
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         (tmp / "soup.json").write_text(
             json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-    print(f"soup of {len(kept)}: dev {metric} {best:.4f} -> {args.out}")
+    print(f"soup of {len(kept)}: dev {metric} {soup_scores[metric]:.4f} -> {args.out}")
 
 
 if __name__ == "__main__":
