@@ -70,6 +70,8 @@ def test_overrides_flat_and_dotted_with_types():
         ({}, {"use_crf": "true"}, ValueError, "token_classification"),
         ({}, {"method": "prefix_tuning"}, ValueError, "past key values"),
         ({}, {"preset": "huge"}, ValueError, "preset"),
+        ({}, {"token_dropout": "1.0"}, ValueError, "train.token_dropout"),
+        ({}, {"token_dropout": "-0.1"}, ValueError, "train.token_dropout"),
         ({}, {"resume": "/no/such/checkpoint"}, ValueError, "resume"),
     ],
 )

@@ -17,6 +17,7 @@ from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.cli import main as cli_main
 from ernie_zoo.finetune.loop import Trainer
 from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+from ernie_zoo.finetune.tasks import drop_tokens
 
 DATA = Path(__file__).parent / "data" / "finetune"
 # A small random model whose features depend on its input (init std 0.2, see test_finetune_methods).
@@ -133,18 +134,19 @@ def _stop_after_first_checkpoint(monkeypatch):
     monkeypatch.setattr(Trainer, "_eval_and_checkpoint", crash)
 
 
-@pytest.mark.parametrize("group_by_length", [False, True])
-def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch, group_by_length):
+@pytest.mark.parametrize(("group_by_length", "token_dropout"), [(False, 0.0), (True, 0.0), (False, 0.3)])
+def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch, group_by_length, token_dropout):
     common = {
         "max_steps": 6,
         "eval_every": 3,
         "tensorboard": False,
         "learning_rate": 3e-3,
         "group_by_length": group_by_length,
+        "token_dropout": token_dropout,
     }
 
-    def args(out):
-        a = _sentiment_args(tmp_path, out=out, **common)
+    def args(out, **over):
+        a = _sentiment_args(tmp_path, out=out, **{**common, **over})
         a.method.method = "full"
         a.model.config_overrides = {
             **SMALL,
@@ -169,6 +171,8 @@ def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch, group_by_length):
         a = args("resumed")
         a.train.group_by_length = not group_by_length
         run_finetune(a)
+    with pytest.raises(ValueError, match="token_dropout"):  # so are other masks
+        run_finetune(args("resumed", token_dropout=0.1 if not token_dropout else 0.0))
     result = run_finetune(args("resumed"))  # resume: auto
     assert result["steps"] == 6
     assert result["train_seconds"] > before  # the resumed run adds to it
@@ -177,6 +181,39 @@ def test_resume_after_a_crash_is_exact(tmp_path, monkeypatch, group_by_length):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+    if token_dropout:  # the masks changed what was learnt
+        run_finetune(args("no-dropout", token_dropout=0.0))
+        c = load_file(str(tmp_path / "no-dropout" / "model.safetensors"))
+        assert any(not torch.equal(a[key], c[key]) for key in a)
+
+
+def test_token_dropout_masks_only_real_tokens_and_is_seeded():
+    special = [0, 1, 2, 3]  # pad, cls, sep, mask
+    ids = torch.randint(10, 100, (64, 40))
+    ids[:, 0], ids[:, -6] = 1, 2
+    ids[:, -5:] = 0
+    attention = (ids != 0).long()
+    pinyin = torch.randint(1, 50, ids.shape)
+    labels = torch.randint(0, 7, ids.shape)
+    batch = {"input_ids": ids, "attention_mask": attention, "pinyin_ids": pinyin, "labels": labels}
+
+    def run(seed, p=0.3):
+        return drop_tokens(batch, p, 3, special, torch.Generator().manual_seed(seed))
+
+    out = run(0)
+    dropped = out["input_ids"] != ids
+    real = (ids >= 10) & attention.bool()
+    assert not (dropped & ~real).any()  # [CLS], [SEP] and padding are never touched
+    assert (out["input_ids"][dropped] == 3).all()
+    assert (out["pinyin_ids"][dropped] == 0).all() and torch.equal(
+        out["pinyin_ids"][~dropped], pinyin[~dropped]
+    )
+    assert torch.equal(out["labels"], labels) and torch.equal(out["attention_mask"], attention)
+    assert 0.25 < dropped.sum() / real.sum() < 0.35
+    assert torch.equal(run(0)["input_ids"], out["input_ids"])  # same generator seed, same masks
+    assert not torch.equal(run(1)["input_ids"], out["input_ids"])
+    assert torch.equal(run(0, p=0.0)["input_ids"], ids)
+    assert torch.equal(batch["input_ids"], ids)  # the input batch is not modified
 
 
 def test_group_by_length_batches_cover_the_epoch_with_less_padding():

@@ -156,6 +156,13 @@ class TrainArgs:
     weight_decay: float = arg(0.01, "AdamW weight decay (not on biases and LayerNorm weights).")
     warmup_ratio: float = arg(0.06, "Fraction of the steps with linear learning-rate warm-up.")
     max_grad_norm: float = arg(1.0, "Gradient clipping norm (0 disables).")
+    token_dropout: float = arg(
+        0.0,
+        "Training only: replace each input token (not special tokens or padding) by [MASK] with this "
+        "probability, and its pinyin by 0 (the reading would give the character away); the labels stay, so "
+        "the model learns to read from context, e.g. for names never seen in training. Seeded by seed, epoch "
+        "and batch, so a resumed run sees the same masks.",
+    )
     eval_every: int | None = arg(
         None, "Evaluate and checkpoint every N optimizer steps; default: every epoch."
     )
@@ -231,6 +238,7 @@ class FinetuneArgs:
         for key in ("batch_size", "eval_batch_size", "grad_accum"):
             check(getattr(t, key) >= 1, f"train.{key}", getattr(t, key), "must be >= 1")
         check(t.epochs > 0, "train.epochs", t.epochs, "must be > 0")
+        check(0 <= t.token_dropout < 1, "train.token_dropout", t.token_dropout, "must be >= 0 and < 1")
         check(t.max_steps is None or t.max_steps > 0, "train.max_steps", t.max_steps, "must be > 0 or null")
         check(
             t.eval_every is None or t.eval_every > 0, "train.eval_every", t.eval_every, "must be > 0 or null"

@@ -50,7 +50,7 @@ from ernie_zoo.utils import atomic_directory, atomic_write_text
 from .args import FinetuneArgs, dump_recipe
 from .export import export
 from .methods import MethodInfo, apply_method, default_learning_rate
-from .tasks import Task, collate, make_task
+from .tasks import Task, collate, drop_tokens, make_task
 
 logger = logging.getLogger(__name__)
 
@@ -326,7 +326,17 @@ class Trainer:
             "seed": self.t.seed,
             "batch_size": self.t.batch_size,
             "group_by_length": self.t.group_by_length,
+            "token_dropout": self.t.token_dropout,
         }
+
+    def _drop_tokens(self, batch: dict[str, torch.Tensor], epoch: int, index: int) -> dict[str, torch.Tensor]:
+        """train.token_dropout on one batch; the masks depend only on (seed, epoch, batch index), so a resumed
+        run draws the same ones."""
+        mask_id = self.tokenizer.mask_token_id
+        if mask_id is None:
+            raise ValueError("train.token_dropout needs a tokenizer with a [MASK] token; this one has none")
+        generator = torch.Generator().manual_seed((self.t.seed * 1_000_003 + epoch) * 1_000_003 + index)
+        return drop_tokens(batch, self.t.token_dropout, mask_id, self.tokenizer.all_special_ids, generator)
 
     def resume(self, checkpoint: Path) -> None:
         saved = read_json(checkpoint / "trainer_state.json")
@@ -441,7 +451,10 @@ class Trainer:
             running = 0.0
             for b in range(self.state["batch_in_epoch"], len(batches)):
                 chunk = [train[i] for i in batches[b]]
-                inputs = {k: v.to(self.device) for k, v in collate(chunk, pad_id).items()}
+                inputs = collate(chunk, pad_id)
+                if t.token_dropout > 0:
+                    inputs = self._drop_tokens(inputs, self.state["epoch"], b)
+                inputs = {k: v.to(self.device) for k, v in inputs.items()}
                 loss = model(**inputs).loss
                 if not torch.isfinite(loss):
                     raise FloatingPointError(

@@ -53,6 +53,28 @@ def collate(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, 
     return batch
 
 
+def drop_tokens(
+    batch: dict[str, torch.Tensor],
+    p: float,
+    mask_token_id: int,
+    special_ids: Sequence[int],
+    generator: torch.Generator,
+) -> dict[str, torch.Tensor]:
+    """Token dropout (train.token_dropout): a copy of `batch` in which each real token (attention mask 1, not a
+    special id) is replaced by `mask_token_id` with probability `p`, its pinyin_ids (if any) set to 0 as the
+    pretraining masker does. Labels and the other inputs are unchanged."""
+    ids = batch["input_ids"]
+    real = ~torch.isin(ids, torch.tensor(list(special_ids), dtype=ids.dtype))
+    if "attention_mask" in batch:
+        real &= batch["attention_mask"].bool()
+    drop = real & (torch.rand(ids.shape, generator=generator) < p)
+    out = dict(batch)
+    out["input_ids"] = ids.masked_fill(drop, mask_token_id)
+    if "pinyin_ids" in batch:
+        out["pinyin_ids"] = batch["pinyin_ids"].masked_fill(drop, 0)
+    return out
+
+
 def batches(features: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
     for i in range(0, len(features), size):
         yield features[i : i + size]
