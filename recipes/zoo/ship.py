@@ -59,6 +59,13 @@ PRETRAIN_STAGES = {
         2,
         "tests and evaluations ran on the same cores at times",
     ),
+    "stage5": (
+        "pretrain stage 5 (packed, char + phrase + entity masking, warm restart from stage 4, new seed)",
+        "recipes/zoo/pretrain-mini-stage5.yaml",
+        "runs/zoo/pretrain5",
+        2,
+        "tests, CI and evaluations ran on the same cores at times",
+    ),
     "tapt-reviews-s3": (
         "task-adaptive pretraining on the review train text",
         "recipes/zoo/pretrain-reviews-tapt-s3.yaml",
@@ -77,9 +84,9 @@ PRETRAIN_STAGES = {
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
     "ernie-zoo-mini-zh": (
-        "runs/zoo/pretrain4/checkpoint-3000",
+        "runs/zoo/pretrain5/checkpoint-4000",
         "runs/zoo/pretrain/tokenizer",
-        ["stage1", "stage2", "stage3", "stage4"],
+        ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [],
     ),
     "ernie-zoo-mini-sentiment": (
