@@ -49,8 +49,8 @@ rows = (Path.home() / ".cache/ernie_zoo/datasets/sentiment/train.jsonl").read_te
 text = "".join(json.loads(r)["text"].replace("\n", " ") + "\n" for r in rows)
 Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # the TRAIN split's text, no labels
 PYEOF
-$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt-s4.yaml
-for recipe in sentiment-tapt-s4 ner-s3 ner-s3-stage2 poetry poetry-stage2; do
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt-s5.yaml
+for recipe in sentiment-tapt-s5 ner-s3 ner-s3-stage2 poetry poetry-stage2; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 

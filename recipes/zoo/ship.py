@@ -80,6 +80,13 @@ PRETRAIN_STAGES = {
         1,
         "a fine-tuning job used the other core",
     ),
+    "tapt-reviews-s5": (
+        "task-adaptive pretraining on the review train text",
+        "recipes/zoo/pretrain-reviews-tapt-s5.yaml",
+        "runs/zoo/tapt-reviews-s5",
+        1,
+        "a fine-tuning job used the other core",
+    ),
 }
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
@@ -90,10 +97,10 @@ MODELS = {
         [],
     ),
     "ernie-zoo-mini-sentiment": (
-        "runs/zoo/sentiment-tapt-s4",
+        "runs/zoo/sentiment-tapt-s5",
         None,
-        ["stage1", "stage2", "stage3", "stage4", "tapt-reviews-s4"],
-        [("recipes/zoo/sentiment-tapt-s4.yaml", "runs/zoo/sentiment-tapt-s4")],
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "tapt-reviews-s5"],
+        [("recipes/zoo/sentiment-tapt-s5.yaml", "runs/zoo/sentiment-tapt-s5")],
     ),
     "ernie-zoo-mini-ner": (
         "runs/zoo/ner-s3-2",
