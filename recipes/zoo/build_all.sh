@@ -3,13 +3,13 @@
 # script after a crash and finished steps are skipped, interrupted runs resume from their last checkpoint):
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
-#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3 and 4       -> runs/zoo/pretrain{,2,3,4}/checkpoint-*
+#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4 and 5    -> runs/zoo/pretrain{,2,3,4,5}/checkpoint-*
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER
-#      from it, and train the poetry LM (two stages)                      -> runs/zoo/{sentiment-tapt-s4,ner-s3-2,poetry2}
+#      from it, and train the poetry LM (two stages)                      -> runs/zoo/{sentiment-tapt-s5,ner-s3-2,poetry2}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
-# Seeds are fixed in the recipes. On 2 CPU cores, one step after another, the whole build takes about 8 hours.
+# Seeds are fixed in the recipes. On 2 CPU cores, one step after another, the whole build takes about 9 hours.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
