@@ -274,6 +274,14 @@ class Trainer:
             "history": [],
             "stopped_early": False,
         }
+        # train.token_dropout: the id a dropped token becomes and the ids it never touches, resolved once.
+        self._drop_ids: tuple[int, list[int]] | None = None
+        if self.t.token_dropout > 0:
+            if tokenizer.mask_token_id is None:
+                raise ValueError(
+                    "train.token_dropout needs a tokenizer with a [MASK] token; this one has none"
+                )
+            self._drop_ids = (tokenizer.mask_token_id, tokenizer.all_special_ids)
         self.writer = None
         if self.t.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -332,11 +340,9 @@ class Trainer:
     def _drop_tokens(self, batch: dict[str, torch.Tensor], epoch: int, index: int) -> dict[str, torch.Tensor]:
         """train.token_dropout on one batch; the masks depend only on (seed, epoch, batch index), so a resumed
         run draws the same ones."""
-        mask_id = self.tokenizer.mask_token_id
-        if mask_id is None:
-            raise ValueError("train.token_dropout needs a tokenizer with a [MASK] token; this one has none")
+        mask_id, special_ids = self._drop_ids
         generator = torch.Generator().manual_seed((self.t.seed * 1_000_003 + epoch) * 1_000_003 + index)
-        return drop_tokens(batch, self.t.token_dropout, mask_id, self.tokenizer.all_special_ids, generator)
+        return drop_tokens(batch, self.t.token_dropout, mask_id, special_ids, generator)
 
     def resume(self, checkpoint: Path) -> None:
         saved = read_json(checkpoint / "trainer_state.json")

@@ -34,9 +34,9 @@ PYEOF
 echo "== 3. pretrain ernie-zoo-mini-zh"
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
-# Stage 3 is the start of the NER model; stage 4 is the shipped ernie-zoo-mini-zh and the start of sentiment.
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage3.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage4.yaml
+# Stage 5 is the shipped ernie-zoo-mini-zh and the start of sentiment and NER (poetry starts from stage 1).
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage5.yaml
 
 echo "== 4. fine-tune"

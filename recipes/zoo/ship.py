@@ -38,13 +38,6 @@ PRETRAIN_STAGES = {
         1,
         "a second training job used the other core",
     ),
-    "tapt-reviews": (
-        "task-adaptive pretraining on the review train text",
-        "recipes/zoo/pretrain-reviews-tapt.yaml",
-        "runs/zoo/tapt-reviews",
-        1,
-        "a fine-tuning job used the other core",
-    ),
     "stage3": (
         "pretrain stage 3 (packed, char + phrase + entity masking, warm restart from stage 2)",
         "recipes/zoo/pretrain-mini-stage3.yaml",
@@ -65,20 +58,6 @@ PRETRAIN_STAGES = {
         "runs/zoo/pretrain5",
         2,
         "tests, CI and evaluations ran on the same cores at times",
-    ),
-    "tapt-reviews-s3": (
-        "task-adaptive pretraining on the review train text",
-        "recipes/zoo/pretrain-reviews-tapt-s3.yaml",
-        "runs/zoo/tapt-reviews-s3",
-        1,
-        "a fine-tuning job used the other core",
-    ),
-    "tapt-reviews-s4": (
-        "task-adaptive pretraining on the review train text",
-        "recipes/zoo/pretrain-reviews-tapt-s4.yaml",
-        "runs/zoo/tapt-reviews-s4",
-        1,
-        "a fine-tuning job used the other core",
     ),
     "tapt-reviews-s5": (
         "task-adaptive pretraining on the review train text",
