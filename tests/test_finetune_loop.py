@@ -419,6 +419,23 @@ def test_cli_help_errors_and_non_mergeable_adapter(tmp_path, capsys):
     assert "pfeiffer" in capsys.readouterr().out
 
 
+def test_a_missing_local_model_or_tokenizer_is_named(tmp_path, capsys):
+    """A local path that does not exist is reported by its recipe key, not as transformers' hub-id complaint."""
+    paths = _split_sentiment(tmp_path)
+    out = tmp_path / "never"
+    cases = [
+        ("model_name_or_path", str(tmp_path / "no" / "such-model")),
+        ("model_name_or_path", "runs/zoo/no-such-stage"),
+        ("tokenizer", "./no-such-tokenizer"),
+    ]
+    for key, value in cases:
+        argv = ["--train_file", paths["train"], "--dev_file", paths["dev"], f"--{key}", value]
+        argv += ["--output_dir", str(out), "--progress", "false", "--tensorboard", "false"]
+        assert cli_main(argv) == 2
+        assert f"'model.{key}' = {value!r}: no such directory" in capsys.readouterr().err
+        assert not (out / "checkpoints").exists()
+
+
 def test_pretrained_base_new_modules_train_and_are_saved(tmp_path, tiny_tokenizer, make_config):
     """From an MLM checkpoint the pooler and the classifier are new: they train fully under LoRA and are saved
     with the adapter, so the adapter loaded by path predicts exactly what the merged model does."""

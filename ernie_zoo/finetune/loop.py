@@ -93,9 +93,23 @@ def resolve_device(name: str) -> torch.device:
 # ===================================================================== building
 
 
+def check_source(key: str, value: str | None) -> None:
+    """Report a model or tokenizer source that can only be a local directory and is not one, by its recipe key:
+    transformers would take it for a hub id and fail with an unrelated message. Local-only are absolute, `~` and
+    `./` paths and paths with more than one `/` (a hub id is `name` or `namespace/name`). Checked when the run
+    builds, not when a recipe loads: a recipe may name the output of an earlier stage that is still to run."""
+    if value is None:
+        return
+    local_only = value.startswith(("/", "~", ".")) or "\\" in value or value.count("/") > 1
+    if local_only and not Path(value).expanduser().is_dir():
+        raise ValueError(f"recipe key 'model.{key}' = {value!r}: no such directory")
+
+
 def build_tokenizer(args: FinetuneArgs, task: Task, output_dir: Path) -> ErnieZooTokenizerFast:
     """The given tokenizer, the model's, the one saved by an interrupted run, or one trained on the train texts."""
     m = args.model
+    check_source("tokenizer", m.tokenizer)
+    check_source("model_name_or_path", m.model_name_or_path)
     source = m.tokenizer or m.model_name_or_path
     saved = output_dir / "base_model"
     if source is None and (saved / "tokenizer.json").is_file():
@@ -141,6 +155,7 @@ def build_model(
     """(model, path of its base weights, newly initialised modules): a pretrained directory, or a seeded preset
     (saved to base_model/ by the caller)."""
     m = args.model
+    check_source("model_name_or_path", m.model_name_or_path)
     cls = task.model_class()
     updates = task.config_updates()
     saved = output_dir / "base_model"
