@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == name:
             importlib.import_module(module).add_arguments(p)
     args = parser.parse_args(argv)
+    args.argv = list(argv)  # as given, e.g. for a results file to record the command that wrote it
     module = importlib.import_module(SUBCOMMANDS[args.command][0])
     return int(module.run(args) or 0)
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from test_taskflow_models import (  # noqa: F401  (no_network is an autouse fixture)
     POEMS,
@@ -176,6 +177,23 @@ def test_eval_cli_writes_results_and_cards(models, datasets, tmp_path, capsys):
     # Cards again from the results file alone (no evaluation): the same text.
     assert main(["eval", "--show", "--out", str(out), "--cards", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "ernie-zoo-mini-sentiment.md").read_text(encoding="utf-8") == card
+    # --merge: a second model evaluated on its own thread count joins the file; the first keeps its entry, and each
+    # entry records the command and the thread count it was evaluated with.
+    assert r["command"].startswith("ernie-zoo eval ernie-zoo-mini-sentiment=")
+    assert r["cpu_threads"] == torch.get_num_threads()
+    threads = torch.get_num_threads()
+    try:
+        argv = ["eval", f"ernie-zoo-mini-zh={models.mlm}", "--datasets", str(datasets), "--threads", "1"]
+        argv += ["--baselines", str(datasets / "baselines.json"), "--out", str(out), "--merge"]
+        assert main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    merged = json.loads(out.read_text(encoding="utf-8"))["models"]
+    assert merged["ernie-zoo-mini-sentiment"] == r
+    assert merged["ernie-zoo-mini-zh"]["cpu_threads"] == 1
+    assert merged["ernie-zoo-mini-zh"]["command"].endswith(
+        "--threads 1 --baselines " + str(datasets / "baselines.json") + " --out " + str(out) + " --merge"
+    )
     with pytest.raises(SystemExit, match="unknown model"):
         main(["eval", "ernie-zoo-huge=x", "--datasets", str(datasets)])
 

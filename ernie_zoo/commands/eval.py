@@ -55,7 +55,6 @@ def run(args: argparse.Namespace) -> int:
     import json
     import logging
     import shlex
-    import sys
     from pathlib import Path
 
     import torch
@@ -89,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"ernie-zoo eval: {path} is not a model directory (no config.json)")
         models[name] = path
     results = evaluate_zoo(models, datasets=args.datasets, baselines_file=args.baselines)
-    results["command"] = "ernie-zoo eval " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command = "ernie-zoo eval " + " ".join(shlex.quote(a) for a in args.argv[1:])
     for name, path in models.items():
+        results["models"][name]["command"] = command  # per model: --merge keeps the other models' entries
         shipped = path.resolve().parent == ZOO_DIR.resolve()
         results["models"][name]["model_dir"] = f"ernie_zoo/zoo/{name}" if shipped else str(path)
     if args.merge and args.out.is_file():

@@ -449,7 +449,6 @@ def evaluate_zoo(
         "ernie_zoo": getattr(ernie_zoo, "__version__", None),
         "versions": {p: _version(p) for p in ("torch", "transformers", "opencc")},
         "python": platform.python_version(),
-        "cpu_threads": torch.get_num_threads(),
         "datasets_sha256": {
             t: {s: f["sha256"] for s, f in manifest[t]["files"].items()}
             for t in ("sentiment", "ner", "poetry")
@@ -489,6 +488,7 @@ def evaluate_zoo(
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind
         out["eval_seconds"] = round(time.perf_counter() - t0, 1)
+        out["cpu_threads"] = torch.get_num_threads()  # per model: `ernie-zoo eval --merge` mixes runs
         out.update(_dir_info(model_dir))
         results["models"][name] = out
     return results

@@ -5,7 +5,7 @@
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
 #   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4 and 5    -> runs/zoo/pretrain{,2,3,4,5}/checkpoint-*
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER
-#      from it, and train the poetry LM (two stages)                      -> runs/zoo/{sentiment-tapt-s5,ner-s5-2,poetry2}
+#      from it, and train the poetry LM from it                           -> runs/zoo/{sentiment-tapt-s5,ner-s5-2,poetry-s5}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
@@ -36,7 +36,7 @@ $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage3.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage4.yaml
-# Stage 5 is the shipped ernie-zoo-mini-zh and the start of sentiment and NER (poetry starts from stage 1).
+# Stage 5 is the shipped ernie-zoo-mini-zh and the start of sentiment, NER and poetry.
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage5.yaml
 
 echo "== 4. fine-tune"
@@ -50,13 +50,13 @@ text = "".join(json.loads(r)["text"].replace("\n", " ") + "\n" for r in rows)
 Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # the TRAIN split's text, no labels
 PYEOF
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt-s5.yaml
-for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 poetry poetry-stage2; do
+for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 poetry-s5; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 
 echo "== 5. ship"
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.
-$PY recipes/zoo/poetry_decoding.py --model runs/zoo/poetry2
+$PY recipes/zoo/poetry_decoding.py --model runs/zoo/poetry-s5
 $PY recipes/zoo/ship.py
 
 echo "== 6. ablation"

@@ -1,7 +1,7 @@
 """Choose ernie-zoo-mini-poetry's decoding defaults on DEV titles (never test) and write them to a results file.
 
     python recipes/zoo/poetry_decoding.py                # the shipped model, 100 dev titles
-    python recipes/zoo/poetry_decoding.py --model runs/zoo/poetry2 --titles 50
+    python recipes/zoo/poetry_decoding.py --model runs/zoo/poetry-s5 --titles 50
 
 Greedy search, as Taskflow("text_generation") runs by default, over a grid of `repetition_penalty` and
 `eos_min_prob` (the end token is only taken while the model gives it at least that probability). Each setting
