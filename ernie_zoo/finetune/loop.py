@@ -108,8 +108,6 @@ def check_source(key: str, value: str | None) -> None:
 def build_tokenizer(args: FinetuneArgs, task: Task, output_dir: Path) -> ErnieZooTokenizerFast:
     """The given tokenizer, the model's, the one saved by an interrupted run, or one trained on the train texts."""
     m = args.model
-    check_source("tokenizer", m.tokenizer)
-    check_source("model_name_or_path", m.model_name_or_path)
     source = m.tokenizer or m.model_name_or_path
     saved = output_dir / "base_model"
     if source is None and (saved / "tokenizer.json").is_file():
@@ -155,7 +153,6 @@ def build_model(
     """(model, path of its base weights, newly initialised modules): a pretrained directory, or a seeded preset
     (saved to base_model/ by the caller)."""
     m = args.model
-    check_source("model_name_or_path", m.model_name_or_path)
     cls = task.model_class()
     updates = task.config_updates()
     saved = output_dir / "base_model"
@@ -568,6 +565,8 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     seed_everything(t.seed)
     device = resolve_device(t.device)
 
+    check_source("model_name_or_path", args.model.model_name_or_path)
+    check_source("tokenizer", args.model.tokenizer)
     task = make_task(args)
     task.read()
     tokenizer = build_tokenizer(args, task, output_dir)
