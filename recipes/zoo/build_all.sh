@@ -3,13 +3,13 @@
 # script after a crash and finished steps are skipped, interrupted runs resume from their last checkpoint):
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
-#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4 and 5    -> runs/zoo/pretrain{,2,3,4,5}/checkpoint-*
+#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6   -> runs/zoo/pretrain{,2,3,4,5,6}/checkpoint-*
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER
 #      from it, and train the poetry LM from it                           -> runs/zoo/{sentiment-tapt-s5,ner-s5-2,poetry-s5}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
-# Seeds are fixed in the recipes. On 2 CPU cores, one step after another, the whole build takes about 9 hours.
+# Seeds are fixed in the recipes. On 2 CPU cores, one step after another, the whole build takes about 10 hours.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
@@ -36,8 +36,9 @@ $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage3.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage4.yaml
-# Stage 5 is the shipped ernie-zoo-mini-zh and the start of sentiment, NER and poetry.
+# Stage 5 is the start of sentiment, NER and poetry; stage 6 is the shipped ernie-zoo-mini-zh.
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage5.yaml
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage6.yaml
 
 echo "== 4. fine-tune"
 $PY recipes/zoo/poetry_prompts.py

@@ -59,6 +59,13 @@ PRETRAIN_STAGES = {
         2,
         "tests, CI and evaluations ran on the same cores at times",
     ),
+    "stage6": (
+        "pretrain stage 6 (packed, char + phrase + entity masking, warm restart from stage 5, new seed)",
+        "recipes/zoo/pretrain-mini-stage6.yaml",
+        "runs/zoo/pretrain6",
+        2,
+        "tests, CI and evaluations ran on the same cores at times",
+    ),
     "tapt-reviews-s5": (
         "task-adaptive pretraining on the review train text",
         "recipes/zoo/pretrain-reviews-tapt-s5.yaml",
@@ -70,9 +77,9 @@ PRETRAIN_STAGES = {
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
     "ernie-zoo-mini-zh": (
-        "runs/zoo/pretrain5/checkpoint-4000",
+        "runs/zoo/pretrain6/checkpoint-4000",
         "runs/zoo/pretrain/tokenizer",
-        ["stage1", "stage2", "stage3", "stage4", "stage5"],
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6"],
         [],
     ),
     "ernie-zoo-mini-sentiment": (
