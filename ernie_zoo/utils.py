@@ -74,3 +74,10 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def looks_like_local_path(name: str) -> bool:
+    """Whether a model source can only be a local path, never a hub id (`name` or `namespace/name`): it starts
+    with `.`, `/` or `~`, holds the OS's own separator, or has more than one `/`. Such a name that is not a
+    directory is a missing directory to report as one, not a hub id to try."""
+    return name.startswith((".", "/", "~")) or os.sep in name.replace("/", "") or name.count("/") > 1

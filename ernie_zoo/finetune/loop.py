@@ -45,7 +45,7 @@ from ernie_zoo.training.checkpoint import (
     verify_checkpoint,
     write_json,
 )
-from ernie_zoo.utils import atomic_directory, atomic_write_text
+from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path
 
 from .args import FinetuneArgs, dump_recipe
 from .export import export
@@ -94,14 +94,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def check_source(key: str, value: str | None) -> None:
-    """Report a model or tokenizer source that can only be a local directory and is not one, by its recipe key:
-    transformers would take it for a hub id and fail with an unrelated message. Local-only are absolute, `~` and
-    `./` paths and paths with more than one `/` (a hub id is `name` or `namespace/name`). Checked when the run
-    builds, not when a recipe loads: a recipe may name the output of an earlier stage that is still to run."""
-    if value is None:
-        return
-    local_only = value.startswith(("/", "~", ".")) or "\\" in value or value.count("/") > 1
-    if local_only and not Path(value).expanduser().is_dir():
+    """Report a model or tokenizer source that can only be a local directory (`looks_like_local_path`, the rule
+    Taskflow's model= uses) and is not one, by its recipe key: transformers would take it for a hub id and fail
+    with an unrelated message. Checked when the run builds, not when a recipe loads: a recipe may name the output
+    of an earlier stage that is still to run."""
+    if value is not None and looks_like_local_path(value) and not Path(value).expanduser().is_dir():
         raise ValueError(f"recipe key 'model.{key}' = {value!r}: no such directory")
 
 

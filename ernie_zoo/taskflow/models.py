@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ernie_zoo.utils import atomic_write_json, sha256_file
+from ernie_zoo.utils import atomic_write_json, looks_like_local_path, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -169,10 +169,7 @@ def resolve_model(
     path = Path(name).expanduser()
     if path.is_dir():
         return ModelSource("local", str(path.resolve()))
-    looks_like_path = (
-        name.startswith((".", "/", "~")) or os.sep in name.replace("/", "") or name.count("/") > 1
-    )
-    if looks_like_path:
+    if looks_like_local_path(name):
         raise ModelNotFoundError(f"model directory {name!r} does not exist")
     return ModelSource("hub", name)
 
