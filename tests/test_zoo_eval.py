@@ -270,6 +270,70 @@ def test_ship_counts_thread_seconds_per_segment(tmp_path):
     assert ship.thread_seconds(str(tmp_path), {0: 1}, 20.0) == pytest.approx(20.0)
 
 
+def test_ship_takes_a_gone_stage_from_the_shipped_records(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "ship", Path(__file__).resolve().parents[1] / "recipes/zoo/ship.py"
+    )
+    ship = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ship)
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    # Every masked-LM stage of the shipped base is recorded in its training.json, so a machine without the run
+    # directories (checkpoints are never committed) still writes the full lineage of a new downstream model.
+    base = json.loads(Path("ernie_zoo/zoo/ernie-zoo-mini-zh/training.json").read_text(encoding="utf-8"))
+    for stage in base["stages"]:
+        key = next(k for k, v in ship.PRETRAIN_STAGES.items() if v[1] == stage["recipe"])
+        missing = ship.PRETRAIN_STAGES[key][:2] + (str(tmp_path / "gone"),) + ship.PRETRAIN_STAGES[key][3:]
+        assert ship._stage(*missing) == stage
+    # A stage that no shipped model records cannot be made up.
+    with pytest.raises(SystemExit, match="no shipped model records a stage trained by recipes/zoo/nope.yaml"):
+        ship._stage("x", "recipes/zoo/nope.yaml", str(tmp_path / "gone"), 1, "")
+    # A run directory that is there is read, not the record.
+    summary = {"steps": 7, "tokens": 70, "wall_time_s": 10.0, "final_eval": {"eval/loss": 1.0}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    stage = ship._stage("x", base["stages"][0]["recipe"], str(tmp_path), 2, "alone")
+    assert (stage["steps"], stage["tokens"], stage["cpu_hours"]) == (7, 70, round(20.0 / 3600, 3))
+
+
+def test_restore_shipped_writes_the_exact_weights_where_recipes_read_them(tmp_path, monkeypatch):
+    import hashlib
+    import importlib.util
+
+    from safetensors.torch import load_file
+
+    from ernie_zoo.training.checkpoint import latest_valid_checkpoint
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("restore_shipped", repo / "recipes/zoo/restore_shipped.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.chdir(tmp_path)
+    package = repo / "ernie_zoo/zoo/ernie-zoo-mini-zh"
+    src, tok, _, _ = mod._ship_module().MODELS["ernie-zoo-mini-zh"]
+    assert mod.restore("ernie-zoo-mini-zh", repo / "ernie_zoo/zoo") == [Path(src), Path(tok)]
+    shipped, restored = load_file(str(package / "model.safetensors")), load_file(f"{src}/model.safetensors")
+    assert set(shipped) == set(restored)
+    for key, value in shipped.items():
+        if value.is_floating_point():
+            assert restored[key].dtype == torch.float32, key
+        assert torch.equal(value.to(restored[key].dtype), restored[key]), key
+    record = json.loads(Path(src, "restored.json").read_text(encoding="utf-8"))
+    assert (
+        record["shipped_weights_sha256"]
+        == hashlib.sha256((package / "model.safetensors").read_bytes()).hexdigest()
+    )
+    assert json.loads(Path(tok, "tokenizer.json").read_text(encoding="utf-8")) == json.loads(
+        (package / "tokenizer.json").read_text(encoding="utf-8")
+    )
+    # No manifest, no optimizer state: ernie-pretrain never resumes from it.
+    assert latest_valid_checkpoint(Path(src).parent) is None
+    # A second call leaves what is there alone.
+    assert mod.restore("ernie-zoo-mini-zh", repo / "ernie_zoo/zoo") == []
+    with pytest.raises(SystemExit, match="unknown model 'nope'"):
+        mod.restore("nope", repo / "ernie_zoo/zoo")
+
+
 def test_ner_mention_replacement_keeps_offsets_and_types(tmp_path):
     import importlib.util
 

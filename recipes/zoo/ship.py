@@ -20,6 +20,7 @@ import torch
 
 MAX_BYTES = 25 * 1000 * 1000
 CPU = f"{platform.machine()} CPU, 2 cores"
+SHIPPED = Path("ernie_zoo/zoo")
 
 # Masked-LM stages: name -> (description, recipe, run dir, torch threads, note on the machine). Threads may be
 # {first step: threads} for a run whose thread count changed at a resume.
@@ -70,6 +71,13 @@ PRETRAIN_STAGES = {
         "task-adaptive pretraining on the review train text",
         "recipes/zoo/pretrain-reviews-tapt-s5.yaml",
         "runs/zoo/tapt-reviews-s5",
+        1,
+        "a fine-tuning job used the other core",
+    ),
+    "tapt-reviews-s6": (
+        "task-adaptive pretraining on the review train text, from the shipped stage-6 weights (fp16 read into fp32)",
+        "recipes/zoo/pretrain-reviews-tapt-s6.yaml",
+        "runs/zoo/tapt-reviews-s6",
         1,
         "a fine-tuning job used the other core",
     ),
@@ -148,8 +156,25 @@ def thread_seconds(run_dir: str, threads: dict[int, int], wall_seconds: float) -
     return weighted * wall_seconds / timed
 
 
+def recorded_stage(recipe: str, shipped: Path = SHIPPED) -> dict | None:
+    """The record of the masked-LM stage trained by `recipe` in a shipped model's training.json, or None.
+    A stage's run directory holds checkpoints that are never committed; once it is gone (a new machine), the
+    record written when a model built on that stage was shipped is the stage's account."""
+    for info in sorted(shipped.glob("*/training.json")):
+        for stage in json.loads(info.read_text(encoding="utf-8"))["stages"]:
+            if stage["recipe"] == recipe and stage.get("tokens") is not None:
+                return stage
+    return None
+
+
 def _stage(name: str, recipe: str, run_dir: str, threads: int | dict[int, int], note: str) -> dict:
-    s = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8"))
+    summary = Path(run_dir) / "summary.json"
+    if not summary.is_file():
+        recorded = recorded_stage(recipe)
+        if recorded is None:
+            raise SystemExit(f"{summary} is missing and no shipped model records a stage trained by {recipe}")
+        return recorded
+    s = json.loads(summary.read_text(encoding="utf-8"))
     # wall_time_s covers the last process only; train_time_s adds up every segment of a resumed run.
     seconds = max(s["wall_time_s"], s.get("train_time_s") or 0.0)
     if isinstance(threads, dict):

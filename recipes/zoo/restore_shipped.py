@@ -1,0 +1,90 @@
+"""Put a shipped model back where its recipes put it, so that later recipes can start from it on a new machine.
+
+    python recipes/zoo/restore_shipped.py                      # ernie-zoo-mini-zh
+    python recipes/zoo/restore_shipped.py ernie-zoo-mini-ner
+
+Run directories hold checkpoints, which are never committed: a new machine has the shipped fp16 copies in
+ernie_zoo/zoo/ and nothing under runs/zoo/. This writes a shipped model's weights in fp32 (each fp16 value read
+exactly, so a recipe that starts from the restored directory gets the very weights it would get from the package
+copy) to the source directory that recipes/zoo/ship.py ships it from, e.g. runs/zoo/pretrain6/checkpoint-4000, with
+its tokenizer in the tokenizer directory named there, and restored.json saying where the weights came from (sha256
+of the shipped file). What is lost is what fp16 rounded off, and the optimizer state: a restored pretraining
+checkpoint has no manifest, so ernie-pretrain never resumes from it (it warns and skips it), but `model.init_from`
+and ernie-finetune's `model.model_name_or_path` read it. An existing directory is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+
+def _ship_module():
+    spec = importlib.util.spec_from_file_location("ship", HERE / "ship.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def restore(name: str, shipped: Path = Path("ernie_zoo/zoo")) -> list[Path]:
+    """Write the shipped model `name` (fp32) and its tokenizer to the directories ship.py takes them from; returns
+    the directories written."""
+    from transformers import AutoTokenizer
+
+    import ernie_zoo.auto  # noqa: F401
+    from ernie_zoo.finetune.export import model_class_for
+    from ernie_zoo.models import ErnieZooConfig
+    from ernie_zoo.utils import atomic_directory, atomic_write_json
+
+    models = _ship_module().MODELS
+    if name not in models:
+        raise SystemExit(f"unknown model {name!r}; expected one of {list(models)}")
+    package = shipped / name
+    weights = package / "model.safetensors"
+    if not weights.is_file():
+        raise SystemExit(f"{package} holds no shipped model (no model.safetensors)")
+    src, tok, _, _ = models[name]
+    written = []
+    if not Path(src).exists():
+        config = ErnieZooConfig.from_pretrained(str(package))
+        model = model_class_for(config).from_pretrained(str(package), dtype=torch.float32)
+        with atomic_directory(Path(src)) as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
+            if tok is None:
+                AutoTokenizer.from_pretrained(str(package)).save_pretrained(tmp)
+            atomic_write_json(
+                tmp / "restored.json",
+                {
+                    "restored_from": str(package),
+                    "shipped_weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+                    "note": "fp32 copy of the shipped fp16 weights; no optimizer state",
+                },
+            )
+        written.append(Path(src))
+    if tok is not None and not Path(tok).exists():
+        with atomic_directory(Path(tok)) as tmp:
+            AutoTokenizer.from_pretrained(str(package)).save_pretrained(tmp)
+        written.append(Path(tok))
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", default=["ernie-zoo-mini-zh"], help="shipped models to restore")
+    ap.add_argument(
+        "--shipped", type=Path, default=Path("ernie_zoo/zoo"), help="where the shipped models are"
+    )
+    args = ap.parse_args(argv)
+    for name in args.names:
+        written = restore(name, args.shipped)
+        print(f"{name}: " + (", ".join(map(str, written)) if written else "already there, left as it is"))
+
+
+if __name__ == "__main__":
+    main()
