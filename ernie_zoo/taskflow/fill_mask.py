@@ -5,7 +5,7 @@ output):
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> [c["token"] for c in Taskflow("fill_mask")("北京是中国的首[MASK]。")["masks"][0]["candidates"]]
-['国', '间', '题', '区', '赛']
+['国', '赛', '区', '间', '会']
 
 With a local model directory (task_path=; here a tiny masked LM the test-suite trains on a few Chinese
 sentences):

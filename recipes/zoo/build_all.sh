@@ -3,12 +3,14 @@
 # script after a crash and finished steps are skipped, interrupted runs resume from their last checkpoint):
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
-#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6   -> runs/zoo/pretrain{,2,3,4,5,6}/checkpoint-*
+#   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6, 7 -> runs/zoo/pretrain{,2,3,4,5,6,7}/checkpoint-*
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER
 #      from it, and train the poetry LM from it                           -> runs/zoo/{sentiment-tapt-s5,ner-s5-2,poetry-s5}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
+# On a machine that has the shipped models but not runs/zoo/, `python recipes/zoo/restore_shipped.py` writes the shipped
+# base back to its checkpoint directory (fp32), so that recipes that start from it run without steps 2-3.
 # Seeds are fixed in the recipes. On 2 CPU cores, one step after another, the whole build takes about 10 hours.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,9 +38,10 @@ $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage3.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage4.yaml
-# Stage 5 is the start of sentiment, NER and poetry; stage 6 is the shipped ernie-zoo-mini-zh.
+# Stage 5 is the start of sentiment, NER and poetry; stage 7 is the shipped ernie-zoo-mini-zh.
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage5.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage6.yaml
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage7.yaml
 
 echo "== 4. fine-tune"
 $PY recipes/zoo/poetry_prompts.py

@@ -74,20 +74,20 @@ PRETRAIN_STAGES = {
         1,
         "a fine-tuning job used the other core",
     ),
-    "tapt-reviews-s6": (
-        "task-adaptive pretraining on the review train text, from the shipped stage-6 weights (fp16 read into fp32)",
-        "recipes/zoo/pretrain-reviews-tapt-s6.yaml",
-        "runs/zoo/tapt-reviews-s6",
-        1,
-        "a fine-tuning job used the other core",
+    "stage7": (
+        "pretrain stage 7 (packed, char + phrase + entity masking, warm restart from stage 6, new seed)",
+        "recipes/zoo/pretrain-mini-stage7.yaml",
+        "runs/zoo/pretrain7",
+        {0: 1, 1200: 2},
+        "fine-tuning jobs used the other core until step 1200",
     ),
 }
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 MODELS = {
     "ernie-zoo-mini-zh": (
-        "runs/zoo/pretrain6/checkpoint-4000",
+        "runs/zoo/pretrain7/checkpoint-3000",
         "runs/zoo/pretrain/tokenizer",
-        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6"],
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
         [],
     ),
     "ernie-zoo-mini-sentiment": (
