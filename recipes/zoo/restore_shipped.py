@@ -16,13 +16,11 @@ and ernie-finetune's `model.model_name_or_path` read it. An existing directory i
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 from pathlib import Path
 
-import torch
-
 HERE = Path(__file__).resolve().parent
+SHIPPED = Path("ernie_zoo/zoo")
 
 
 def _ship_module():
@@ -32,15 +30,11 @@ def _ship_module():
     return module
 
 
-def restore(name: str, shipped: Path = Path("ernie_zoo/zoo")) -> list[Path]:
+def restore(name: str, shipped: Path = SHIPPED) -> list[Path]:
     """Write the shipped model `name` (fp32) and its tokenizer to the directories ship.py takes them from; returns
     the directories written."""
-    from transformers import AutoTokenizer
-
-    import ernie_zoo.auto  # noqa: F401
-    from ernie_zoo.finetune.export import model_class_for
-    from ernie_zoo.models import ErnieZooConfig
-    from ernie_zoo.utils import atomic_directory, atomic_write_json
+    from ernie_zoo.finetune.export import load_finetuned
+    from ernie_zoo.utils import atomic_directory, atomic_write_json, sha256_file
 
     models = _ship_module().MODELS
     if name not in models:
@@ -50,36 +44,33 @@ def restore(name: str, shipped: Path = Path("ernie_zoo/zoo")) -> list[Path]:
     if not weights.is_file():
         raise SystemExit(f"{package} holds no shipped model (no model.safetensors)")
     src, tok, _, _ = models[name]
-    written = []
+    targets = [Path(d) for d in (src, tok) if d is not None and not Path(d).exists()]
+    if not targets:
+        return []
+    model, tokenizer = load_finetuned(package)  # fp32, whatever the file holds
     if not Path(src).exists():
-        config = ErnieZooConfig.from_pretrained(str(package))
-        model = model_class_for(config).from_pretrained(str(package), dtype=torch.float32)
         with atomic_directory(Path(src)) as tmp:
             model.save_pretrained(tmp, safe_serialization=True)
             if tok is None:
-                AutoTokenizer.from_pretrained(str(package)).save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
             atomic_write_json(
                 tmp / "restored.json",
                 {
                     "restored_from": str(package),
-                    "shipped_weights_sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+                    "shipped_weights_sha256": sha256_file(weights),
                     "note": "fp32 copy of the shipped fp16 weights; no optimizer state",
                 },
             )
-        written.append(Path(src))
     if tok is not None and not Path(tok).exists():
         with atomic_directory(Path(tok)) as tmp:
-            AutoTokenizer.from_pretrained(str(package)).save_pretrained(tmp)
-        written.append(Path(tok))
-    return written
+            tokenizer.save_pretrained(tmp)
+    return targets
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", default=["ernie-zoo-mini-zh"], help="shipped models to restore")
-    ap.add_argument(
-        "--shipped", type=Path, default=Path("ernie_zoo/zoo"), help="where the shipped models are"
-    )
+    ap.add_argument("--shipped", type=Path, default=SHIPPED, help="where the shipped models are")
     args = ap.parse_args(argv)
     for name in args.names:
         written = restore(name, args.shipped)

@@ -306,7 +306,7 @@ def ship(name: str, out_root: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", default=list(MODELS), help="models to ship (default: all)")
-    ap.add_argument("--out", type=Path, default=Path("ernie_zoo/zoo"))
+    ap.add_argument("--out", type=Path, default=SHIPPED)
     args = ap.parse_args(argv)
     for name in args.names:
         if name not in MODELS:
