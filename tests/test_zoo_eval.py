@@ -289,6 +289,13 @@ def test_ship_takes_a_gone_stage_from_the_shipped_records(tmp_path, monkeypatch)
     # A stage that no shipped model records cannot be made up.
     with pytest.raises(SystemExit, match="no shipped model records a stage trained by recipes/zoo/nope.yaml"):
         ship._stage("x", "recipes/zoo/nope.yaml", str(tmp_path / "gone"), 1, "")
+    # The same for fine-tuning stages: a shipped tagger restored and fine-tuned further keeps its earlier stages.
+    ner = json.loads(Path("ernie_zoo/zoo/ernie-zoo-mini-ner/training.json").read_text(encoding="utf-8"))
+    tuned = [s for s in ner["stages"] if s.get("tokens") is None]
+    for i, stage in enumerate(tuned):
+        assert ship._finetune_stage(i, len(tuned), stage["recipe"], str(tmp_path / "gone")) == stage
+    with pytest.raises(SystemExit, match="no shipped model records a stage trained by recipes/zoo/nope.yaml"):
+        ship._finetune_stage(0, 1, "recipes/zoo/nope.yaml", str(tmp_path / "gone"))
     # A run directory that is there is read, not the record.
     summary = {"steps": 7, "tokens": 70, "wall_time_s": 10.0, "final_eval": {"eval/loss": 1.0}}
     (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")

@@ -12,6 +12,7 @@ name           kind    package                                     used for
 ``manpages``   apt     ``manpages-zh``                             zh_CN man pages (groff)
 ``libreoffice`` apt    ``libreoffice-help-zh-cn``                  LibreOffice help (HTML)
 ``fortunes``   apt     ``fortunes-zh``                             fortunes, Tang 300, Song 100
+``jionlp``     pip     ``jionlp==1.5.31`` (wheel, ``--no-deps``)   place names for the NER entity lexicon
 =============  ======  ==========================================  =====================================
 
 Archives land in ``<raw_dir>`` (default ``~/.cache/ernie_zoo/raw``, outside the repository) and are only
@@ -126,6 +127,7 @@ SOURCES: dict[str, Source] = {
             "MPL-2.0 (Debian libreoffice-help-zh-cn)",
         ),
         Source("fortunes", "apt", "fortunes-zh", "fortunes-zh_*.deb", "GPL-3.0+ (Debian fortunes-zh)"),
+        Source("jionlp", "pip", "jionlp==1.5.31", "jionlp-1.5.31-*.whl", "Apache-2.0 (jionlp 1.5.31)"),
     )
 }
 

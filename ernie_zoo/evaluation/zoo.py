@@ -147,6 +147,31 @@ def _spans(outputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     ]
 
 
+def lexicon_recall(lexicon, known, texts, gold, pred) -> dict[str, Any]:
+    """For a tagger with an entity lexicon: its size, and recall on the test names unseen in train, split by
+    whether the lexicon holds them (same text and type) -- where the lexicon can help and where it cannot."""
+    in_lexicon = {
+        (word, t)
+        for word, mask in lexicon.words.items()
+        for k, t in enumerate(lexicon.types)
+        if mask >> k & 1
+    }
+    unseen = [
+        [g for g in spans if (text[g["start"] : g["end"]], g["type"]) not in known]
+        for text, spans in zip(texts, gold)
+    ]
+    split = recall_by_seen(in_lexicon, texts, unseen, pred)
+    return {
+        "words": len(lexicon),
+        "types": list(lexicon.types),
+        "test_unseen_names": {
+            "in_lexicon": split["seen"],
+            "not_in_lexicon": split["unseen"],
+            "share_in_lexicon": 1 - split["unseen_share"],
+        },
+    }
+
+
 def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64) -> dict[str, Any]:
     """Exact-span micro/per-type P/R/F1 on MSRA test (and our dev split), and on MSRA test in Traditional."""
     flow = _taskflow("ner", model_dir, batch_size=batch_size, entity_only=True)
@@ -169,6 +194,9 @@ def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64)
         result[name] = scores
         if name == "test":
             test_pred = pred
+    lexicon = getattr(flow._task.model, "entity_lexicon", None)
+    if lexicon is not None:
+        result["lexicon"] = lexicon_recall(lexicon, known, texts, gold, test_pred)
     trad = span_prf(gold, _spans(flow(to_traditional(texts))), types=ENTITY_TYPES)
     result["robustness"] = {"traditional": {"micro": trad["micro"]}}
     n = min(SAMPLE_SIZE, len(test))

@@ -72,6 +72,13 @@ class DataArgs:
         "Tags the token classifier learns: bio or bioes. Files in BIO, BIOES or BMES are all read; this only "
         "picks the output tags.",
     )
+    lexicon: str | None = arg(
+        None,
+        "Entity lexicon file for token classification (entity_lexicon.txt format; build one with `python -m "
+        "ernie_zoo.data.lexicon`): the tagger sees each token's lexicon matches as extra input bits and saves the "
+        "lexicon with the model. Needs use_crf. A base model saved with a lexicon keeps using its own when this "
+        "is null.",
+    )
     prompt_column: str = arg("prompt", "Column holding the prompt (generation), e.g. a poem title.")
     target_column: str = arg("target", "Column holding the continuation to learn (generation).")
     max_length: int = arg(
@@ -232,6 +239,12 @@ class FinetuneArgs:
             "model.use_crf",
             True,
             "a CRF layer only applies to token_classification",
+        )
+        check(
+            self.data.lexicon is None or (self.task == "token_classification" and self.model.use_crf),
+            "data.lexicon",
+            self.data.lexicon,
+            "an entity lexicon needs task token_classification with model.use_crf true",
         )
         check_supported(self.method.method, self.task)
         t = self.train

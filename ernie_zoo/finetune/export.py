@@ -33,6 +33,7 @@ from ernie_zoo.models import (
     ErnieZooModel,
 )
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
 from ernie_zoo.utils import atomic_directory, atomic_write_text
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
@@ -124,6 +125,8 @@ def load_finetuned(
             )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
+        if (path / LEXICON_FILE).is_file() and hasattr(base, "set_entity_lexicon"):
+            base.set_entity_lexicon(EntityLexicon.load(path / LEXICON_FILE))
         model = load_adapter(base, path)
     elif (path / "config.json").is_file():
         config = ErnieZooConfig.from_pretrained(str(path))
@@ -149,6 +152,9 @@ def _save_adapter(model: nn.Module, tokenizer, directory: Path, meta: dict[str, 
             cfg.base_model_name_or_path = meta["base_model"]
         model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
+    lexicon = getattr(unwrap(model), "entity_lexicon", None)
+    if lexicon is not None:  # the base directory holds none when the lexicon came with this fine-tuning
+        lexicon.save(directory / LEXICON_FILE)
     atomic_write_text(directory / META_NAME, json.dumps(meta, indent=2, ensure_ascii=False))
 
 

@@ -569,6 +569,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     tokenizer = build_tokenizer(args, task, output_dir)
     features = {split: task.encode(examples, tokenizer) for split, examples in task.splits.items()}
     model, base_path, fresh = build_model(args, task, tokenizer, output_dir)
+    fresh += [name for name in task.attach(model) if name not in fresh]
     if base_path is None:
         # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
         _save_base(model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full")

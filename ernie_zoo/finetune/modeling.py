@@ -3,6 +3,18 @@
     tokens ─ ErnieZooModel ─ dropout ─ classifier ─ emissions (B, T, C) ─┬─ CRF NLL (training, labels given)
                                                                          └─ Viterbi → `predictions` (eval)
 
+With an entity lexicon (`config.lexicon_types`, e.g. ["PER", "LOC", "ORG"]) each token also carries
+`lexicon_ids` (B, T): 3 bits per type saying whether it begins, continues or ends a lexicon match
+(`ernie_zoo.tokenization.lexicon`). The bits enter before the encoder, so attention can weigh a match
+against its context:
+
+    lexicon_ids (B, T) ─ bits (B, T, 3·types) ─ lexicon_proj (no bias, starts at zero) ─┐
+    input_ids ─ word + char-feature embeddings ──────────────────────────────────── add ┴─ ERNIE ─ ...
+
+`lexicon_proj` starts at zero, so a tagger given a lexicon starts out computing exactly what it did without
+one. The lexicon itself is saved next to the weights (`entity_lexicon.txt`) by `save_pretrained` and read back
+by `from_pretrained` into `model.entity_lexicon`, which Taskflow uses to compute `lexicon_ids` from text.
+
 The CRF runs over the positions of `crf_mask`, by default every attended token except the first and the last
 ([CLS] and [SEP]): the same positions the data pipeline labels. In eval mode the output carries `predictions`
 (B, T): the Viterbi tag ids, -100 outside the mask; `logits` are the emissions, so an argmax reader still
@@ -11,7 +23,10 @@ works (it just ignores the transition scores).
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -20,8 +35,11 @@ from transformers.modeling_outputs import TokenClassifierOutput
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooModel
 from ernie_zoo.models.modeling import ErnieZooPreTrainedModel
+from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
 
 from .crf import LinearChainCRF, compact
+
+logger = logging.getLogger(__name__)
 
 IGNORE = -100
 
@@ -58,6 +76,10 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.crf = LinearChainCRF(config.num_labels)
+        types = list(getattr(config, "lexicon_types", None) or [])
+        self.lexicon_proj = nn.Linear(3 * len(types), config.hidden_size, bias=False) if types else None
+        self.entity_lexicon: EntityLexicon | None = None  # set by from_pretrained or the fine-tuning loop
+        self._warned_no_lexicon = False
         self.post_init()
 
     def _init_weights(self, module):
@@ -66,6 +88,51 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
             # Zero transitions: the CRF starts as the independent per-token classifier.
             for p in (module.start_transitions, module.end_transitions, module.transitions):
                 init.zeros_(p)
+        if module is getattr(self, "lexicon_proj", None):
+            init.zeros_(module.weight)  # a lexicon added to a trained tagger changes nothing at first
+
+    def set_entity_lexicon(self, lexicon: EntityLexicon | None) -> None:
+        """Attach the lexicon whose matches `lexicon_ids` encode; its types must be `config.lexicon_types`."""
+        types = list(getattr(self.config, "lexicon_types", None) or [])
+        if lexicon is not None and list(lexicon.types) != types:
+            raise ValueError(
+                f"the lexicon's types {list(lexicon.types)} are not config.lexicon_types {types}"
+            )
+        self.entity_lexicon = lexicon
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.entity_lexicon is not None:
+            self.entity_lexicon.save(Path(save_directory) / LEXICON_FILE)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        path = Path(pretrained_model_name_or_path) / LEXICON_FILE
+        if model.lexicon_proj is not None and path.is_file():
+            model.set_entity_lexicon(EntityLexicon.load(path))
+        return loaded
+
+    def _embed_with_lexicon(
+        self, input_ids: torch.Tensor, lexicon_ids: torch.Tensor | None, pinyin_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        if lexicon_ids is None:
+            if not self._warned_no_lexicon:
+                self._warned_no_lexicon = True
+                logger.warning(
+                    "this tagger was trained with an entity lexicon but got no lexicon_ids; it runs without "
+                    "lexicon matches (compute them with model.entity_lexicon.token_features, as Taskflow does)"
+                )
+            lexicon_ids = torch.zeros_like(input_ids)
+        elif lexicon_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"lexicon_ids shape {tuple(lexicon_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        n = self.lexicon_proj.in_features
+        bits = (lexicon_ids[..., None] >> torch.arange(n, device=lexicon_ids.device)) & 1  # (B, T, 3·types)
+        embeds = self.ernie.embeddings.embed_tokens(input_ids, pinyin_ids)  # (B, T, H)
+        return embeds + self.lexicon_proj(bits.to(embeds.dtype))
 
     def forward(
         self,
@@ -77,13 +144,19 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         crf_mask: torch.Tensor | None = None,
+        lexicon_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> CRFTokenClassifierOutput:
         r"""
         labels (`torch.LongTensor` (B, T), *optional*): tag ids; must be valid at every `crf_mask` position.
         crf_mask (`torch.BoolTensor` (B, T), *optional*): positions the CRF sees; default `default_crf_mask`.
+        lexicon_ids (`torch.LongTensor` (B, T), *optional*): lexicon-match bits of each token (models with
+            `config.lexicon_types`; ignored otherwise).
         """
         kwargs.pop("return_dict", None)
+        if self.lexicon_proj is not None and input_ids is not None and inputs_embeds is None:
+            inputs_embeds = self._embed_with_lexicon(input_ids, lexicon_ids, kwargs.pop("pinyin_ids", None))
+            input_ids = None
         outputs = self.ernie(
             input_ids,
             attention_mask=attention_mask,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from ernie_zoo.models import (
     ErnieZooForSequenceClassification,
     ErnieZooForTokenClassification,
 )
+from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
 
 from .data import ClassificationExample, GenerationExample, NerExample, check_labels, load_split
 from .metrics import char_f1, classification_scores, entity_scores, multilabel_scores
@@ -31,7 +33,14 @@ from .tagging import Span, label_names, spans_to_tags, tags_to_spans
 logger = logging.getLogger(__name__)
 
 IGNORE = -100
-PAD_VALUES = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "pinyin_ids": 0, "labels": IGNORE}
+PAD_VALUES = {
+    "input_ids": None,
+    "attention_mask": 0,
+    "token_type_ids": 0,
+    "pinyin_ids": 0,
+    "lexicon_ids": 0,
+    "labels": IGNORE,
+}
 LOWER_IS_BETTER = {"loss", "perplexity"}
 
 
@@ -115,6 +124,11 @@ class Task:
 
     def config_updates(self) -> dict[str, Any]:
         return {}
+
+    def attach(self, model: nn.Module) -> list[str]:
+        """Give the freshly built model what it needs besides weights (the NER entity lexicon); returns the
+        modules that adapter methods must train in full (the lexicon's input projection)."""
+        return []
 
     # --------------------------------------------------------------- evaluation
     @property
@@ -243,6 +257,31 @@ class TokenClassificationTask(Task):
             check_labels(examples, types, self.where[split], "entity type")
         self.entity_types = types
         self.labels = label_names(types, self.data_args.tag_scheme)
+        self.lexicon = self._read_lexicon()
+
+    def _read_lexicon(self) -> EntityLexicon | None:
+        """data.lexicon, else the lexicon a base model was saved with (a lexicon tagger fine-tuned further)."""
+        if self.data_args.lexicon:
+            path = Path(self.data_args.lexicon).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"data.lexicon: no such file: {path}")
+            lexicon = EntityLexicon.load(path)
+        else:
+            base = self.args.model.model_name_or_path
+            path = Path(base).expanduser() / LEXICON_FILE if base else None
+            if path is None or not path.is_file():
+                return None
+            lexicon = EntityLexicon.load(path)
+        logger.info("entity lexicon %s: %d words, types %s", path, len(lexicon), ", ".join(lexicon.types))
+        return lexicon
+
+    def attach(self, model: nn.Module) -> list[str]:
+        if self.lexicon is None:
+            return []
+        if not hasattr(model, "set_entity_lexicon"):
+            raise ValueError("an entity lexicon needs the CRF tagger: set model.use_crf true")
+        model.set_entity_lexicon(self.lexicon)
+        return ["lexicon_proj"]
 
     def vocab_texts(self) -> Iterator[str]:
         for ex in self.splits["train"]:
@@ -283,6 +322,8 @@ class TokenClassificationTask(Task):
                 for k in ("input_ids", "token_type_ids", "attention_mask", "pinyin_ids")
                 if k in enc
             }
+            if self.lexicon is not None:
+                f["lexicon_ids"] = self.lexicon.token_features(ex.text, offsets, special)
             f["labels"] = labels
             f["_offsets"] = [None if sp else tuple(o) for o, sp in zip(offsets, special)]
             f["_index"] = i
@@ -309,6 +350,7 @@ class TokenClassificationTask(Task):
             "label2id": {label: i for i, label in enumerate(self.labels)},
             "use_crf": bool(self.args.model.use_crf),
             "tag_scheme": self.data_args.tag_scheme,
+            **({"lexicon_types": list(self.lexicon.types)} if self.lexicon is not None else {}),
         }
 
     def decode(self, tag_ids: Sequence[int], offsets: Sequence[tuple[int, int] | None]) -> list[Span]:

@@ -21,6 +21,10 @@ Tags are read from the model's `config.id2label` and may use BIO, BIOES or BMES 
 split into several word pieces takes the tag of its first piece. Long texts are split by sentences and the
 entity offsets are shifted back into the original string (an entity never spans two chunks).
 
+A tagger fine-tuned with an entity lexicon (`ernie-finetune --data.lexicon FILE`) carries it in its directory
+(`entity_lexicon.txt`); Taskflow marks each character's lexicon matches and passes them to the model as
+`lexicon_ids`. The lexicon is a hint the model weighs against the context, not a dictionary lookup.
+
 Options: `entity_only=False` returns every span of the text, the gaps between entities with type "O".
 """
 
@@ -30,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from ernie_zoo.tokenization.lexicon import LEXICON_FILE
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
 
@@ -128,6 +134,20 @@ class NamedEntityRecognition(EncoderTask):
             raise ValueError(f"model config id2label is not a NER tag set: {exc}") from exc
         if not any(p != "O" for p, _ in parsed):
             raise ValueError(f"model config id2label has no entity tags: {self.tags}")
+        # A tagger trained with an entity lexicon reads its matches as `lexicon_ids` (finetune/modeling.py).
+        self.lexicon = getattr(self.model, "entity_lexicon", None)
+        if getattr(self.model.config, "lexicon_types", None) and self.lexicon is None:
+            raise ValueError(
+                f"{self.loaded.source.location}: the model was trained with an entity lexicon "
+                f"(config.lexicon_types) but its directory has no {LEXICON_FILE}"
+            )
+
+    def encode(self, texts: list[str]) -> list[dict[str, Any]]:
+        items = super().encode(texts)
+        if self.lexicon is not None:
+            for text, item in zip(texts, items):
+                item["lexicon_ids"] = self.lexicon.token_features(text, item["offsets"], item["special"])
+        return items
 
     def run_batch(
         self, batch: dict[str, torch.Tensor], chunks: list[Chunk]

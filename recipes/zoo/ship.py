@@ -97,12 +97,14 @@ MODELS = {
         [("recipes/zoo/sentiment-tapt-s5.yaml", "runs/zoo/sentiment-tapt-s5")],
     ),
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner-s5-2",
+        "runs/zoo/ner-lex-2",
         None,
         ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [
             ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5"),
             ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2"),
+            ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex"),
+            ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2"),
         ],
     ),
     "ernie-zoo-mini-poetry": (
@@ -129,7 +131,10 @@ DATA = {
     "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 5) on MSRA train (47,768 sentences after holding "
     "out 2,521 as our dev split), BIOES tags with a CRF, batches grouped by length, token dropout 0.1 (each input "
     "character replaced by [MASK] with that probability, its label kept): 5 epochs, then 3 more from that model with a "
-    "fresh warm-up, decay (lr 2e-4) and data order; best checkpoint by dev entity F1; MSRA test (5,000 sentences) only scored at the end.",
+    "fresh warm-up, decay (lr 2e-4) and data order; then twice 2 more epochs (lr 1e-4, new data order) with an entity "
+    "lexicon as extra input: each character's begin/inside/end bits of the PER/LOC/ORG names it is part of in "
+    "entity_lexicon.txt (136,608 names from jieba's dictionary and jionlp's place names; no labelled data). Best "
+    "checkpoint by dev entity F1 at each stage; MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh (stage 5) and trained as a causal LM on our seeded "
     "split of chinese-poetry Tang and Song poems (295,760 train): one run of 4,000 steps of 32 poems (about 128k poem "
     "examples), best checkpoint by dev loss. Half the examples have the title as prompt, half start from the first "
@@ -156,13 +161,14 @@ def thread_seconds(run_dir: str, threads: dict[int, int], wall_seconds: float) -
     return weighted * wall_seconds / timed
 
 
-def recorded_stage(recipe: str, shipped: Path = SHIPPED) -> dict | None:
-    """The record of the masked-LM stage trained by `recipe` in a shipped model's training.json, or None.
-    A stage's run directory holds checkpoints that are never committed; once it is gone (a new machine), the
-    record written when a model built on that stage was shipped is the stage's account."""
+def recorded_stage(recipe: str, shipped: Path = SHIPPED, masked_lm: bool = True) -> dict | None:
+    """The record of the stage trained by `recipe` (a masked-LM stage, or with masked_lm=False a fine-tuning
+    stage) in a shipped model's training.json, or None. A stage's run directory holds checkpoints that are never
+    committed; once it is gone (a new machine), the record written when a model built on that stage was shipped is
+    the stage's account."""
     for info in sorted(shipped.glob("*/training.json")):
         for stage in json.loads(info.read_text(encoding="utf-8"))["stages"]:
-            if stage["recipe"] == recipe and stage.get("tokens") is not None:
+            if stage["recipe"] == recipe and (stage.get("tokens") is not None) == masked_lm:
                 return stage
     return None
 
@@ -198,7 +204,14 @@ def _stage(name: str, recipe: str, run_dir: str, threads: int | dict[int, int], 
 def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
     import yaml
 
-    ev = json.loads((Path(run_dir) / "eval_results.json").read_text(encoding="utf-8"))
+    results = Path(run_dir) / "eval_results.json"
+    if not results.is_file():  # e.g. a shipped tagger restored by restore_shipped.py and fine-tuned further
+        recorded = recorded_stage(recipe, masked_lm=False)
+        if recorded is None:
+            raise SystemExit(f"{results} is missing and no shipped model records a stage trained by {recipe}")
+        method = recorded["name"].split(",")[0]  # "fine-tune (full)"; the stage number follows this lineage
+        return {**recorded, "name": method + (f", stage {index + 1}" if count > 1 else "")}
+    ev = json.loads(results.read_text(encoding="utf-8"))
     resolved = yaml.safe_load((Path(run_dir) / "finetune_args.yaml").read_text(encoding="utf-8"))
     threads = resolved["train"].get("num_threads") or 1
     machine = (
