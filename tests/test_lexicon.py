@@ -215,6 +215,22 @@ def test_fine_tuning_learns_types_from_the_lexicon_and_taskflow_uses_it(tmp_path
     assert ner("贵阳来了。")["entities"][0]["type"] == "LOC"
     assert ner("胡静来了。")["entities"][0]["type"] == "PER"
 
+    # user_dict: a user word is an entity of its given type wherever it occurs (intervention), and the model
+    # also sees it as a lexicon match; the model's own lexicon is not changed.
+    for tag, kind in (("ns", "LOC"), ("nr", "PER"), ("ORG", "ORG")):
+        flow = Taskflow("ner", task_path=str(out), entity_only=True, user_dict=[f"拉萨 {tag}"])
+        assert flow("拉萨来了。")["entities"] == [
+            {"text": "拉萨", "type": kind, "start": 0, "end": 2, "score": None}
+        ], tag
+        assert "拉萨" in flow._task.lexicon
+    assert "拉萨" not in ner._task.lexicon
+    with pytest.raises(ValueError, match="needs an entity type of the model"):
+        Taskflow("ner", task_path=str(out), user_dict=["拉萨 10"])
+    with pytest.raises(ValueError, match="two types"):
+        Taskflow("ner", task_path=str(out), user_dict=["拉萨 ns", "拉萨 nr"])
+    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, word_segmentation"):
+        Taskflow("sentiment_analysis", task_path=str(out), user_dict=["拉萨 ns"])
+
     # The default method is LoRA: the adapter directory carries the lexicon too (its base directory has none).
     adapter, _ = load_finetuned(out / "adapter")
     assert unwrap(adapter).entity_lexicon.words == with_lexicon["model"].entity_lexicon.words
@@ -256,3 +272,24 @@ def test_lexicon_recall_splits_the_unseen_test_names_by_the_lexicon(lexicon):
     assert split["in_lexicon"] == {"gold": 2, "found": 1, "recall": 0.5}  # 北京 found, 新华社 not
     assert split["not_in_lexicon"] == {"gold": 1, "found": 0, "recall": 0.0}  # 上海
     assert split["share_in_lexicon"] == pytest.approx(2 / 3)
+
+
+def test_user_dict_intervention_is_longest_first_and_replaces_overlapping_entities():
+    from ernie_zoo.taskflow.ner import Entity, NamedEntityRecognition
+
+    task = NamedEntityRecognition.__new__(NamedEntityRecognition)  # only the intervention, no model
+    task.user_words = {"北京": "LOC", "北京大学": "ORG", "小王": "PER"}
+    task._longest_user_word = 4
+    model = [
+        Entity("京大", "LOC", 3, 5, 0.9),
+        Entity("上海", "LOC", 7, 9, 0.8),
+        Entity("王非", "PER", 11, 13, 0.7),
+    ]
+    out = task._intervene("他在北京大学和上海的小王非常好", model)
+    assert [(e.text, e.type, e.start, e.end, e.score) for e in out] == [
+        ("北京大学", "ORG", 2, 6, None),  # longest user word wins over 北京; the model's 京大 overlapped it
+        ("上海", "LOC", 7, 9, 0.8),  # untouched
+        ("小王", "PER", 10, 12, None),  # replaces the model's 王非
+    ]
+    # Traditional text matches Simplified user words; offsets index the text as given.
+    assert [(e.text, e.start) for e in task._intervene("在北京大學", [])] == [("北京大學", 1)]

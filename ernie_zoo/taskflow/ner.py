@@ -25,6 +25,14 @@ A tagger fine-tuned with an entity lexicon (`ernie-finetune --data.lexicon FILE`
 (`entity_lexicon.txt`); Taskflow marks each character's lexicon matches and passes them to the model as
 `lexicon_ids`. The lexicon is a hint the model weighs against the context, not a dictionary lookup.
 
+`user_dict` (a path or a list of `word [freq] tag` lines, jieba's format; the tag PER/LOC/ORG or jieba's nr/ns/nt)
+is a dictionary intervention, as in PaddleNLP: every occurrence of a user word (longest first) is an entity of its
+type, with score None, and replaces the model's entities it overlaps. A model with an entity lexicon also sees the
+words as lexicon matches.
+
+>>> Taskflow("ner", user_dict=["蓝鲸科技 nt"])("蓝鲸科技发布了新产品。")["entities"]
+[{'text': '蓝鲸科技', 'type': 'ORG', 'start': 0, 'end': 4, 'score': None}]
+
 Options: `entity_only=False` returns every span of the text, the gaps between entities with type "O".
 """
 
@@ -36,8 +44,13 @@ from typing import Any
 import torch
 
 from ernie_zoo.tokenization.lexicon import LEXICON_FILE
+from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
+from .word_segmentation import read_user_dict
+
+# jieba's POS tags for names, accepted in a NER user_dict next to PER / LOC / ORG.
+USER_DICT_TAGS = {"nr": "PER", "nrt": "PER", "nrfg": "PER", "ns": "LOC", "nt": "ORG"}
 
 PREFIXES = {"B", "I", "M", "E", "S"}
 
@@ -123,6 +136,7 @@ def decode_tags(tags: list[str]) -> list[tuple[str, int, int]]:
 class NamedEntityRecognition(EncoderTask):
     auto_class = "AutoModelForTokenClassification"
     Options = NerOptions
+    uses_user_dict = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -134,6 +148,7 @@ class NamedEntityRecognition(EncoderTask):
             raise ValueError(f"model config id2label is not a NER tag set: {exc}") from exc
         if not any(p != "O" for p, _ in parsed):
             raise ValueError(f"model config id2label has no entity tags: {self.tags}")
+        self.entity_types = sorted({kind for _, kind in parsed if kind})
         # A tagger trained with an entity lexicon reads its matches as `lexicon_ids` (finetune/modeling.py).
         self.lexicon = getattr(self.model, "entity_lexicon", None)
         if getattr(self.model.config, "lexicon_types", None) and self.lexicon is None:
@@ -141,6 +156,47 @@ class NamedEntityRecognition(EncoderTask):
                 f"{self.loaded.source.location}: the model was trained with an entity lexicon "
                 f"(config.lexicon_types) but its directory has no {LEXICON_FILE}"
             )
+        self.user_words: dict[str, str] = {}
+        if self.settings.user_dict is not None:
+            self.user_words = self._read_user_words(self.settings.user_dict)
+            if self.lexicon is not None:  # the model also sees them as lexicon matches
+                self.lexicon = self.lexicon.with_words({w: {t} for w, t in self.user_words.items()})
+            self._longest_user_word = max(map(len, self.user_words), default=0)
+
+    def _read_user_words(self, user_dict: Any) -> dict[str, str]:
+        types = set(self.entity_types)
+        words: dict[str, str] = {}
+        for n, (word, _, tag) in enumerate(read_user_dict(user_dict), 1):
+            kind = USER_DICT_TAGS.get(tag or "", tag)
+            if kind not in types:
+                raise ValueError(
+                    f"user_dict entry {n} ({word!r}) needs an entity type of the model ({', '.join(sorted(types))}) "
+                    f"or a jieba name tag ({', '.join(USER_DICT_TAGS)}), got {tag!r}"
+                )
+            if words.get(word, kind) != kind:
+                raise ValueError(f"user_dict gives {word!r} two types: {words[word]} and {kind}")
+            words[word] = kind
+        return words
+
+    def _intervene(self, text: str, entities: list[Entity]) -> list[Entity]:
+        """Every user_dict word in `text` (longest first, left to right) becomes an entity of its type, replacing
+        the model's entities it overlaps."""
+        simple = to_simplified(text)
+        found: list[Entity] = []
+        i = 0
+        while i < len(simple):
+            for n in range(min(self._longest_user_word, len(simple) - i), 0, -1):
+                kind = self.user_words.get(simple[i : i + n])
+                if kind is not None:
+                    found.append(Entity(text[i : i + n], kind, i, i + n, None))
+                    i += n
+                    break
+            else:
+                i += 1
+        if not found:
+            return entities
+        kept = [e for e in entities if not any(e.start < f.end and f.start < e.end for f in found)]
+        return sorted(kept + found, key=lambda e: e.start)
 
     def encode(self, texts: list[str]) -> list[dict[str, Any]]:
         items = super().encode(texts)
@@ -168,6 +224,8 @@ class NamedEntityRecognition(EncoderTask):
             entities: list[Entity] = []
             for chunk, (labels, scores) in pairs:
                 entities.extend(self._chunk_entities(text, chunk, labels.tolist(), scores.tolist()))
+            if self.user_words:
+                entities = self._intervene(text, entities)
             if not self.options.entity_only:
                 entities = self._fill_gaps(text, entities)
             results.append(NerResult(text, entities))

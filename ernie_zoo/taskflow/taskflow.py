@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .models import PRECISIONS, load_model, resolve_device, resolve_model
-from .task import Settings, Task, build_options, get_task
+from .task import TASKS, Settings, Task, build_options, get_task
 from .text import normalize_inputs
 
 
@@ -33,7 +33,7 @@ class Taskflow:
         precision: "fp32"; "fp16"/"bf16" on GPU ("bf16" is accepted on CPU but slow there); "int8" dynamic
             quantization of the Linear layers, CPU only.
         user_dict: a jieba user dictionary (path or list of "word [freq] [tag]" lines) for word_segmentation
-            and pos_tagging.
+            and pos_tagging; for ner, names (tag PER/LOC/ORG or nr/ns/nt) added to the model's entity lexicon.
         **task_options: the task's own options (e.g. `top_k=3` for fill_mask); unknown names raise ValueError.
 
     Calling it with a `str` returns one result dict; with a `list[str]`, a list of dicts in the same order.
@@ -64,7 +64,8 @@ class Taskflow:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if user_dict is not None and not cls.uses_user_dict:
-            raise ValueError(f"user_dict is only used by word_segmentation and pos_tagging, not {cls.name!r}")
+            users = ", ".join(sorted(name for name, t in TASKS.items() if t.uses_user_dict))
+            raise ValueError(f"user_dict is only used by {users}, not {cls.name!r}")
         options = build_options(cls.Options, cls.name, task_options)
         settings = Settings(
             # model-free tasks run on the CPU whatever device says

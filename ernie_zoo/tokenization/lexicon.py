@@ -60,6 +60,15 @@ class EntityLexicon:
             lengths.setdefault(word[0], set()).add(len(word))
         self._lengths = {c: tuple(sorted(ls)) for c, ls in lengths.items()}
 
+    def with_words(self, words: Mapping[str, Iterable[str]]) -> EntityLexicon:
+        """A copy with `words` (word -> types) added; this lexicon is left as it is."""
+        merged: dict[str, set[str]] = {
+            w: {t for k, t in enumerate(self.types) if m >> k & 1} for w, m in self.words.items()
+        }
+        for word, types in words.items():
+            merged.setdefault(word, set()).update(types)
+        return EntityLexicon(merged, self.types)
+
     @property
     def num_features(self) -> int:
         """Bits per position: B, M and E for each type."""
