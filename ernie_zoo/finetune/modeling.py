@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_outputs import TokenClassifierOutput
+from transformers.utils import cached_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooModel
 from ernie_zoo.models.modeling import ErnieZooPreTrainedModel
@@ -109,9 +110,18 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
-        path = Path(pretrained_model_name_or_path) / LEXICON_FILE
-        if model.lexicon_proj is not None and path.is_file():
-            model.set_entity_lexicon(EntityLexicon.load(path))
+        if model.lexicon_proj is not None:  # a local directory or a hub repo (then from the hub cache)
+            hub = {
+                k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs
+            }
+            path = cached_file(
+                str(pretrained_model_name_or_path),
+                LEXICON_FILE,
+                _raise_exceptions_for_missing_entries=False,
+                **hub,
+            )
+            if path is not None:
+                model.set_entity_lexicon(EntityLexicon.load(path))
         return loaded
 
     def _embed_with_lexicon(

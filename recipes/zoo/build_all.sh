@@ -5,7 +5,7 @@
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
 #   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6, 7 -> runs/zoo/pretrain{,2,3,4,5,6,7}/checkpoint-*
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER (last stage with
-#      the entity lexicon) from it, and train the poetry LM from it       -> runs/zoo/{sentiment-tapt-s5,ner-lex,poetry-s5}
+#      the entity lexicon) from it, and train the poetry LM from it       -> runs/zoo/{sentiment-tapt-s5,ner-lex-3,poetry-s5}
 #   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
@@ -55,7 +55,7 @@ Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # th
 PYEOF
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt-s5.yaml
 $PY -m ernie_zoo.data.lexicon --out runs/zoo/data/entity_lexicon.txt
-for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 ner-lex poetry-s5; do
+for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 poetry-s5; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 

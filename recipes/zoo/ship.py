@@ -97,7 +97,7 @@ MODELS = {
         [("recipes/zoo/sentiment-tapt-s5.yaml", "runs/zoo/sentiment-tapt-s5")],
     ),
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner-lex-2",
+        "runs/zoo/ner-lex-3",
         None,
         ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [
@@ -105,6 +105,7 @@ MODELS = {
             ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2"),
             ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex"),
             ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2"),
+            ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3"),
         ],
     ),
     "ernie-zoo-mini-poetry": (
@@ -131,7 +132,7 @@ DATA = {
     "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 5) on MSRA train (47,768 sentences after holding "
     "out 2,521 as our dev split), BIOES tags with a CRF, batches grouped by length, token dropout 0.1 (each input "
     "character replaced by [MASK] with that probability, its label kept): 5 epochs, then 3 more from that model with a "
-    "fresh warm-up, decay (lr 2e-4) and data order; then twice 2 more epochs (lr 1e-4, new data order) with an entity "
+    "fresh warm-up, decay (lr 2e-4) and data order; then three times 2 more epochs (lr 1e-4, new data order) with an entity "
     "lexicon as extra input: each character's begin/inside/end bits of the PER/LOC/ORG names it is part of in "
     "entity_lexicon.txt (136,608 names from jieba's dictionary and jionlp's place names; no labelled data). Best "
     "checkpoint by dev entity F1 at each stage; MSRA test (5,000 sentences) only scored at the end.",
