@@ -32,11 +32,10 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_outputs import TokenClassifierOutput
-from transformers.utils import cached_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooModel
 from ernie_zoo.models.modeling import ErnieZooPreTrainedModel
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
+from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon, find_lexicon
 
 from .crf import LinearChainCRF, compact
 
@@ -114,12 +113,7 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
             hub = {
                 k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs
             }
-            path = cached_file(
-                str(pretrained_model_name_or_path),
-                LEXICON_FILE,
-                _raise_exceptions_for_missing_entries=False,
-                **hub,
-            )
+            path = find_lexicon(pretrained_model_name_or_path, **hub)
             if path is not None:
                 model.set_entity_lexicon(EntityLexicon.load(path))
         return loaded

@@ -23,7 +23,7 @@ from ernie_zoo.models import (
     ErnieZooForSequenceClassification,
     ErnieZooForTokenClassification,
 )
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
+from ernie_zoo.tokenization.lexicon import EntityLexicon, find_lexicon
 
 from .data import ClassificationExample, GenerationExample, NerExample, check_labels, load_split
 from .metrics import char_f1, classification_scores, entity_scores, multilabel_scores
@@ -268,8 +268,8 @@ class TokenClassificationTask(Task):
             lexicon = EntityLexicon.load(path)
         else:
             base = self.args.model.model_name_or_path
-            path = Path(base).expanduser() / LEXICON_FILE if base else None
-            if path is None or not path.is_file():
+            path = find_lexicon(Path(base).expanduser()) if base else None
+            if path is None:
                 return None
             lexicon = EntityLexicon.load(path)
         logger.info("entity lexicon %s: %d words, types %s", path, len(lexicon), ", ".join(lexicon.types))

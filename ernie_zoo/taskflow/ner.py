@@ -173,6 +173,7 @@ class NamedEntityRecognition(EncoderTask):
                     f"user_dict entry {n} ({word!r}) needs an entity type of the model ({', '.join(sorted(types))}) "
                     f"or a jieba name tag ({', '.join(USER_DICT_TAGS)}), got {tag!r}"
                 )
+            word = to_simplified(word)  # matched against the text converted to Simplified
             if words.get(word, kind) != kind:
                 raise ValueError(f"user_dict gives {word!r} two types: {words[word]} and {kind}")
             words[word] = kind

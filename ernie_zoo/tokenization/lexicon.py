@@ -29,11 +29,21 @@ from ernie_zoo.utils import atomic_write_text
 
 from .traditional import to_simplified
 
-__all__ = ["LEXICON_FILE", "EntityLexicon"]
+__all__ = ["LEXICON_FILE", "EntityLexicon", "find_lexicon"]
 
 LEXICON_FILE = "entity_lexicon.txt"
 _HEADER = "# ernie-zoo entity lexicon:"
 _PARTS = ("B", "M", "E")
+
+
+def find_lexicon(model_name_or_path: str | os.PathLike, **hub_kwargs) -> str | None:
+    """Path of the `entity_lexicon.txt` saved with a model (a local directory, or a hub repo through the hub
+    cache), or None when the model has none."""
+    from transformers.utils import cached_file
+
+    return cached_file(
+        str(model_name_or_path), LEXICON_FILE, _raise_exceptions_for_missing_entries=False, **hub_kwargs
+    )
 
 
 class EntityLexicon:
