@@ -25,6 +25,7 @@ import argparse
 import io
 import logging
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 from ernie_zoo.tokenization.lexicon import EntityLexicon
@@ -79,10 +80,8 @@ def build_entity_lexicon(raw_dir: Path | None = None) -> EntityLexicon:
     for name in jionlp_locations(china, world):
         words.setdefault(name, set()).add("LOC")
     lexicon = EntityLexicon(words, TYPES)
-    counts = {t: sum(1 for m in lexicon.words.values() if m >> k & 1) for k, t in enumerate(TYPES)}
-    logger.info(
-        "entity lexicon: %d words (%s)", len(lexicon), ", ".join(f"{t} {n}" for t, n in counts.items())
-    )
+    counts = Counter(t for _, types in lexicon.entries() for t in types)
+    logger.info("entity lexicon: %d words (%s)", len(lexicon), ", ".join(f"{t} {counts[t]}" for t in TYPES))
     return lexicon
 
 

@@ -150,12 +150,7 @@ def _spans(outputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def lexicon_recall(lexicon, known, texts, gold, pred) -> dict[str, Any]:
     """For a tagger with an entity lexicon: its size, and recall on the test names unseen in train, split by
     whether the lexicon holds them (same text and type) -- where the lexicon can help and where it cannot."""
-    in_lexicon = {
-        (word, t)
-        for word, mask in lexicon.words.items()
-        for k, t in enumerate(lexicon.types)
-        if mask >> k & 1
-    }
+    in_lexicon = {(word, t) for word, types in lexicon.entries() for t in types}
     unseen = [
         [g for g in spans if (text[g["start"] : g["end"]], g["type"]) not in known]
         for text, spans in zip(texts, gold)

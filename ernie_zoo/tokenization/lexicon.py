@@ -22,7 +22,7 @@ per line.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from ernie_zoo.utils import atomic_write_text
@@ -70,11 +70,15 @@ class EntityLexicon:
             lengths.setdefault(word[0], set()).add(len(word))
         self._lengths = {c: tuple(sorted(ls)) for c, ls in lengths.items()}
 
+    def entries(self) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """(word, its type names) for every word, in sorted word order."""
+        for word in sorted(self.words):
+            mask = self.words[word]
+            yield word, tuple(t for k, t in enumerate(self.types) if mask >> k & 1)
+
     def with_words(self, words: Mapping[str, Iterable[str]]) -> EntityLexicon:
         """A copy with `words` (word -> types) added; this lexicon is left as it is."""
-        merged: dict[str, set[str]] = {
-            w: {t for k, t in enumerate(self.types) if m >> k & 1} for w, m in self.words.items()
-        }
+        merged: dict[str, set[str]] = {word: set(types) for word, types in self.entries()}
         for word, types in words.items():
             merged.setdefault(word, set()).update(types)
         return EntityLexicon(merged, self.types)
@@ -138,9 +142,7 @@ class EntityLexicon:
     def save(self, path: str | os.PathLike) -> None:
         """Write the lexicon atomically (sorted, so the file's checksum is stable)."""
         lines = [f"{_HEADER} {' '.join(self.types)}"]
-        for word in sorted(self.words):
-            mask = self.words[word]
-            lines.append(word + "\t" + ",".join(t for k, t in enumerate(self.types) if mask >> k & 1))
+        lines += [word + "\t" + ",".join(types) for word, types in self.entries()]
         atomic_write_text(path, "\n".join(lines) + "\n")
 
     @classmethod
