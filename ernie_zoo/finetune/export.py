@@ -33,7 +33,7 @@ from ernie_zoo.models import (
     ErnieZooModel,
 )
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
+from ernie_zoo.tokenization.lexicon import LEXICON_FILE
 from ernie_zoo.utils import atomic_directory, atomic_write_text
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
@@ -125,8 +125,8 @@ def load_finetuned(
             )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
-        if (path / LEXICON_FILE).is_file() and hasattr(base, "set_entity_lexicon"):
-            base.set_entity_lexicon(EntityLexicon.load(path / LEXICON_FILE))
+        if hasattr(base, "load_entity_lexicon"):  # the adapter directory's lexicon, if it carries one
+            base.load_entity_lexicon(path)
         model = load_adapter(base, path)
     elif (path / "config.json").is_file():
         config = ErnieZooConfig.from_pretrained(str(path))

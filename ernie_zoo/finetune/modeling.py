@@ -100,6 +100,15 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
             )
         self.entity_lexicon = lexicon
 
+    def load_entity_lexicon(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
+        """Attach the lexicon saved with a model (a local directory or a hub repo, then from the hub cache), if it
+        has one and this tagger reads a lexicon."""
+        if self.lexicon_proj is None:
+            return
+        path = find_lexicon(model_name_or_path, **hub_kwargs)
+        if path is not None:
+            self.set_entity_lexicon(EntityLexicon.load(path))
+
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
         super().save_pretrained(save_directory, *args, **kwargs)
         if self.entity_lexicon is not None:
@@ -109,13 +118,8 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
-        if model.lexicon_proj is not None:  # a local directory or a hub repo (then from the hub cache)
-            hub = {
-                k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs
-            }
-            path = find_lexicon(pretrained_model_name_or_path, **hub)
-            if path is not None:
-                model.set_entity_lexicon(EntityLexicon.load(path))
+        hub = {k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs}
+        model.load_entity_lexicon(pretrained_model_name_or_path, **hub)
         return loaded
 
     def _embed_with_lexicon(
