@@ -98,7 +98,8 @@ def test_help_lists_every_key():
 
 def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
     """Each zoo fine-tuning stage starts from a run directory (or a checkpoint in one) that another zoo recipe
-    writes; where build_all.sh runs a stage, it runs the recipe producing its start point first."""
+    writes, and so do its distillation teachers; where build_all.sh runs a stage, it runs the recipes producing
+    them first."""
     import re
 
     from ernie_zoo.training.recipe import load_recipe
@@ -113,9 +114,10 @@ def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
         return found.start() if found else None
 
     for path in ZOO_RECIPES:
-        source = build_args(path).model.model_name_or_path
-        run_dir = source if source in outputs else str(Path(source).parent)
-        assert run_dir in outputs, f"{path.name}: {source} is written by no zoo recipe"
-        if position(path.stem) is not None:
-            producer = position(outputs[run_dir])
-            assert producer is not None and producer < position(path.stem), (path.name, outputs[run_dir])
+        args = build_args(path)
+        for source in [args.model.model_name_or_path, *(args.train.distill_from or [])]:  # start, teachers
+            run_dir = source if source in outputs else str(Path(source).parent)
+            assert run_dir in outputs, f"{path.name}: {source} is written by no zoo recipe"
+            if position(path.stem) is not None:
+                producer = position(outputs[run_dir])
+                assert producer is not None and producer < position(path.stem), (path.name, outputs[run_dir])

@@ -170,6 +170,20 @@ class TrainArgs:
         "the model learns to read from context, e.g. for names never seen in training. Seeded by seed, epoch "
         "and batch, so a resumed run sees the same masks.",
     )
+    distill_from: list[str] | None = arg(
+        None,
+        "Knowledge distillation: fine-tuned models of the same task, vocabulary and labels (run output "
+        "directories) whose mean logits the model also learns: loss = (1 - distill_alpha) * task loss + "
+        "distill_alpha * T^2 * KL(teachers || model) at temperature distill_temperature, over every row "
+        "(sequence classification) or labelled token (token classification; a CRF tagger's emissions). The "
+        "teachers read the batch before token_dropout.",
+    )
+    distill_alpha: float = arg(
+        0.5, "Weight of the distillation loss (0 < alpha <= 1) when distill_from is set."
+    )
+    distill_temperature: float = arg(
+        1.0, "Softmax temperature T of the distillation loss (> 0; above 1 softens the teachers' outputs)."
+    )
     eval_every: int | None = arg(
         None, "Evaluate and checkpoint every N optimizer steps; default: every epoch."
     )
@@ -252,6 +266,20 @@ class FinetuneArgs:
             check(getattr(t, key) >= 1, f"train.{key}", getattr(t, key), "must be >= 1")
         check(t.epochs > 0, "train.epochs", t.epochs, "must be > 0")
         check(0 <= t.token_dropout < 1, "train.token_dropout", t.token_dropout, "must be >= 0 and < 1")
+        check(0 < t.distill_alpha <= 1, "train.distill_alpha", t.distill_alpha, "must be > 0 and <= 1")
+        check(t.distill_temperature > 0, "train.distill_temperature", t.distill_temperature, "must be > 0")
+        check(
+            not t.distill_from or self.task in ("sequence_classification", "token_classification"),
+            "train.distill_from",
+            t.distill_from,
+            "distillation supports sequence_classification and token_classification",
+        )
+        check(
+            not t.distill_from or not self.data.multi_label,
+            "train.distill_from",
+            t.distill_from,
+            "distillation does not support multi_label classification",
+        )
         check(t.max_steps is None or t.max_steps > 0, "train.max_steps", t.max_steps, "must be > 0 or null")
         check(
             t.eval_every is None or t.eval_every > 0, "train.eval_every", t.eval_every, "must be > 0 or null"

@@ -2,7 +2,7 @@
 
     read splits ─ tokenizer (given, or trained on the training texts) ─ encode
         ─ model (from_pretrained, or a seeded preset) ─ apply_method (full / peft / bottleneck)
-        ─ train: AdamW + linear warm-up/decay, grad accumulation, clipping
+        ─ train: AdamW + linear warm-up/decay, grad accumulation, clipping (+ distillation from teachers)
              every eval_every steps: dev metric → best checkpoint? → last checkpoint → early stop?
         ─ restore best ─ dev/test scores ─ export (merged or full model dir / adapter) ─ eval_results.json
 
@@ -48,6 +48,7 @@ from ernie_zoo.training.checkpoint import (
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path
 
 from .args import FinetuneArgs, dump_recipe
+from .distill import Teachers
 from .export import export
 from .methods import MethodInfo, apply_method, default_learning_rate
 from .tasks import Task, collate, drop_tokens, make_task
@@ -291,6 +292,13 @@ class Trainer:
                     "train.token_dropout needs a tokenizer with a [MASK] token; this one has none"
                 )
             self._drop_ids = (tokenizer.mask_token_id, tokenizer.all_special_ids)
+        self.teachers = (
+            Teachers(
+                self.t.distill_from, task, tokenizer, device, self.t.distill_alpha, self.t.distill_temperature
+            )
+            if self.t.distill_from
+            else None
+        )
         self.writer = None
         if self.t.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -466,11 +474,18 @@ class Trainer:
             running = 0.0
             for b in range(self.state["batch_in_epoch"], len(batches)):
                 chunk = [train[i] for i in batches[b]]
-                inputs = collate(chunk, pad_id)
-                if t.token_dropout > 0:
-                    inputs = self._drop_tokens(inputs, self.state["epoch"], b)
+                clean = collate(chunk, pad_id)
+                inputs = self._drop_tokens(clean, self.state["epoch"], b) if t.token_dropout > 0 else clean
                 inputs = {k: v.to(self.device) for k, v in inputs.items()}
-                loss = model(**inputs).loss
+                out = model(**inputs)
+                loss = out.loss
+                if self.teachers is not None:
+                    # train.distill_from: the teachers read the batch as it was before token dropout
+                    if t.token_dropout > 0:
+                        clean = {k: v.to(self.device) for k, v in clean.items()}
+                    else:
+                        clean = inputs
+                    loss = self.teachers.loss(loss, out.logits, clean)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(
                         f"loss is {loss.item()} at step {self.state['global_step']}; lower the learning rate"

@@ -1,0 +1,143 @@
+"""Knowledge distillation (train.distill_from): the model also learns the output distribution of teachers.
+
+    clean batch ─ teacher 1 … teacher k (eval mode, no grad) ─ mean logits ─ softmax(· / T) ─┐
+    batch (after token dropout) ─ student ─ task loss, logits ─ log_softmax(· / T) ─────── KL ┴─ T² · KL
+    loss = (1 - alpha) · task loss + alpha · T² · KL(teachers ‖ student)
+
+The teachers are fine-tuned models of the same task: their mean logits (an ensemble) are usually better than
+any one of them, and a student trained to match them keeps part of that gain in one model's size (Hinton et
+al. 2015, "Distilling the Knowledge in a Neural Network"). The KL is taken where the task scores: every row
+for sequence classification, every labelled token for token classification. A CRF tagger's logits are its
+emissions, so a CRF student learns the teachers' per-token emission distribution; its transition scores learn
+from the task loss alone.
+
+The teachers read the clean batch, before train.token_dropout masks it: the student learns to predict from
+masked input what the teachers see in the full text (as in "noisy student" training).
+
+Teachers must share the student's vocabulary and labels (same ids in the same order), and taggers that read
+an entity lexicon must hold the same lexicon as the student, since `lexicon_ids` are computed once, from the
+student's lexicon.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+DISTILL_TASKS = ("sequence_classification", "token_classification")
+
+
+class Teachers:
+    """The teacher models of train.distill_from and the distillation loss against them."""
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        task,
+        tokenizer,
+        device: torch.device,
+        alpha: float,
+        temperature: float,
+    ):
+        from .export import load_finetuned
+
+        multi_label = bool(getattr(task.data_args, "multi_label", False))
+        if task.name not in DISTILL_TASKS or multi_label:
+            raise ValueError(
+                f"train.distill_from: distillation supports {', '.join(DISTILL_TASKS)} (single-label), not "
+                f"{task.name}{' (multi-label)' if multi_label else ''}"
+            )
+        self.alpha, self.temperature = alpha, temperature
+        self.models: list[nn.Module] = []
+        self._takes_lexicon: list[bool] = []
+        vocab = tokenizer.get_vocab()
+        labels = list(task.labels)
+        lexicon = getattr(task, "lexicon", None)
+        for path in paths:
+            where = Path(path).expanduser()
+            if not where.exists():
+                raise FileNotFoundError(f"train.distill_from: no such model directory: {where}")
+            model, teacher_tok = load_finetuned(where, device=device)
+            if teacher_tok.get_vocab() != vocab:
+                raise ValueError(
+                    f"train.distill_from: {where} has another vocabulary than the student's tokenizer; a "
+                    "teacher must read the same input ids"
+                )
+            id2label = getattr(model.config, "id2label", None) or {}
+            theirs = [id2label[i] for i in sorted(id2label, key=int)]
+            if theirs != labels:
+                raise ValueError(
+                    f"train.distill_from: {where} predicts labels {theirs}, the student {labels}; they must be "
+                    "the same, in the same order"
+                )
+            takes_lexicon = getattr(model, "lexicon_proj", None) is not None
+            if takes_lexicon:
+                theirs_lex = getattr(model, "entity_lexicon", None)
+                if (
+                    lexicon is None
+                    or theirs_lex is None
+                    or list(theirs_lex.entries()) != list(lexicon.entries())
+                ):
+                    raise ValueError(
+                        f"train.distill_from: {where} reads an entity lexicon that is not the student's "
+                        "(data.lexicon, or the base model's); lexicon_ids are computed from the student's lexicon"
+                    )
+            for p in model.parameters():
+                p.requires_grad_(False)
+            self.models.append(model.eval())
+            self._takes_lexicon.append(takes_lexicon)
+        logger.info(
+            "distilling from %d teacher(s) (alpha %.2f, temperature %.1f): %s",
+            len(self.models),
+            alpha,
+            temperature,
+            ", ".join(str(p) for p in paths),
+        )
+
+    @torch.no_grad()
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The teachers' mean logits on `batch` (labels are not passed on)."""
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        outs = []
+        for model, takes_lexicon in zip(self.models, self._takes_lexicon):
+            kwargs = inputs if takes_lexicon else {k: v for k, v in inputs.items() if k != "lexicon_ids"}
+            outs.append(model(**kwargs).logits.float())
+        return torch.stack(outs).mean(0)
+
+    def kd_loss(
+        self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor | None
+    ):
+        """T² · KL(softmax(teacher / T) ‖ softmax(student / T)), averaged over the scored rows / tokens."""
+        if student_logits.shape != teacher_logits.shape:
+            raise ValueError(
+                f"teacher logits {tuple(teacher_logits.shape)} do not match the student's "
+                f"{tuple(student_logits.shape)}"
+            )
+        s, t = student_logits.float(), teacher_logits
+        if s.dim() == 3:  # token classification: the labelled tokens only
+            keep = labels != -100 if labels is not None else torch.ones(s.shape[:2], dtype=torch.bool)
+            s, t = s[keep], t[keep]
+        if s.shape[0] == 0:
+            return student_logits.sum() * 0.0
+        T = self.temperature
+        kl = F.kl_div(
+            F.log_softmax(s / T, -1), F.log_softmax(t / T, -1), log_target=True, reduction="batchmean"
+        )
+        return kl * T * T
+
+    def loss(self, task_loss: torch.Tensor, student_logits: torch.Tensor, clean_batch: dict[str, Any]):
+        """(1 - alpha) · task loss + alpha · the distillation loss on `clean_batch`'s teacher logits."""
+        teacher = self.logits(clean_batch)
+        kd = self.kd_loss(student_logits, teacher, clean_batch.get("labels"))
+        return (1 - self.alpha) * task_loss + self.alpha * kd
+
+
+__all__ = ["DISTILL_TASKS", "Teachers"]
