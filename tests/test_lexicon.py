@@ -293,3 +293,10 @@ def test_user_dict_intervention_is_longest_first_and_replaces_overlapping_entiti
     ]
     # Traditional text matches Simplified user words; offsets index the text as given.
     assert [(e.text, e.start) for e in task._intervene("在北京大學", [])] == [("北京大學", 1)]
+
+
+def test_same_as_compares_words_and_types(lexicon):
+    assert lexicon.same_as(EntityLexicon(dict(lexicon.entries()), lexicon.types))
+    assert not lexicon.same_as(None)
+    assert not lexicon.same_as(lexicon.with_words({"上海": {"LOC"}}))
+    assert not lexicon.same_as(EntityLexicon(dict(lexicon.entries()), tuple(reversed(lexicon.types))))

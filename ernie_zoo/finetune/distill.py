@@ -80,12 +80,7 @@ class Teachers:
                 )
             takes_lexicon = getattr(model, "lexicon_proj", None) is not None
             if takes_lexicon:
-                theirs_lex = getattr(model, "entity_lexicon", None)
-                if (
-                    lexicon is None
-                    or theirs_lex is None
-                    or list(theirs_lex.entries()) != list(lexicon.entries())
-                ):
+                if lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None)):
                     raise ValueError(
                         f"train.distill_from: {where} reads an entity lexicon that is not the student's "
                         "(data.lexicon, or the base model's); lexicon_ids are computed from the student's lexicon"

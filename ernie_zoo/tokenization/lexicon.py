@@ -70,6 +70,10 @@ class EntityLexicon:
             lengths.setdefault(word[0], set()).add(len(word))
         self._lengths = {c: tuple(sorted(ls)) for c, ls in lengths.items()}
 
+    def same_as(self, other: EntityLexicon | None) -> bool:
+        """Whether `other` holds the same words with the same types (so it gives every text the same features)."""
+        return other is not None and self.types == other.types and self.words == other.words
+
     def entries(self) -> Iterator[tuple[str, tuple[str, ...]]]:
         """(word, its type names) for every word, in sorted word order."""
         for word in sorted(self.words):

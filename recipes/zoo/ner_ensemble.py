@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     for path, (model, tok) in zip(args.models, loaded):
         if tok.get_vocab() != tokenizer.get_vocab() or model.config.id2label != loaded[0][0].config.id2label:
             raise SystemExit(f"{path}: another vocabulary or label set than {args.models[0]}")
-        mine, theirs = getattr(model, "entity_lexicon", None), getattr(task, "lexicon", None)
+        lexicon = getattr(task, "lexicon", None)
         if getattr(model, "lexicon_proj", None) is not None and (
-            mine is None or theirs is None or list(mine.entries()) != list(theirs.entries())
+            lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None))
         ):
             raise SystemExit(
                 f"{path}: reads another entity lexicon than {args.recipe}'s data pipeline computes"
