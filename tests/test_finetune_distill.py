@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_finetune_loop import QUIET, SMALL, _ner_files, _split_sentiment
+from test_finetune_loop import QUIET, SMALL, _ner_args, _ner_files, _split_sentiment
 
 from ernie_zoo.finetune import build_args, run_finetune
 from ernie_zoo.finetune.distill import Teachers
@@ -17,7 +17,7 @@ from ernie_zoo.tokenization.lexicon import EntityLexicon
 
 def _teachers(alpha=0.5, temperature=2.0) -> Teachers:
     t = Teachers.__new__(Teachers)  # the loss alone, without loading models
-    t.alpha, t.temperature, t.models, t._takes_lexicon = alpha, temperature, [], []
+    t.alpha, t.temperature, t.models = alpha, temperature, []
     return t
 
 
@@ -49,34 +49,6 @@ def _strip_entities(src: str, dst: Path) -> str:
         "".join(json.dumps({**r, "entities": []}, ensure_ascii=False) + "\n" for r in rows), "utf-8"
     )
     return str(dst)
-
-
-def _ner_args(tmp_path, out, train_file, dev_file, tokenizer=None, lexicon=None, **train):
-    return build_args(
-        {
-            "task": "token_classification",
-            "data": {
-                "train_file": train_file,
-                "dev_file": dev_file,
-                "tag_scheme": "bioes",
-                "entity_types": ["LOC", "ORG", "PER"],
-                "lexicon": lexicon,
-            },
-            "model": {"use_crf": True, "vocab_size": 200, "tokenizer": tokenizer, "config_overrides": SMALL},
-            "method": {"method": "full"},
-            "train": {
-                "output_dir": str(tmp_path / out),
-                "max_steps": 60,
-                "eval_every": 30,
-                "batch_size": 16,
-                "learning_rate": 5e-3,
-                "seed": 0,
-                "tensorboard": False,
-                **QUIET,
-                **train,
-            },
-        }
-    )
 
 
 def test_a_student_learns_from_its_teacher_what_its_own_labels_lack(tmp_path):

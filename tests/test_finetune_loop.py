@@ -281,6 +281,45 @@ def _ner_files(tmp_path: Path) -> dict[str, str]:
     return paths
 
 
+def _ner_args(
+    tmp_path,
+    out,
+    train_file,
+    dev_file,
+    tokenizer=None,
+    lexicon=None,
+    method="full",
+    learning_rate=5e-3,
+    **train,
+):
+    """A CRF tagger (LOC/ORG/PER, BIOES) of the small random model on the given files; `train` overrides the loop."""
+    return build_args(
+        {
+            "task": "token_classification",
+            "data": {
+                "train_file": train_file,
+                "dev_file": dev_file,
+                "tag_scheme": "bioes",
+                "entity_types": ["LOC", "ORG", "PER"],
+                "lexicon": lexicon,
+            },
+            "model": {"use_crf": True, "vocab_size": 200, "tokenizer": tokenizer, "config_overrides": SMALL},
+            "method": {"method": method},
+            "train": {
+                "output_dir": str(tmp_path / out),
+                "max_steps": 60,
+                "eval_every": 30,
+                "batch_size": 16,
+                "learning_rate": learning_rate,
+                "seed": 0,
+                "tensorboard": False,
+                **QUIET,
+                **train,
+            },
+        }
+    )
+
+
 def test_token_classification_crf_lora(tmp_path):
     paths = _ner_files(tmp_path)
     args = build_args(

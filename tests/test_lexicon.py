@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from test_finetune_loop import QUIET, SMALL  # the small random model the fine-tuning tests train
+from test_finetune_loop import _ner_args  # a CRF tagger of the small random model the fine-tuning tests train
 
 from ernie_zoo.data.lexicon import jieba_entities, jionlp_locations
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
@@ -170,30 +170,18 @@ def _lexicon_only_task(tmp_path):
 
 
 def _run(tmp_path, out, lexicon):
-    args = build_args(
-        {
-            "task": "token_classification",
-            "data": {
-                "train_file": str(tmp_path / "train.jsonl"),
-                "dev_file": str(tmp_path / "dev.jsonl"),
-                "tag_scheme": "bioes",
-                "entity_types": ["LOC", "ORG", "PER"],
-                "lexicon": str(tmp_path / "lexicon.txt") if lexicon else None,
-            },
-            "model": {"use_crf": True, "vocab_size": 200, "config_overrides": SMALL},
-            "train": {
-                "output_dir": str(tmp_path / out),
-                "max_steps": 60,
-                "eval_every": 30,
-                "batch_size": 16,
-                "learning_rate": 1e-2,
-                "seed": 0,
-                "tensorboard": False,
-                **QUIET,
-            },
-        }
+    """The LoRA CRF tagger of the small random model on `_lexicon_only_task`, with or without its lexicon."""
+    return run_finetune(
+        _ner_args(
+            tmp_path,
+            out,
+            str(tmp_path / "train.jsonl"),
+            str(tmp_path / "dev.jsonl"),
+            lexicon=str(tmp_path / "lexicon.txt") if lexicon else None,
+            method="lora",
+            learning_rate=1e-2,
+        )
     )
-    return run_finetune(args)
 
 
 def test_fine_tuning_learns_types_from_the_lexicon_and_taskflow_uses_it(tmp_path):

@@ -28,16 +28,15 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from ernie_zoo.tokenization.lexicon import EntityLexicon
+from ernie_zoo.tokenization.lexicon import JIEBA_NAME_TYPES, EntityLexicon
 
 from .sources import DEFAULT_CACHE, fetch, read_archive_member
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JIEBA_TYPES", "build_entity_lexicon", "jieba_entities", "jionlp_locations"]
+__all__ = ["build_entity_lexicon", "jieba_entities", "jionlp_locations"]
 
 TYPES = ("PER", "LOC", "ORG")
-JIEBA_TYPES = {"nr": "PER", "nrt": "PER", "nrfg": "PER", "ns": "LOC", "nt": "ORG"}
 #: china_location.txt indents each level by one tab: province 0, city 1, county 2, town 3, village 4.
 MAX_LOCATION_DEPTH = 3
 
@@ -47,8 +46,8 @@ def jieba_entities(dict_text: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for line in dict_text.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[2] in JIEBA_TYPES:
-            out.setdefault(parts[0], set()).add(JIEBA_TYPES[parts[2]])
+        if len(parts) == 3 and parts[2] in JIEBA_NAME_TYPES:
+            out.setdefault(parts[0], set()).add(JIEBA_NAME_TYPES[parts[2]])
     return out
 
 

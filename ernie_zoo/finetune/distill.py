@@ -30,9 +30,36 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .modeling import model_inputs
+
 logger = logging.getLogger(__name__)
 
 DISTILL_TASKS = ("sequence_classification", "token_classification")
+
+
+def check_teacher(where, model: nn.Module, model_tokenizer, tokenizer, task, what: str) -> None:
+    """Raise ValueError (starting with `what`) unless `model` reads `tokenizer`'s input ids, predicts `task.labels`
+    in their order and, if it reads an entity lexicon, reads the lexicon `task` computes `lexicon_ids` with."""
+    if model_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise ValueError(
+            f"{what}: {where} has another vocabulary than the student's tokenizer; a teacher must read the same "
+            "input ids"
+        )
+    id2label = getattr(model.config, "id2label", None) or {}
+    theirs, labels = [id2label[i] for i in sorted(id2label, key=int)], list(task.labels)
+    if theirs != labels:
+        raise ValueError(
+            f"{what}: {where} predicts labels {theirs}, the student {labels}; they must be the same, in the same "
+            "order"
+        )
+    lexicon = getattr(task, "lexicon", None)
+    if getattr(model, "lexicon_proj", None) is not None and (
+        lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None))
+    ):
+        raise ValueError(
+            f"{what}: {where} reads an entity lexicon that is not the student's (data.lexicon, or the base "
+            "model's); lexicon_ids are computed from the student's lexicon"
+        )
 
 
 class Teachers:
@@ -57,38 +84,15 @@ class Teachers:
             )
         self.alpha, self.temperature = alpha, temperature
         self.models: list[nn.Module] = []
-        self._takes_lexicon: list[bool] = []
-        vocab = tokenizer.get_vocab()
-        labels = list(task.labels)
-        lexicon = getattr(task, "lexicon", None)
         for path in paths:
             where = Path(path).expanduser()
             if not where.exists():
                 raise FileNotFoundError(f"train.distill_from: no such model directory: {where}")
             model, teacher_tok = load_finetuned(where, device=device)
-            if teacher_tok.get_vocab() != vocab:
-                raise ValueError(
-                    f"train.distill_from: {where} has another vocabulary than the student's tokenizer; a "
-                    "teacher must read the same input ids"
-                )
-            id2label = getattr(model.config, "id2label", None) or {}
-            theirs = [id2label[i] for i in sorted(id2label, key=int)]
-            if theirs != labels:
-                raise ValueError(
-                    f"train.distill_from: {where} predicts labels {theirs}, the student {labels}; they must be "
-                    "the same, in the same order"
-                )
-            takes_lexicon = getattr(model, "lexicon_proj", None) is not None
-            if takes_lexicon:
-                if lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None)):
-                    raise ValueError(
-                        f"train.distill_from: {where} reads an entity lexicon that is not the student's "
-                        "(data.lexicon, or the base model's); lexicon_ids are computed from the student's lexicon"
-                    )
+            check_teacher(where, model, teacher_tok, tokenizer, task, "train.distill_from")
             for p in model.parameters():
                 p.requires_grad_(False)
             self.models.append(model.eval())
-            self._takes_lexicon.append(takes_lexicon)
         logger.info(
             "distilling from %d teacher(s) (alpha %.2f, temperature %.1f): %s",
             len(self.models),
@@ -101,11 +105,9 @@ class Teachers:
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The teachers' mean logits on `batch` (labels are not passed on)."""
         inputs = {k: v for k, v in batch.items() if k != "labels"}
-        outs = []
-        for model, takes_lexicon in zip(self.models, self._takes_lexicon):
-            kwargs = inputs if takes_lexicon else {k: v for k, v in inputs.items() if k != "lexicon_ids"}
-            outs.append(model(**kwargs).logits.float())
-        return torch.stack(outs).mean(0)
+        return torch.stack(
+            [model(**model_inputs(model, inputs)).logits.float() for model in self.models]
+        ).mean(0)
 
     def kd_loss(
         self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor | None
@@ -135,4 +137,4 @@ class Teachers:
         return (1 - self.alpha) * task_loss + self.alpha * kd
 
 
-__all__ = ["DISTILL_TASKS", "Teachers"]
+__all__ = ["DISTILL_TASKS", "Teachers", "check_teacher"]

@@ -61,6 +61,22 @@ def default_crf_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return mask
 
 
+def model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`batch` for `model`: without `lexicon_ids` unless the model reads an entity lexicon (`lexicon_proj`), so
+    taggers with and without one can share the batches of a lexicon pipeline."""
+    if getattr(model, "lexicon_proj", None) is not None or "lexicon_ids" not in batch:
+        return batch
+    return {k: v for k, v in batch.items() if k != "lexicon_ids"}
+
+
+def viterbi_predictions(crf: LinearChainCRF, emissions: torch.Tensor, crf_mask: torch.Tensor) -> torch.Tensor:
+    """The best tag path of each row under `crf`, as tag ids (B, T) at the `crf_mask` positions, -100 elsewhere."""
+    mask_c, order, em_c = compact(crf_mask, emissions)
+    paths = crf(em_c, mask_c)  # (B, T), -1 outside
+    predictions = torch.full_like(paths, IGNORE)
+    return predictions.scatter_(1, order, torch.where(paths >= 0, paths, torch.full_like(paths, IGNORE)))
+
+
 class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
     """Token classification with CRF decoding. Saved and loaded like any model (`from_pretrained`); the CRF
     transition scores live in `crf.*` of model.safetensors and `config.use_crf` is True."""
@@ -190,12 +206,7 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
                 )
             mask_c, _, em_c, tags_c = compact(crf_mask, emissions, labels)
             loss = self.crf(em_c, mask_c, tags_c)
-        predictions = None
-        if not self.training:
-            mask_c, order, em_c = compact(crf_mask, emissions)
-            paths = self.crf(em_c, mask_c)  # (B, T), -1 outside
-            predictions = torch.full_like(paths, IGNORE)
-            predictions.scatter_(1, order, torch.where(paths >= 0, paths, torch.full_like(paths, IGNORE)))
+        predictions = None if self.training else viterbi_predictions(self.crf, emissions, crf_mask)
         return CRFTokenClassifierOutput(
             loss=loss,
             logits=emissions,
@@ -205,4 +216,10 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
         )
 
 
-__all__ = ["CRFTokenClassifierOutput", "ErnieZooForTokenClassificationCRF", "default_crf_mask"]
+__all__ = [
+    "CRFTokenClassifierOutput",
+    "ErnieZooForTokenClassificationCRF",
+    "default_crf_mask",
+    "model_inputs",
+    "viterbi_predictions",
+]

@@ -43,14 +43,11 @@ from typing import Any
 
 import torch
 
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE
+from ernie_zoo.tokenization.lexicon import JIEBA_NAME_TYPES, LEXICON_FILE
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
 from .word_segmentation import read_user_dict
-
-# jieba's POS tags for names, accepted in a NER user_dict next to PER / LOC / ORG.
-USER_DICT_TAGS = {"nr": "PER", "nrt": "PER", "nrfg": "PER", "ns": "LOC", "nt": "ORG"}
 
 PREFIXES = {"B", "I", "M", "E", "S"}
 
@@ -167,11 +164,11 @@ class NamedEntityRecognition(EncoderTask):
         types = set(self.entity_types)
         words: dict[str, str] = {}
         for n, (word, _, tag) in enumerate(read_user_dict(user_dict), 1):
-            kind = USER_DICT_TAGS.get(tag or "", tag)
+            kind = JIEBA_NAME_TYPES.get(tag or "", tag)
             if kind not in types:
                 raise ValueError(
                     f"user_dict entry {n} ({word!r}) needs an entity type of the model ({', '.join(sorted(types))}) "
-                    f"or a jieba name tag ({', '.join(USER_DICT_TAGS)}), got {tag!r}"
+                    f"or a jieba name tag ({', '.join(JIEBA_NAME_TYPES)}), got {tag!r}"
                 )
             word = to_simplified(word)  # matched against the text converted to Simplified
             if words.get(word, kind) != kind:

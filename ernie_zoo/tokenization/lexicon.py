@@ -29,9 +29,11 @@ from ernie_zoo.utils import atomic_write_text
 
 from .traditional import to_simplified
 
-__all__ = ["LEXICON_FILE", "EntityLexicon", "find_lexicon"]
+__all__ = ["JIEBA_NAME_TYPES", "LEXICON_FILE", "EntityLexicon", "find_lexicon"]
 
 LEXICON_FILE = "entity_lexicon.txt"
+#: jieba's POS tags of names and the entity type each stands for (the lexicon builder, NER user_dict tags).
+JIEBA_NAME_TYPES = {"nr": "PER", "nrt": "PER", "nrfg": "PER", "ns": "LOC", "nt": "ORG"}
 _HEADER = "# ernie-zoo entity lexicon:"
 _PARTS = ("B", "M", "E")
 

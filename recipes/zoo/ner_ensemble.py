@@ -31,26 +31,25 @@ class MeanEmissionEnsemble(nn.Module):
                 p.copy_(torch.stack([dict(m.crf.named_parameters())[name] for m in models]).mean(0))
 
     def forward(self, **batch):
-        from ernie_zoo.finetune.crf import compact
-        from ernie_zoo.finetune.modeling import IGNORE, CRFTokenClassifierOutput, default_crf_mask
+        from ernie_zoo.finetune.modeling import (
+            CRFTokenClassifierOutput,
+            default_crf_mask,
+            model_inputs,
+            viterbi_predictions,
+        )
 
-        outs = []
-        for m in self.models:
-            takes_lexicon = getattr(m, "lexicon_proj", None) is not None
-            outs.append(m(**{k: v for k, v in batch.items() if takes_lexicon or k != "lexicon_ids"}))
+        outs = [m(**model_inputs(m, batch)) for m in self.models]
         emissions = torch.stack([o.logits for o in outs]).mean(0)
         mask = batch.get("crf_mask")
         mask = default_crf_mask(batch["attention_mask"]) if mask is None else mask.bool()
-        mask_c, order, em_c = compact(mask, emissions)
-        paths = self.crf(em_c, mask_c)
-        predictions = torch.full_like(paths, IGNORE)
-        predictions.scatter_(1, order, torch.where(paths >= 0, paths, torch.full_like(paths, IGNORE)))
+        predictions = viterbi_predictions(self.crf, emissions, mask)
         loss = sum(o.loss for o in outs) / len(outs) if outs[0].loss is not None else None
         return CRFTokenClassifierOutput(loss=loss, logits=emissions, predictions=predictions)
 
 
 def main(argv: list[str] | None = None) -> None:
     from ernie_zoo.finetune import build_args, load_finetuned
+    from ernie_zoo.finetune.distill import check_teacher
     from ernie_zoo.finetune.tasks import make_task
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -67,15 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     loaded = [load_finetuned(path) for path in args.models]
     tokenizer = loaded[0][1]
     for path, (model, tok) in zip(args.models, loaded):
-        if tok.get_vocab() != tokenizer.get_vocab() or model.config.id2label != loaded[0][0].config.id2label:
-            raise SystemExit(f"{path}: another vocabulary or label set than {args.models[0]}")
-        lexicon = getattr(task, "lexicon", None)
-        if getattr(model, "lexicon_proj", None) is not None and (
-            lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None))
-        ):
-            raise SystemExit(
-                f"{path}: reads another entity lexicon than {args.recipe}'s data pipeline computes"
-            )
+        try:  # the checks a distillation teacher passes: same input ids, labels and entity lexicon
+            check_teacher(path, model, tok, tokenizer, task, "ensemble member")
+        except ValueError as exc:
+            raise SystemExit(str(exc)) from exc
     examples = task.splits[args.split]
     features = task.encode(examples, tokenizer)
 
