@@ -53,12 +53,20 @@ def _strip_entities(src: str, dst: Path) -> str:
 
 def test_a_student_learns_from_its_teacher_what_its_own_labels_lack(tmp_path):
     """The student's training file has no entities at all: alone it learns to tag nothing; with
-    distill_alpha 1 it learns the teacher's tagging and finds the dev entities."""
+    distill_alpha 1 it learns the teacher's tagging and finds the dev entities. The teachers are the tagger and an
+    ensemble directory (ErnieZooEnsembleForTokenClassificationCRF) of two copies of it: a teacher like any other."""
     paths = _ner_files(tmp_path)
     teacher = run_finetune(_ner_args(tmp_path, "teacher", paths["train"], paths["dev"], token_dropout=0.1))
     assert teacher["dev"]["f1"] > 0.8, teacher["dev"]
     blank = _strip_entities(paths["train"], tmp_path / "blank.jsonl")
     tok = str(tmp_path / "teacher")
+    from ernie_zoo.finetune import ErnieZooEnsembleForTokenClassificationCRF, load_finetuned
+
+    tagger, tagger_tokenizer = load_finetuned(tok)
+    ErnieZooEnsembleForTokenClassificationCRF.from_members([tagger, tagger]).save_pretrained(
+        tmp_path / "pair"
+    )
+    tagger_tokenizer.save_pretrained(tmp_path / "pair")
     alone = run_finetune(_ner_args(tmp_path, "alone", blank, paths["dev"], tokenizer=tok))
     taught = run_finetune(
         _ner_args(
@@ -67,7 +75,7 @@ def test_a_student_learns_from_its_teacher_what_its_own_labels_lack(tmp_path):
             blank,
             paths["dev"],
             tokenizer=tok,
-            distill_from=[tok],
+            distill_from=[tok, str(tmp_path / "pair")],
             distill_alpha=1.0,
             token_dropout=0.1,
         )
@@ -175,32 +183,3 @@ def test_bad_distillation_settings_name_the_key(recipe, message):
     merged = {**base, **recipe, "data": {**base["data"], **recipe.get("data", {})}}
     with pytest.raises(ValueError, match=message):
         build_args(merged)
-
-
-def test_the_ensemble_script_of_two_copies_is_the_tagger(tiny_tokenizer, make_config):
-    """recipes/zoo/ner_ensemble.py decodes mean emissions with mean transitions: two copies of a tagger are that
-    tagger; a second, different tagger moves the emissions to the mean."""
-    import importlib.util
-
-    from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
-
-    path = Path(__file__).parents[1] / "recipes" / "zoo" / "ner_ensemble.py"
-    spec = importlib.util.spec_from_file_location("ner_ensemble", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    torch.manual_seed(0)
-    a = ErnieZooForTokenClassificationCRF(make_config(num_labels=5)).eval()
-    b = ErnieZooForTokenClassificationCRF(make_config(num_labels=5)).eval()
-    with torch.no_grad():
-        for p in list(a.crf.parameters()) + list(b.crf.parameters()):
-            p.normal_()
-    enc = tiny_tokenizer(["王芳在上海工作。", "新华社位于北京。"], padding=True, return_tensors="pt")
-    with torch.no_grad():
-        one = a(**enc)
-        same = module.MeanEmissionEnsemble([a, a]).eval()(**enc)
-        mixed = module.MeanEmissionEnsemble([a, b]).eval()(**enc)
-        other = b(**enc)
-    assert torch.equal(same.predictions, one.predictions)
-    torch.testing.assert_close(mixed.logits, (one.logits + other.logits) / 2)
-    mean = module.MeanEmissionEnsemble([a, b]).crf.transitions
-    torch.testing.assert_close(mean, (a.crf.transitions + b.crf.transitions) / 2)

@@ -291,9 +291,16 @@ def test_ship_takes_a_gone_stage_from_the_shipped_records(tmp_path, monkeypatch)
         ship._stage("x", "recipes/zoo/nope.yaml", str(tmp_path / "gone"), 1, "")
     # The same for fine-tuning stages: a shipped tagger restored and fine-tuned further keeps its earlier stages.
     ner = json.loads(Path("ernie_zoo/zoo/ernie-zoo-mini-ner/training.json").read_text(encoding="utf-8"))
-    tuned = [s for s in ner["stages"] if s.get("tokens") is None]
-    for i, stage in enumerate(tuned):
-        assert ship._finetune_stage(i, len(tuned), stage["recipe"], str(tmp_path / "gone")) == stage
+    lineages: dict = {}  # an ensemble numbers each tagger's stages on their own ("tagger A: ..., stage 2")
+    for stage in (s for s in ner["stages"] if s.get("tokens") is None):
+        tagger = stage["name"].split(": ")[0] if ": " in stage["name"] else None
+        lineages.setdefault(tagger, []).append(stage)
+    assert len(lineages) >= 2
+    for tagger, tuned in lineages.items():
+        for i, stage in enumerate(tuned):
+            assert (
+                ship._finetune_stage(i, len(tuned), stage["recipe"], str(tmp_path / "gone"), tagger) == stage
+            )
     with pytest.raises(SystemExit, match="no shipped model records a stage trained by recipes/zoo/nope.yaml"):
         ship._finetune_stage(0, 1, "recipes/zoo/nope.yaml", str(tmp_path / "gone"))
     # A run directory that is there is read, not the record.
@@ -303,18 +310,25 @@ def test_ship_takes_a_gone_stage_from_the_shipped_records(tmp_path, monkeypatch)
     assert (stage["steps"], stage["tokens"], stage["cpu_hours"]) == (7, 70, round(20.0 / 3600, 3))
 
 
+def _restore_module():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "recipes/zoo/restore_shipped.py"
+    spec = importlib.util.spec_from_file_location("restore_shipped", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def test_restore_shipped_writes_the_exact_weights_where_recipes_read_them(tmp_path, monkeypatch):
     import hashlib
-    import importlib.util
 
     from safetensors.torch import load_file
 
     from ernie_zoo.training.checkpoint import latest_valid_checkpoint
 
     repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("restore_shipped", repo / "recipes/zoo/restore_shipped.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _restore_module()
     monkeypatch.chdir(tmp_path)
     package = repo / "ernie_zoo/zoo/ernie-zoo-mini-zh"
     src, tok, _, _ = mod._ship_module().MODELS["ernie-zoo-mini-zh"]
@@ -339,6 +353,33 @@ def test_restore_shipped_writes_the_exact_weights_where_recipes_read_them(tmp_pa
     assert mod.restore("ernie-zoo-mini-zh", repo / "ernie_zoo/zoo") == []
     with pytest.raises(SystemExit, match="unknown model 'nope'"):
         mod.restore("nope", repo / "ernie_zoo/zoo")
+
+
+def test_restore_shipped_puts_an_ensemble_back_tagger_by_tagger(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from ernie_zoo.finetune import load_finetuned
+    from ernie_zoo.models.int8 import load_int8_state_dict
+
+    repo = Path(__file__).resolve().parents[1]
+    mod = _restore_module()
+    monkeypatch.chdir(tmp_path)
+    package = repo / "ernie_zoo/zoo/ernie-zoo-mini-ner"
+    sources, _, _, _ = mod._ship_module().MODELS["ernie-zoo-mini-ner"]
+    assert isinstance(sources, list) and len(sources) == 2
+    assert mod.restore("ernie-zoo-mini-ner", repo / "ernie_zoo/zoo") == [Path(s) for s in sources]
+    shipped = load_int8_state_dict(package / "model.safetensors")  # dequantised to fp32
+    for i, source in enumerate(sources):
+        tagger, tokenizer = load_finetuned(source)  # a plain CRF tagger with its lexicon and tokenizer
+        assert type(tagger).__name__ == "ErnieZooForTokenClassificationCRF"
+        assert tagger.entity_lexicon is not None and len(tokenizer) == tagger.config.vocab_size
+        restored = load_file(f"{source}/model.safetensors")
+        members = {k[len(f"members.{i}.") :]: v for k, v in shipped.items() if k.startswith(f"members.{i}.")}
+        assert set(restored) == set(members)
+        for key, value in members.items():
+            assert torch.equal(value.to(restored[key].dtype), restored[key]), key
+        assert "int8" in json.loads(Path(source, "restored.json").read_text(encoding="utf-8"))["note"]
+    assert mod.restore("ernie-zoo-mini-ner", repo / "ernie_zoo/zoo") == []
 
 
 def test_ner_mention_replacement_keeps_offsets_and_types(tmp_path):

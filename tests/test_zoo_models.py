@@ -40,7 +40,7 @@ def test_every_shipped_name_is_in_the_package_and_evaluated():
 
 
 @pytest.mark.parametrize("name", sorted(ZOO_MODELS))
-def test_manifest_size_and_fp16(name):
+def test_manifest_size_and_storage(name):
     directory = ZOO_DIR / name
     files = verify_manifest(directory)
     assert {"config.json", "model.safetensors", "training.json"} <= set(files)
@@ -50,8 +50,13 @@ def test_manifest_size_and_fp16(name):
     from safetensors import safe_open
 
     with safe_open(str(directory / "model.safetensors"), "pt") as f:
-        dtypes = {str(f.get_slice(k).get_dtype()) for k in f.keys()}
+        int8 = (f.metadata() or {}).get("ernie_zoo_weights") == "int8-rowwise"
+        # an int8 file keeps its per-row scales in fp32, nothing else
+        dtypes = {
+            str(f.get_slice(k).get_dtype()) for k in f.keys() if not (int8 and k.endswith(".int8_scale"))
+        }
     assert "F32" not in dtypes and "F16" in dtypes
+    assert ("I8" in dtypes) == int8 == (EVAL["models"][name]["weights_format"] == "int8-rowwise")
 
 
 @pytest.mark.parametrize("name", sorted(ZOO_MODELS))

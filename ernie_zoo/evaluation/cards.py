@@ -164,6 +164,16 @@ def _front_matter(name: str, kind: str, r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _storage(r: dict[str, Any]) -> str:
+    fmt = r.get("weights_format", "fp16")
+    if fmt == "int8-rowwise":
+        return (
+            "int8 safetensors (`ernie_zoo.models.int8`: each weight matrix as int8 rows with one scale per row, "
+            "dequantised to fp32 when loaded; biases, LayerNorm and CRF in fp16)"
+        )
+    return f"{fmt} safetensors"
+
+
 def _compute(r: dict[str, Any]) -> list[str]:
     t = r.get("training") or {}
     out = ["## Training and compute", ""]
@@ -185,7 +195,7 @@ def _compute(r: dict[str, Any]) -> list[str]:
         out.append("")
     out += [
         f"Rebuild from scratch: `bash recipes/zoo/build_all.sh` (seeds in the recipes). "
-        f"Weights on disk: fp16 safetensors, {r['weights_bytes'] / 1e6:.1f} MB "
+        f"Weights on disk: {_storage(r)}, {r['weights_bytes'] / 1e6:.1f} MB "
         f"(sha256 `{(r.get('weights_sha256') or 'n/a')[:16]}...`); Taskflow computes in fp32.",
         "",
     ]
@@ -207,9 +217,23 @@ def _arch(r: dict[str, Any]) -> list[str]:
     )
     if a.get("use_crf"):
         text += "; linear-chain CRF decoding"
+    if a.get("ensemble_size"):
+        text = (
+            f"mean-emission ensemble of {a['ensemble_size']} taggers (their mean emissions decoded with their mean "
+            f"CRF transition scores), each: {text}"
+        )
     if a.get("is_decoder"):
         text += "; causal (decoder) attention"
     return [f"Architecture ({(a.get('architectures') or ['?'])[0]}): {text}.", ""]
+
+
+def _size(r: dict[str, Any]) -> str:
+    n = r.get("parameters")
+    if not n:
+        return "a 4-layer encoder"
+    size = r["architecture"].get("ensemble_size")
+    each = f", {size} taggers of about {n / size / 1e6:.1f}M each" if size else ""
+    return f"about {n / 1e6:.1f}M parameters{each}"
 
 
 def _budget(r: dict[str, Any]) -> str:
@@ -296,8 +320,13 @@ def _eval_ner(r: dict[str, Any]) -> list[str]:
     lex = r.get("lexicon")
     if lex:
         split = lex["test_unseen_names"]
+        reader = (
+            "each tagger of the ensemble reads"
+            if r["architecture"].get("ensemble_size")
+            else "the tagger reads"
+        )
         out += [
-            f"Entity lexicon: the tagger reads matches of {lex['words']:,} {'/'.join(lex['types'])} names (jieba "
+            f"Entity lexicon: {reader} matches of {lex['words']:,} {'/'.join(lex['types'])} names (jieba "
             f"nr/ns/nt words, jionlp place names; no labelled data) as input. It holds "
             f"{split['share_in_lexicon']:.1%} of the test names unseen in training; recall on those is "
             f"{_f(split['in_lexicon']['recall'])}, and {_f(split['not_in_lexicon']['recall'])} on the unseen names "
@@ -480,7 +509,7 @@ def render_card(name: str, r: dict[str, Any], *, ablation: dict[str, Any] | None
     out += [
         "## Limitations",
         "",
-        "- Small (about 7.7M parameters) and trained on a few million tokens on 2 CPU cores: expect errors on "
+        f"- Small ({_size(r)}) and trained on a few million tokens on 2 CPU cores: expect errors on "
         "domains far from the training text (social media, legal, medical) and on long-range context.",
         "- Inputs are NFKC-normalised and lower-cased; Traditional characters are mapped to Simplified where the "
         "vocabulary lacks them.",

@@ -400,6 +400,30 @@ def evaluate_mlm(model_dir: Path, datasets: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------- all
+def _weights_info(path: Path) -> dict[str, Any]:
+    """The storage format of a model.safetensors ("int8-rowwise" or the dtype of its largest tensor) and its
+    parameter count: the float (and int8-stored) tensors, not the integer lookup tables or the int8 scales."""
+    from safetensors import safe_open
+
+    from ernie_zoo.models.int8 import FORMAT_KEY, SCALE_SUFFIX
+
+    count, largest = 0, (0, "?")
+    with safe_open(str(path), framework="pt") as f:
+        fmt = (f.metadata() or {}).get(FORMAT_KEY)
+        for key in f.keys():
+            part = f.get_slice(key)
+            n = 1
+            for d in part.get_shape():
+                n *= d
+            dtype = part.get_dtype()
+            if key.endswith(SCALE_SUFFIX) or dtype not in ("F32", "F16", "BF16", "I8"):
+                continue
+            count += n
+            largest = max(largest, (n, dtype.lower()))
+    names = {"f16": "fp16", "f32": "fp32", "bf16": "bf16", "i8": "int8"}
+    return {"weights_format": fmt or names[largest[1]], "parameters": count}
+
+
 def _dir_info(model_dir: Path) -> dict[str, Any]:
     from ernie_zoo.taskflow.models import MANIFEST
 
@@ -413,6 +437,9 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
         info["weights_sha256"] = json.loads(manifest.read_text(encoding="utf-8"))["files"].get(
             "model.safetensors"
         )
+    weights = model_dir / "model.safetensors"
+    if weights.is_file():
+        info.update(_weights_info(weights))
     training = model_dir / TRAINING_FILE
     if training.is_file():
         info["training"] = json.loads(training.read_text(encoding="utf-8"))
@@ -432,6 +459,7 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
             "use_strokes",
             "feature_fusion",
             "use_crf",
+            "ensemble_size",
             "is_decoder",
         )
         if k in config

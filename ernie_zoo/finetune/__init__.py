@@ -18,6 +18,7 @@ from .args import (
 )
 from .bottleneck import BottleneckConfig, BottleneckModel
 from .crf import LinearChainCRF
+from .ensemble import ErnieZooEnsembleForTokenClassificationCRF
 from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
 from .loop import run_finetune
 from .methods import METHODS, apply_method, check_supported
@@ -29,6 +30,7 @@ __all__ = [
     "BottleneckConfig",
     "BottleneckModel",
     "DataArgs",
+    "ErnieZooEnsembleForTokenClassificationCRF",
     "ErnieZooForTokenClassificationCRF",
     "FinetuneArgs",
     "LinearChainCRF",

@@ -53,7 +53,7 @@ def check_teacher(where, model: nn.Module, model_tokenizer, tokenizer, task, wha
             "order"
         )
     lexicon = getattr(task, "lexicon", None)
-    if getattr(model, "lexicon_proj", None) is not None and (
+    if getattr(model, "reads_lexicon", False) and (
         lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None))
     ):
         raise ValueError(

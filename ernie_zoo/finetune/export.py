@@ -38,6 +38,7 @@ from ernie_zoo.utils import atomic_directory, atomic_write_text
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
 from .bottleneck.config import PEFT_TYPE as BOTTLENECK_TYPE
+from .ensemble import ErnieZooEnsembleForTokenClassificationCRF
 from .modeling import ErnieZooForTokenClassificationCRF
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ MODEL_CLASSES: dict[str, type] = {
         ErnieZooForSequenceClassification,
         ErnieZooForTokenClassification,
         ErnieZooForTokenClassificationCRF,
+        ErnieZooEnsembleForTokenClassificationCRF,
         ErnieZooForCausalLM,
         ErnieZooForMaskedLM,
         ErnieZooModel,

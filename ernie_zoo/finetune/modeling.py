@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.modeling_outputs import TokenClassifierOutput
+from transformers.modeling_outputs import BaseModelOutput, TokenClassifierOutput
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooModel
 from ernie_zoo.models.modeling import ErnieZooPreTrainedModel
@@ -64,7 +64,7 @@ def default_crf_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`batch` for `model`: without `lexicon_ids` unless the model reads an entity lexicon (`lexicon_proj`), so
     taggers with and without one can share the batches of a lexicon pipeline."""
-    if getattr(model, "lexicon_proj", None) is not None or "lexicon_ids" not in batch:
+    if getattr(model, "reads_lexicon", False) or "lexicon_ids" not in batch:
         return batch
     return {k: v for k, v in batch.items() if k != "lexicon_ids"}
 
@@ -77,7 +77,77 @@ def viterbi_predictions(crf: LinearChainCRF, emissions: torch.Tensor, crf_mask: 
     return predictions.scatter_(1, order, torch.where(paths >= 0, paths, torch.full_like(paths, IGNORE)))
 
 
-class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
+def crf_outputs(
+    crf: LinearChainCRF,
+    emissions: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    crf_mask: torch.Tensor | None,
+    labels: torch.Tensor | None,
+    training: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(CRF negative log-likelihood if `labels` are given, Viterbi predictions unless `training`) of `emissions`
+    over `crf_mask` (default: `default_crf_mask` of `attention_mask`)."""
+    if crf_mask is None:
+        if attention_mask is None:
+            attention_mask = torch.ones(emissions.shape[:2], dtype=torch.long, device=emissions.device)
+        crf_mask = default_crf_mask(attention_mask)
+    crf_mask = crf_mask.bool()
+    loss = None
+    if labels is not None:
+        if bool((labels[crf_mask] == IGNORE).any()):
+            raise ValueError(
+                "labels are -100 at a position the CRF decodes; label every token between [CLS] and [SEP] "
+                "or pass crf_mask"
+            )
+        mask_c, _, em_c, tags_c = compact(crf_mask, emissions, labels)
+        loss = crf(em_c, mask_c, tags_c)
+    predictions = None if training else viterbi_predictions(crf, emissions, crf_mask)
+    return loss, predictions
+
+
+class EntityLexiconMixin:
+    """The entity lexicon of a tagger that reads one (`config.lexicon_types`): attached as `entity_lexicon`,
+    saved next to the weights by `save_pretrained` and read back by `from_pretrained`."""
+
+    entity_lexicon: EntityLexicon | None = None
+
+    @property
+    def reads_lexicon(self) -> bool:
+        return bool(getattr(self.config, "lexicon_types", None))
+
+    def set_entity_lexicon(self, lexicon: EntityLexicon | None) -> None:
+        """Attach the lexicon whose matches `lexicon_ids` encode; its types must be `config.lexicon_types`."""
+        types = list(getattr(self.config, "lexicon_types", None) or [])
+        if lexicon is not None and list(lexicon.types) != types:
+            raise ValueError(
+                f"the lexicon's types {list(lexicon.types)} are not config.lexicon_types {types}"
+            )
+        self.entity_lexicon = lexicon
+
+    def load_entity_lexicon(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
+        """Attach the lexicon saved with a model (a local directory or a hub repo, then from the hub cache), if it
+        has one and this tagger reads a lexicon."""
+        if not self.reads_lexicon:
+            return
+        path = find_lexicon(model_name_or_path, **hub_kwargs)
+        if path is not None:
+            self.set_entity_lexicon(EntityLexicon.load(path))
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.entity_lexicon is not None:
+            self.entity_lexicon.save(Path(save_directory) / LEXICON_FILE)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        hub = {k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs}
+        model.load_entity_lexicon(pretrained_model_name_or_path, **hub)
+        return loaded
+
+
+class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedModel):
     """Token classification with CRF decoding. Saved and loaded like any model (`from_pretrained`); the CRF
     transition scores live in `crf.*` of model.safetensors and `config.use_crf` is True."""
 
@@ -107,37 +177,6 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
         if module is getattr(self, "lexicon_proj", None):
             init.zeros_(module.weight)  # a lexicon added to a trained tagger changes nothing at first
 
-    def set_entity_lexicon(self, lexicon: EntityLexicon | None) -> None:
-        """Attach the lexicon whose matches `lexicon_ids` encode; its types must be `config.lexicon_types`."""
-        types = list(getattr(self.config, "lexicon_types", None) or [])
-        if lexicon is not None and list(lexicon.types) != types:
-            raise ValueError(
-                f"the lexicon's types {list(lexicon.types)} are not config.lexicon_types {types}"
-            )
-        self.entity_lexicon = lexicon
-
-    def load_entity_lexicon(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
-        """Attach the lexicon saved with a model (a local directory or a hub repo, then from the hub cache), if it
-        has one and this tagger reads a lexicon."""
-        if self.lexicon_proj is None:
-            return
-        path = find_lexicon(model_name_or_path, **hub_kwargs)
-        if path is not None:
-            self.set_entity_lexicon(EntityLexicon.load(path))
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if self.entity_lexicon is not None:
-            self.entity_lexicon.save(Path(save_directory) / LEXICON_FILE)
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        hub = {k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs}
-        model.load_entity_lexicon(pretrained_model_name_or_path, **hub)
-        return loaded
-
     def _embed_with_lexicon(
         self, input_ids: torch.Tensor, lexicon_ids: torch.Tensor | None, pinyin_ids: torch.Tensor | None
     ) -> torch.Tensor:
@@ -158,6 +197,24 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
         embeds = self.ernie.embeddings.embed_tokens(input_ids, pinyin_ids)  # (B, T, H)
         return embeds + self.lexicon_proj(bits.to(embeds.dtype))
 
+    def encode(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        lexicon_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, BaseModelOutput]:
+        """(emissions (B, T, C), the encoder's output): everything of `forward` but the CRF."""
+        kwargs.pop("return_dict", None)
+        if self.lexicon_proj is not None and input_ids is not None and inputs_embeds is None:
+            inputs_embeds = self._embed_with_lexicon(input_ids, lexicon_ids, kwargs.pop("pinyin_ids", None))
+            input_ids = None
+        outputs = self.ernie(
+            input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
+        )
+        return self.classifier(self.dropout(outputs[0])), outputs
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -177,36 +234,17 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
         lexicon_ids (`torch.LongTensor` (B, T), *optional*): lexicon-match bits of each token (models with
             `config.lexicon_types`; ignored otherwise).
         """
-        kwargs.pop("return_dict", None)
-        if self.lexicon_proj is not None and input_ids is not None and inputs_embeds is None:
-            inputs_embeds = self._embed_with_lexicon(input_ids, lexicon_ids, kwargs.pop("pinyin_ids", None))
-            input_ids = None
-        outputs = self.ernie(
+        emissions, outputs = self.encode(
             input_ids,
             attention_mask=attention_mask,
+            lexicon_ids=lexicon_ids,
+            inputs_embeds=inputs_embeds,
             token_type_ids=token_type_ids,
             task_type_ids=task_type_ids,
             position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
             **kwargs,
         )
-        emissions = self.classifier(self.dropout(outputs[0]))  # (B, T, C)
-        if crf_mask is None:
-            if attention_mask is None:
-                attention_mask = torch.ones(emissions.shape[:2], dtype=torch.long, device=emissions.device)
-            crf_mask = default_crf_mask(attention_mask)
-        crf_mask = crf_mask.bool()
-        loss = None
-        if labels is not None:
-            if bool((labels[crf_mask] == IGNORE).any()):
-                raise ValueError(
-                    "labels are -100 at a position the CRF decodes; label every token between [CLS] and [SEP] "
-                    "or pass crf_mask"
-                )
-            mask_c, _, em_c, tags_c = compact(crf_mask, emissions, labels)
-            loss = self.crf(em_c, mask_c, tags_c)
-        predictions = None if self.training else viterbi_predictions(self.crf, emissions, crf_mask)
+        loss, predictions = crf_outputs(self.crf, emissions, attention_mask, crf_mask, labels, self.training)
         return CRFTokenClassifierOutput(
             loss=loss,
             logits=emissions,
@@ -218,7 +256,9 @@ class ErnieZooForTokenClassificationCRF(ErnieZooPreTrainedModel):
 
 __all__ = [
     "CRFTokenClassifierOutput",
+    "EntityLexiconMixin",
     "ErnieZooForTokenClassificationCRF",
+    "crf_outputs",
     "default_crf_mask",
     "model_inputs",
     "viterbi_predictions",

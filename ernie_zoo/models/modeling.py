@@ -25,6 +25,7 @@ too).
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 from torch import nn
@@ -140,6 +141,24 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
     config_class = ErnieZooConfig
     config: ErnieZooConfig
     base_model_prefix = "ernie"
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' `from_pretrained`, which also reads a local directory whose model.safetensors is in the
+        int8 storage format (`ernie_zoo.models.int8`): dequantised to float, then loaded as usual."""
+        path = pretrained_model_name_or_path
+        int8 = None
+        if path is not None and "state_dict" not in kwargs and os.path.isdir(path):
+            from .int8 import int8_weights_file, load_int8_state_dict
+
+            int8 = int8_weights_file(path)
+        if int8 is None:
+            return super().from_pretrained(path, *args, **kwargs)
+        config = kwargs.pop("config", None)
+        if config is None:
+            config, kwargs = cls.config_class.from_pretrained(path, return_unused_kwargs=True, **kwargs)
+        kwargs["state_dict"] = load_int8_state_dict(int8)
+        return super().from_pretrained(None, *args, config=config, **kwargs)
 
     def _init_weights(self, module):
         super()._init_weights(module)

@@ -305,11 +305,16 @@ def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
 
 def _token_classifier_class(source: ModelSource, default: Any) -> Any:
     """`ErnieZooForTokenClassificationCRF` for a checkpoint saved with a CRF (`config.use_crf`), so its
-    transition scores are loaded and decoding is Viterbi, not per-token argmax; else `default`."""
+    transition scores are loaded and decoding is Viterbi, not per-token argmax;
+    `ErnieZooEnsembleForTokenClassificationCRF` for an ensemble of such taggers; else `default`."""
     import transformers
 
     config = _from_pretrained(transformers.AutoConfig, source)
     archs = getattr(config, "architectures", None) or []
+    if "ErnieZooEnsembleForTokenClassificationCRF" in archs:
+        from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
+
+        return ErnieZooEnsembleForTokenClassificationCRF
     if getattr(config, "use_crf", False) or "ErnieZooForTokenClassificationCRF" in archs:
         from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
 

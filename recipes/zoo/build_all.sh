@@ -4,9 +4,10 @@
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
 #   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6, 7 -> runs/zoo/pretrain{,2,3,4,5,6,7}/checkpoint-*
-#   4. fine-tune sentiment (after task-adaptive pretraining on the review train text) and NER (last stage with
-#      the entity lexicon) from it, and train the poetry LM from it       -> runs/zoo/{sentiment-tapt-s5,ner-lex-3,poetry-s5}
-#   5. copy them into the package as fp16 + manifest                   -> ernie_zoo/zoo/<name>
+#   4. fine-tune sentiment (after task-adaptive pretraining on the review train text), the two NER taggers of the
+#      shipped ensemble (A from stage 5, B from stage 7, both with the entity lexicon; B's last stage distilled)
+#      and train the poetry LM                                          -> runs/zoo/{sentiment-tapt-s5,ner-lex-3,ner-s7-kd,poetry-s5}
+#   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
 # On a machine that has the shipped models but not runs/zoo/, `python recipes/zoo/restore_shipped.py` writes the shipped
@@ -55,7 +56,11 @@ Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # th
 PYEOF
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt-s5.yaml
 $PY -m ernie_zoo.data.lexicon --out runs/zoo/data/entity_lexicon.txt
-for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 poetry-s5; do
+# NER tagger A (ner-s5 ... ner-lex-3), tagger B (ner-s7-lex ... ner-s7-kd); ner-kd, a student of A and B's second
+# stage, is a teacher of B's last stage. The pair was picked by dev entity F1 among 10 lexicon taggers
+# (recipes/zoo/ner_ensemble.py --pairs); this rebuilds the picked pair.
+for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 \
+    ner-s7-lex ner-s7-lex-stage2 ner-s7-lex-stage3 ner-kd ner-s7-kd poetry-s5; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 

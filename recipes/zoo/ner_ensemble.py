@@ -2,54 +2,70 @@
 
     python recipes/zoo/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-s7-lex-2             # dev
     python recipes/zoo/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-s7-lex-2 --split test
+    python recipes/zoo/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-kd runs/zoo/ner-s7-lex-3 --pairs  # every pair
 
 Each tagger computes its emissions on the same encoded split (they must share vocabulary, labels and, if they
-read one, the entity lexicon); the ensemble decodes the mean emissions with the mean transition scores (Viterbi),
-which is what the distillation loss teaches a student to imitate. The data come from --recipe (default: the
-shipped tagger's recipe). Prints each tagger's entity F1 and the ensemble's.
+read one, the entity lexicon); the ensemble (`ErnieZooEnsembleForTokenClassificationCRF.from_members`, what
+recipes/zoo/ship.py ships) decodes the mean emissions with the mean transition scores (Viterbi), which is what
+the distillation loss teaches a student to imitate. The data come from --recipe (default: tagger A's last recipe).
+Prints each tagger's entity F1 and the ensemble's; with --pairs, each tagger's and every pair's, best first (each
+tagger's emissions are computed once and replayed for its pairs).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 
 import torch
 from torch import nn
 
 
-class MeanEmissionEnsemble(nn.Module):
-    """CRF taggers as one: mean emissions, mean transitions, Viterbi; the output has `loss`, `logits` and
-    `predictions` like one tagger's."""
+class Replay(nn.Module):
+    """A tagger's emissions on one evaluation pass, recorded, then replayed in the same order (`--pairs` scores
+    every pair without recomputing a member's emissions)."""
 
-    def __init__(self, models: list[nn.Module]):
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.models = nn.ModuleList(models)
-        self.crf = copy.deepcopy(models[0].crf)
-        with torch.no_grad():
-            for name, p in self.crf.named_parameters():
-                p.copy_(torch.stack([dict(m.crf.named_parameters())[name] for m in models]).mean(0))
+        self.model, self.config, self.crf = model, model.config, model.crf
+        self.emissions: list[torch.Tensor] = []
+        self.calls = 0
 
     def forward(self, **batch):
-        from ernie_zoo.finetune.modeling import (
-            CRFTokenClassifierOutput,
-            default_crf_mask,
-            model_inputs,
-            viterbi_predictions,
-        )
+        out = self.model(**batch)
+        self.emissions.append(out.logits)
+        return out
 
-        outs = [m(**model_inputs(m, batch)) for m in self.models]
-        emissions = torch.stack([o.logits for o in outs]).mean(0)
-        mask = batch.get("crf_mask")
-        mask = default_crf_mask(batch["attention_mask"]) if mask is None else mask.bool()
-        predictions = viterbi_predictions(self.crf, emissions, mask)
-        loss = sum(o.loss for o in outs) / len(outs) if outs[0].loss is not None else None
+    def replay(self) -> torch.Tensor:
+        emissions = self.emissions[self.calls % len(self.emissions)]
+        self.calls += 1
+        return emissions
+
+
+class MeanOfReplays(nn.Module):
+    """What `ErnieZooEnsembleForTokenClassificationCRF` of the replayed taggers computes, from their recordings."""
+
+    def __init__(self, replays: list[Replay]):
+        super().__init__()
+        self.replays = replays
+        self.crf = copy.deepcopy(replays[0].crf)
+        with torch.no_grad():
+            for name, p in self.crf.named_parameters():
+                p.copy_(torch.stack([r.crf.get_parameter(name) for r in replays]).mean(0))
+
+    def forward(self, attention_mask=None, crf_mask=None, labels=None, **_):
+        from ernie_zoo.finetune.modeling import CRFTokenClassifierOutput, crf_outputs
+
+        emissions = torch.stack([r.replay() for r in self.replays]).mean(0)
+        loss, predictions = crf_outputs(self.crf, emissions, attention_mask, crf_mask, labels, False)
         return CRFTokenClassifierOutput(loss=loss, logits=emissions, predictions=predictions)
 
 
 def main(argv: list[str] | None = None) -> None:
     from ernie_zoo.finetune import build_args, load_finetuned
     from ernie_zoo.finetune.distill import check_teacher
+    from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
     from ernie_zoo.finetune.tasks import make_task
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -57,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--recipe", default="recipes/zoo/ner-lex-3.yaml", help="the recipe whose data are scored")
     ap.add_argument("--split", default="dev", choices=["dev", "test"])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--pairs", action="store_true", help="score every pair of the models (sorted by F1)")
     args = ap.parse_args(argv)
     if len(args.models) < 2:
         ap.error("an ensemble needs at least two models")
@@ -77,9 +94,20 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             return task.evaluate(model, features, examples, tokenizer, 64, torch.device("cpu"))["f1"]
 
+    if args.pairs:
+        replays = [Replay(model.eval()) for model, _ in loaded]
+        for path, replay in zip(args.models, replays):
+            print(f"{path}: {args.split} entity F1 {f1(replay):.4f}", flush=True)
+        scores = [
+            (f1(MeanOfReplays([replays[i], replays[j]])), args.models[i], args.models[j])
+            for i, j in itertools.combinations(range(len(replays)), 2)
+        ]
+        for score, a, b in sorted(scores, reverse=True):
+            print(f"pair {a} + {b}: {args.split} entity F1 {score:.4f}")
+        return
     for path, (model, _) in zip(args.models, loaded):
         print(f"{path}: {args.split} entity F1 {f1(model):.4f}")
-    ensemble = MeanEmissionEnsemble([model for model, _ in loaded]).eval()
+    ensemble = ErnieZooEnsembleForTokenClassificationCRF.from_members([model for model, _ in loaded]).eval()
     print(f"mean-emission ensemble of {len(loaded)}: {args.split} entity F1 {f1(ensemble):.4f}")
 
 

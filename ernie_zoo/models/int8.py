@@ -1,0 +1,155 @@
+"""Int8 weight storage: a model.safetensors whose large matrices are stored as int8 rows with one scale each.
+
+    w (R, C) float  ->  q = round(w / s) (R, C) int8,  s = max|w[r]| / 127 per row (R,) float32
+    load:              w ≈ q * s[:, None], in the model's compute dtype
+
+A matrix is stored this way when it is 2-D, floating point and holds at least `min_elements` values (the
+embeddings and the linear layers of an encoder); every other tensor (biases, LayerNorm, CRF transitions, small
+heads) keeps its dtype. The rounding error of a row is at most s/2, half a step of 1/254 of the row's largest
+value; the file is about half the size of fp16.
+
+The file marks itself in its safetensors metadata (`ernie_zoo_weights: int8-rowwise`) and names each stored
+matrix `<key>.int8` with its scales in `<key>.int8_scale`, so a loader that does not know the format finds the
+original keys missing and fails loudly instead of loading integers as weights. `ErnieZooPreTrainedModel
+.from_pretrained` reads such a directory (it dequantises, then loads as usual); the computation is the float
+model's. This is storage only: for int8 *compute* on CPU, Taskflow's `precision="int8"` quantises the loaded
+model's linear layers dynamically.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+WEIGHTS_NAME = "model.safetensors"
+FORMAT_KEY = "ernie_zoo_weights"
+INT8_ROWWISE = "int8-rowwise"
+QUANT_SUFFIX = ".int8"
+SCALE_SUFFIX = ".int8_scale"
+MIN_ELEMENTS = 4096
+
+
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 values, float32 per-row scales) of a 2-D tensor; an all-zero row gets scale 1 (and stays zero)."""
+    if weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError(f"row-wise int8 needs a 2-D float tensor, got {weight.dim()}-D {weight.dtype}")
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def dequantize_rows(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if q.dtype != torch.int8 or q.dim() != 2 or scale.shape != (q.shape[0],):
+        raise ValueError(
+            f"int8 weights need an int8 (R, C) tensor and R scales, got {q.dtype} {tuple(q.shape)} and scales "
+            f"{tuple(scale.shape)}"
+        )
+    return (q.float() * scale.float()[:, None]).to(dtype)
+
+
+def quantize_state_dict(
+    state_dict: dict[str, torch.Tensor],
+    min_elements: int = MIN_ELEMENTS,
+    other_dtype: torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
+    """The tensors of an int8 file: each large 2-D float matrix as `<key>.int8` + `<key>.int8_scale`, the rest
+    as they are (contiguous copies), their floating-point ones cast to `other_dtype` if given."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state_dict.items():
+        if key.endswith((QUANT_SUFFIX, SCALE_SUFFIX)):
+            raise ValueError(f"state dict key {key!r} ends with a suffix the int8 format reserves")
+        if tensor.dim() == 2 and tensor.is_floating_point() and tensor.numel() >= min_elements:
+            out[key + QUANT_SUFFIX], out[key + SCALE_SUFFIX] = quantize_rows(tensor)
+        elif other_dtype is not None and tensor.is_floating_point():
+            out[key] = tensor.detach().to(other_dtype).contiguous()
+        else:
+            out[key] = tensor.detach().contiguous().clone()
+    return out
+
+
+def dequantize_state_dict(
+    tensors: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """The inverse of `quantize_state_dict` (up to rounding): original keys, stored matrices in `dtype`."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        if key.endswith(SCALE_SUFFIX):
+            if key[: -len(SCALE_SUFFIX)] + QUANT_SUFFIX not in tensors:
+                raise ValueError(f"int8 weights: {key!r} has no matching {QUANT_SUFFIX!r} tensor")
+            continue
+        if key.endswith(QUANT_SUFFIX):
+            base = key[: -len(QUANT_SUFFIX)]
+            scale = tensors.get(base + SCALE_SUFFIX)
+            if scale is None:
+                raise ValueError(f"int8 weights: {key!r} has no scales ({base + SCALE_SUFFIX!r})")
+            out[base] = dequantize_rows(tensor, scale, dtype)
+        else:
+            out[key] = tensor
+    return out
+
+
+def int8_weights_file(directory: str | os.PathLike) -> Path | None:
+    """The model.safetensors of a local directory if it is stored in the int8 format, else None."""
+    path = Path(directory) / WEIGHTS_NAME
+    if not path.is_file():
+        return None
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    return path if meta.get(FORMAT_KEY) == INT8_ROWWISE else None
+
+
+def load_int8_state_dict(
+    path: str | os.PathLike, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    return dequantize_state_dict(load_file(str(path)), dtype)
+
+
+def save_int8_weights(
+    model: nn.Module,
+    directory: str | os.PathLike,
+    min_elements: int = MIN_ELEMENTS,
+    other_dtype: torch.dtype | None = torch.float16,
+) -> Path:
+    """Write `model`'s weights to `directory`/model.safetensors in the int8 format, replacing the file
+    `save_pretrained` wrote (atomically: a temporary file renamed into place). Returns the path. The matrices are
+    quantised from the model's own values (keep it in fp32); the other float tensors are stored in `other_dtype`
+    (default fp16, None keeps their dtype).
+
+    Tied parameters (one tensor under several keys) are refused: the format stores every key on its own.
+    """
+    state = model.state_dict()
+    seen: dict[int, str] = {}
+    for key, tensor in state.items():
+        ptr = tensor.untyped_storage().data_ptr() if tensor.numel() else None
+        if ptr is not None and ptr in seen and tensor.dim() == 2:
+            raise ValueError(f"int8 weights: {key!r} shares its storage with {seen[ptr]!r} (tied weights)")
+        if ptr is not None:
+            seen[ptr] = key
+    tensors = quantize_state_dict(state, min_elements, other_dtype)
+    path = Path(directory) / WEIGHTS_NAME
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata={"format": "pt", FORMAT_KEY: INT8_ROWWISE})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+__all__ = [
+    "INT8_ROWWISE",
+    "dequantize_rows",
+    "dequantize_state_dict",
+    "int8_weights_file",
+    "load_int8_state_dict",
+    "quantize_rows",
+    "quantize_state_dict",
+    "save_int8_weights",
+]
