@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,52 @@ def test_the_pairs_scan_scores_what_the_ensemble_computes(tiny_tokenizer, make_c
         expected = Ensemble.from_members([a, b]).eval()(**enc)
     torch.testing.assert_close(replayed.logits, expected.logits)
     assert torch.equal(replayed.predictions, expected.predictions)
+
+
+def test_the_cli_builds_an_ensemble_directory_and_names_bad_taggers(
+    tiny_tokenizer, make_config, lexicon, tmp_path, capsys
+):
+    from ernie_zoo import Taskflow
+    from ernie_zoo.finetune.bottleneck import CONFIG_NAME
+    from ernie_zoo.finetune.cli import main
+    from ernie_zoo.models import ErnieZooForTokenClassification
+
+    dirs = []
+    for seed in (0, 1):
+        path = tmp_path / f"tagger{seed}"
+        _tagger(make_config, tiny_tokenizer, seed, lexicon).save_pretrained(path)
+        tiny_tokenizer.save_pretrained(path)
+        dirs.append(str(path))
+    out = tmp_path / "pair"
+    assert main(["ensemble", str(out), *dirs, "--int8"]) == 0
+    assert "ensemble of 2 taggers written to" in capsys.readouterr().out
+    assert int8_weights_file(out) is not None and (out / LEXICON_FILE).is_file()
+    flow = Taskflow("ner", task_path=str(out))
+    assert type(flow._task.model) is Ensemble and flow._task.model.config.ensemble_size == 2
+    # bad input: a clear error naming the directory, nothing written
+    other = tmp_path / "other-labels"
+    _tagger(
+        make_config, tiny_tokenizer, 2, lexicon, id2label=dict(enumerate(reversed(TAGS)))
+    ).save_pretrained(other)
+    tiny_tokenizer.save_pretrained(other)
+    plain = tmp_path / "plain"
+    ErnieZooForTokenClassification(make_config(num_labels=len(TAGS))).save_pretrained(plain)
+    tiny_tokenizer.save_pretrained(plain)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / CONFIG_NAME).write_text("{}", encoding="utf-8")
+    for bad, message in (
+        ([dirs[0]], "usage: ernie-finetune ensemble"),
+        (
+            [dirs[0], str(other)],
+            f"member 1's config differs from member 0's in .*id2label.*member 1 = {other}",
+        ),
+        (
+            [dirs[0], str(plain)],
+            f"{plain} holds a ErnieZooForTokenClassification; an ensemble takes CRF taggers",
+        ),
+        ([dirs[0], str(adapter)], f"{adapter} holds an adapter: merge it first"),
+    ):
+        assert main(["ensemble", str(tmp_path / "bad"), *bad]) == 2
+        assert re.search(message, capsys.readouterr().err), message
+        assert not (tmp_path / "bad").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ernie_zoo.evaluation.cards import render_card
+from ernie_zoo.evaluation.cards import render_cards
 from ernie_zoo.evaluation.zoo import ZOO_MODELS
 from ernie_zoo.taskflow import Taskflow
 from ernie_zoo.taskflow.models import SHIPPED_MODELS, ZOO_DIR, verify_manifest
@@ -19,6 +19,7 @@ from ernie_zoo.taskflow.models import SHIPPED_MODELS, ZOO_DIR, verify_manifest
 REPO = Path(__file__).resolve().parents[1]
 EVAL = json.loads((REPO / "bench/results/zoo_eval.json").read_text(encoding="utf-8"))
 ABLATION_FILE = REPO / "bench/results/zoo_ablation.json"
+AUDIT_FILE = REPO / "bench/results/sentiment_error_audit.json"
 
 
 @pytest.fixture(autouse=True)
@@ -62,8 +63,9 @@ def test_manifest_size_and_storage(name):
 @pytest.mark.parametrize("name", sorted(ZOO_MODELS))
 def test_card_is_generated_from_the_evaluation(name):
     ablation = json.loads(ABLATION_FILE.read_text(encoding="utf-8")) if ABLATION_FILE.is_file() else None
+    audit = json.loads(AUDIT_FILE.read_text(encoding="utf-8"))
     r = EVAL["models"][name]
-    expected = render_card(name, r, ablation=ablation if r["kind"] == "mlm" else None)
+    expected = render_cards({"models": {name: r}}, ablation, audit)[name]
     card = (REPO / "model_cards" / f"{name}.md").read_text(encoding="utf-8")
     assert card == expected, "model card out of date: rerun `ernie-zoo eval --cards model_cards`"
     assert (ZOO_DIR / name / "README.md").read_text(encoding="utf-8") == card
@@ -77,6 +79,25 @@ def test_card_is_generated_from_the_evaluation(name):
         assert round(r["test"]["micro"]["f1"], 4) in values
     elif r["kind"] == "poetry":
         assert round(r["test"]["perplexity"], 4) in values
+
+
+def test_the_sentiment_card_quotes_the_error_audit_of_its_own_weights():
+    audit = json.loads(AUDIT_FILE.read_text(encoding="utf-8"))
+    r = EVAL["models"]["ernie-zoo-mini-sentiment"]
+    assert audit["weights_sha256"] == r["weights_sha256"], "rerun bench/sentiment_error_audit.py"
+    counts = audit["counts"]
+    assert "unreviewed" not in counts and sum(counts.values()) == len(audit["items"]) > 0
+    assert all(item["predicted"] != item["gold"] for item in audit["items"])
+    card = render_cards({"models": {"ernie-zoo-mini-sentiment": r}}, None, audit)["ernie-zoo-mini-sentiment"]
+    assert f"{counts['gold_contradicts_text']} lines plainly say the opposite of their label" in card
+    # an audit made on other weights is not quoted
+    stale = {**audit, "weights_sha256": "0" * 64}
+    assert (
+        "read by hand"
+        not in render_cards({"models": {"ernie-zoo-mini-sentiment": r}}, None, stale)[
+            "ernie-zoo-mini-sentiment"
+        ]
+    )
 
 
 def test_sentiment_reproduces_its_sample():

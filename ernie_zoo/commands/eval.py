@@ -37,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("bench/results/zoo_ablation.json"),
         help="ablation results for the base model's card (used if the file exists)",
     )
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        default=Path("bench/results/sentiment_error_audit.json"),
+        help="hand audit of the sentiment model's dev errors, quoted in its card when made on the same weights "
+        "(used if the file exists)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument(
         "--show",
@@ -113,7 +120,9 @@ def _write_cards(args: argparse.Namespace, results: dict, models: dict) -> None:
     from ernie_zoo.utils import atomic_write_text
 
     ablation = json.loads(args.ablation.read_text(encoding="utf-8")) if args.ablation.is_file() else None
-    for name, text in render_cards({"models": {n: results["models"][n] for n in models}}, ablation).items():
+    audit = json.loads(args.audit.read_text(encoding="utf-8")) if args.audit.is_file() else None
+    chosen = {"models": {n: results["models"][n] for n in models}}
+    for name, text in render_cards(chosen, ablation, audit).items():
         atomic_write_text(args.cards / f"{name}.md", text)
         if models[name] is not None and models[name].is_dir():
             atomic_write_text(models[name] / "README.md", text)

@@ -244,7 +244,19 @@ def _budget(r: dict[str, Any]) -> str:
     return f"{tokens / 1e6:.1f}M pretraining tokens, {hours:.1f} CPU-hours in all"
 
 
-def _eval_sentiment(r: dict[str, Any]) -> list[str]:
+def _audit_text(audit: dict[str, Any]) -> str:
+    c, n = audit["counts"], sum(audit["counts"].values())
+    return (
+        f" The labels limit it too: of {n} dev errors read by hand (a seeded sample; "
+        f"`bench/results/sentiment_error_audit.json`), {c['gold_contradicts_text']} lines plainly say the opposite "
+        f"of their label and {c['no_clear_sentiment']} carry no clear sentiment of their own (the review files "
+        f"label every line with its whole review's label); {c['model_error']} are model errors. Fixing every model "
+        f"error and nothing else would bring dev accuracy to about {_f(audit['dev_accuracy_if_model_errors_fixed'])} "
+        f"({' to '.join(map(_f, audit['dev_accuracy_if_model_errors_fixed_95']))} over the sample's 95% interval)."
+    )
+
+
+def _eval_sentiment(r: dict[str, Any], audit: dict[str, Any] | None = None) -> list[str]:
     metric, target = TARGETS["sentiment"]
     acc = r["test"]["accuracy"]
     out = [
@@ -269,7 +281,7 @@ def _eval_sentiment(r: dict[str, Any]) -> list[str]:
             if acc >= target
             else f"**Missed**: {_f(acc)}. The encoder is small (4 layers) and saw little pretraining "
             f"({_budget(r)}); published ERNIE/BERT figures (ChnSentiCorp 95.4) come from base-size models "
-            "pretrained on billions of tokens."
+            "pretrained on billions of tokens." + (_audit_text(audit) if audit else "")
         ),
     ]
     snow = r["baselines"].get("snownlp_bundled", {}).get("note")
@@ -459,8 +471,15 @@ def _eval_mlm(r: dict[str, Any], ablation: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def render_card(name: str, r: dict[str, Any], *, ablation: dict[str, Any] | None = None) -> str:
-    """README.md text for one model from its entry `r` of the evaluation results."""
+def render_card(
+    name: str,
+    r: dict[str, Any],
+    *,
+    ablation: dict[str, Any] | None = None,
+    audit: dict[str, Any] | None = None,
+) -> str:
+    """README.md text for one model from its entry `r` of the evaluation results; `audit` (a sentiment model's
+    hand audit of dev errors, bench/sentiment_error_audit.py) is quoted when it was made on these weights."""
     kind = r["kind"]
     r = {**r, "name": name}
     meta = _META[kind]
@@ -502,9 +521,11 @@ def render_card(name: str, r: dict[str, Any], *, ablation: dict[str, Any] | None
     ]
     out += _compute(r)
     out += (
-        {"sentiment": _eval_sentiment, "ner": _eval_ner, "poetry": _eval_poetry}.get(kind, lambda x: [])(r)
-        if kind != "mlm"
-        else _eval_mlm(r, ablation)
+        _eval_mlm(r, ablation)
+        if kind == "mlm"
+        else _eval_sentiment(r, audit)
+        if kind == "sentiment"
+        else {"ner": _eval_ner, "poetry": _eval_poetry}[kind](r)
     )
     out += [
         "## Limitations",
@@ -526,9 +547,16 @@ def render_card(name: str, r: dict[str, Any], *, ablation: dict[str, Any] | None
     return "\n".join(out).rstrip() + "\n"
 
 
-def render_cards(results: dict[str, Any], ablation: dict[str, Any] | None = None) -> dict[str, str]:
+def render_cards(
+    results: dict[str, Any], ablation: dict[str, Any] | None = None, audit: dict[str, Any] | None = None
+) -> dict[str, str]:
     """`{model name: card text}` for every model in the results."""
+
+    def audit_of(name: str, r: dict[str, Any]) -> dict[str, Any] | None:
+        same = audit and audit.get("model") == name and audit.get("weights_sha256") == r.get("weights_sha256")
+        return audit if same else None
+
     return {
-        name: render_card(name, r, ablation=ablation if r["kind"] == "mlm" else None)
+        name: render_card(name, r, ablation=ablation if r["kind"] == "mlm" else None, audit=audit_of(name, r))
         for name, r in results["models"].items()
     }

@@ -3,6 +3,7 @@
 ernie-finetune recipes/finetune/sentiment_lora.yaml --train.output_dir outputs/senta
 ernie-finetune --task token_classification --train_file msra.bmes --use_crf true --method lora
 ernie-finetune merge ADAPTER_DIR OUTPUT_DIR     # fold a LoRA-style adapter into a plain model directory
+ernie-finetune ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]   # CRF taggers as one model
 """
 
 from __future__ import annotations
@@ -42,6 +43,24 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, OSError) as e:
             print(f"ernie-finetune: error: {e}", file=sys.stderr)
             return 2
+        return 0
+    if argv and argv[0] == "ensemble":
+        dirs = [a for a in argv[1:] if a != "--int8"]
+        if len(dirs) < 3 or any(a.startswith("--") for a in dirs):
+            print(
+                "usage: ernie-finetune ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]",
+                file=sys.stderr,
+            )
+            return 2
+        from .export import build_ensemble
+
+        try:
+            out = build_ensemble(dirs[1:], dirs[0], int8="--int8" in argv)
+        except (ValueError, OSError) as e:
+            print(f"ernie-finetune: error: {e}", file=sys.stderr)
+            return 2
+        size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+        print(f"ensemble of {len(dirs) - 1} taggers written to {out} ({size / 1e6:.1f} MB)")
         return 0
     try:
         path, overrides, flags = parse_cli(_dotted_argv(argv), cls=FinetuneArgs)

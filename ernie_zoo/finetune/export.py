@@ -236,9 +236,48 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
     return output_dir
 
 
+def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: bool = False) -> Path:
+    """Save the mean-emission ensemble (`ErnieZooEnsembleForTokenClassificationCRF`) of fine-tuned CRF taggers as
+    one model directory with their shared tokenizer and lexicon; `int8` stores its weights as int8 rows with
+    per-row scales (`ernie_zoo.models.int8`, about half of fp16). Written atomically."""
+    from ernie_zoo.models.int8 import save_int8_weights
+
+    if len(tagger_dirs) < 2:
+        raise ValueError(f"an ensemble needs at least two tagger directories, got {len(tagger_dirs)}")
+    taggers, tokenizer = [], None
+    for path in tagger_dirs:
+        if is_adapter_dir(path):
+            raise ValueError(
+                f"{path} holds an adapter: merge it first (ernie-finetune merge {path} MERGED_DIR)"
+            )
+        model, tok = load_finetuned(path)
+        if not isinstance(model, ErnieZooForTokenClassificationCRF):
+            raise ValueError(f"{path} holds a {type(model).__name__}; an ensemble takes CRF taggers only")
+        if tokenizer is None:
+            tokenizer = tok
+        elif tok.get_vocab() != tokenizer.get_vocab():
+            raise ValueError(
+                f"{path} has another vocabulary than {tagger_dirs[0]}; the taggers must share one"
+            )
+        taggers.append(model)
+    try:
+        ensemble = ErnieZooEnsembleForTokenClassificationCRF.from_members(taggers)
+    except (TypeError, ValueError) as exc:
+        members = ", ".join(f"member {i} = {p}" for i, p in enumerate(tagger_dirs))
+        raise ValueError(f"{exc} ({members})") from exc
+    output_dir = Path(output_dir)
+    with atomic_directory(output_dir) as tmp:
+        ensemble.save_pretrained(str(tmp))
+        if int8:
+            save_int8_weights(ensemble, tmp)
+        tokenizer.save_pretrained(str(tmp))
+    return output_dir
+
+
 __all__ = [
     "META_NAME",
     "MODEL_CLASSES",
+    "build_ensemble",
     "export",
     "is_adapter_dir",
     "load_adapter",

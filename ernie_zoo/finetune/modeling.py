@@ -62,7 +62,7 @@ def default_crf_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def model_inputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`batch` for `model`: without `lexicon_ids` unless the model reads an entity lexicon (`lexicon_proj`), so
+    """`batch` for `model`: without `lexicon_ids` unless the model reads an entity lexicon (`reads_lexicon`), so
     taggers with and without one can share the batches of a lexicon pipeline."""
     if getattr(model, "reads_lexicon", False) or "lexicon_ids" not in batch:
         return batch
