@@ -196,6 +196,13 @@ def test_the_ensemble_saves_and_loads_as_one_directory(tiny_tokenizer, make_conf
     assert one.entity_lexicon.same_as(lexicon)
     with torch.no_grad():
         torch.testing.assert_close(one(**enc).logits, b(**enc).logits)
+    # another class would find none of its weights: refused by name instead of loading random weights
+    from transformers import AutoModelForTokenClassification
+
+    with pytest.raises(ValueError, match="holds an ensemble of taggers"):
+        AutoModelForTokenClassification.from_pretrained(tmp_path / "int8")
+    with pytest.raises(ValueError, match="ErnieZooForTokenClassificationCRF cannot load it"):
+        ErnieZooForTokenClassificationCRF.from_pretrained(tmp_path / "fp32")
     # finetune's loader (distillation teachers, the ensemble script) picks the class from config.architectures
     from ernie_zoo.finetune import load_finetuned
 

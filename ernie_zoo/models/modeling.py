@@ -24,6 +24,7 @@ too).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -137,6 +138,25 @@ class ErnieZooEmbeddings(ErnieEmbeddings):
         return embeds
 
 
+ENSEMBLE_CLASS = "ErnieZooEnsembleForTokenClassificationCRF"
+
+
+def _refuse_ensemble(cls: type, directory: str | os.PathLike) -> None:
+    """A directory holding an ensemble of taggers has no weights under the names another class expects: loading it
+    with one (e.g. AutoModelForTokenClassification) would leave every weight random, so refuse it by name."""
+    config = os.path.join(directory, "config.json")
+    if cls.__name__ == ENSEMBLE_CLASS or not os.path.isfile(config):
+        return
+    with open(config, encoding="utf-8") as f:
+        archs = json.load(f).get("architectures") or []
+    if ENSEMBLE_CLASS in archs:
+        raise ValueError(
+            f"{directory} holds an ensemble of taggers ({ENSEMBLE_CLASS}); {cls.__name__} cannot load it. Use "
+            f"ernie_zoo.finetune.{ENSEMBLE_CLASS}.from_pretrained, Taskflow('ner', task_path=...) or "
+            "ernie_zoo.finetune.load_finetuned"
+        )
+
+
 class ErnieZooPreTrainedModel(ErniePreTrainedModel):
     config_class = ErnieZooConfig
     config: ErnieZooConfig
@@ -148,6 +168,8 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         int8 storage format (`ernie_zoo.models.int8`): dequantised to float, then loaded as usual."""
         path = pretrained_model_name_or_path
         int8 = None
+        if path is not None and os.path.isdir(path):
+            _refuse_ensemble(cls, path)
         if path is not None and "state_dict" not in kwargs and os.path.isdir(path):
             from .int8 import int8_weights_file, load_int8_state_dict
 
