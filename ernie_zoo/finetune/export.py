@@ -236,12 +236,12 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
     return output_dir
 
 
-def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: bool = False) -> Path:
-    """Save the mean-emission ensemble (`ErnieZooEnsembleForTokenClassificationCRF`) of fine-tuned CRF taggers as
-    one model directory with their shared tokenizer and lexicon; `int8` stores its weights as int8 rows with
-    per-row scales (`ernie_zoo.models.int8`, about half of fp16). Written atomically."""
-    from ernie_zoo.models.int8 import save_int8_weights
-
+def ensemble_of(
+    tagger_dirs: list[str | Path],
+) -> tuple[ErnieZooEnsembleForTokenClassificationCRF, ErnieZooTokenizerFast]:
+    """(the mean-emission ensemble of the fine-tuned CRF taggers in `tagger_dirs`, their shared tokenizer); a
+    ValueError names the directory that cannot join (an adapter, another model class, another vocabulary, or a
+    config, label set or lexicon that differs)."""
     if len(tagger_dirs) < 2:
         raise ValueError(f"an ensemble needs at least two tagger directories, got {len(tagger_dirs)}")
     taggers, tokenizer = [], None
@@ -261,10 +261,19 @@ def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: 
             )
         taggers.append(model)
     try:
-        ensemble = ErnieZooEnsembleForTokenClassificationCRF.from_members(taggers)
+        return ErnieZooEnsembleForTokenClassificationCRF.from_members(taggers), tokenizer
     except (TypeError, ValueError) as exc:
         members = ", ".join(f"member {i} = {p}" for i, p in enumerate(tagger_dirs))
         raise ValueError(f"{exc} ({members})") from exc
+
+
+def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: bool = False) -> Path:
+    """Save the mean-emission ensemble (`ErnieZooEnsembleForTokenClassificationCRF`) of fine-tuned CRF taggers as
+    one model directory with their shared tokenizer and lexicon; `int8` stores its weights as int8 rows with
+    per-row scales (`ernie_zoo.models.int8`, about half of fp16). Written atomically."""
+    from ernie_zoo.models.int8 import save_int8_weights
+
+    ensemble, tokenizer = ensemble_of(tagger_dirs)
     output_dir = Path(output_dir)
     with atomic_directory(output_dir) as tmp:
         ensemble.save_pretrained(str(tmp))
@@ -278,6 +287,7 @@ __all__ = [
     "META_NAME",
     "MODEL_CLASSES",
     "build_ensemble",
+    "ensemble_of",
     "export",
     "is_adapter_dir",
     "load_adapter",

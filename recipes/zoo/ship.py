@@ -229,9 +229,8 @@ def _finetune_record(index: int, count: int, recipe: str, run_dir: str) -> dict:
         recorded = recorded_stage(recipe, masked_lm=False)
         if recorded is None:
             raise SystemExit(f"{results} is missing and no shipped model records a stage trained by {recipe}")
-        method = (
-            recorded["name"].split(": ")[-1].split(",")[0]
-        )  # "fine-tune (full)"; numbered in this lineage
+        # "fine-tune (full)" without an ensemble's "tagger A: " prefix; the stage number follows this lineage
+        method = recorded["name"].split(": ")[-1].split(",")[0]
         return {**recorded, "name": method + (f", stage {index + 1}" if count > 1 else "")}
     ev = json.loads(results.read_text(encoding="utf-8"))
     resolved = yaml.safe_load((Path(run_dir) / "finetune_args.yaml").read_text(encoding="utf-8"))
@@ -296,7 +295,7 @@ def ship(name: str, out_root: Path) -> Path:
     from transformers import AutoTokenizer
 
     import ernie_zoo.auto  # noqa: F401
-    from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
+    from ernie_zoo.finetune.export import ensemble_of
     from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
     from ernie_zoo.models import (
         ErnieZooForCausalLM,
@@ -321,13 +320,10 @@ def ship(name: str, out_root: Path) -> Path:
     src, tok, _, _ = MODELS[name]
     members = src if isinstance(src, list) else None
     if members:
-        model = ErnieZooEnsembleForTokenClassificationCRF.from_members(
-            [ErnieZooForTokenClassificationCRF.from_pretrained(m, dtype=torch.float32) for m in members]
-        )
-        tokenizer = AutoTokenizer.from_pretrained(tok or members[0])
-        for m in members[1:]:
-            if AutoTokenizer.from_pretrained(m).get_vocab() != tokenizer.get_vocab():
-                raise SystemExit(f"{m}: another vocabulary than {members[0]}'s; ensemble members share one")
+        try:
+            model, tokenizer = ensemble_of(members)
+        except ValueError as exc:
+            raise SystemExit(f"{name}: {exc}") from exc
         arch = type(model).__name__
     else:
         config = json.loads((Path(src) / "config.json").read_text(encoding="utf-8"))
