@@ -412,10 +412,7 @@ def _weights_info(path: Path) -> dict[str, Any]:
         fmt = (f.metadata() or {}).get(FORMAT_KEY)
         for key in f.keys():
             part = f.get_slice(key)
-            n = 1
-            for d in part.get_shape():
-                n *= d
-            dtype = part.get_dtype()
+            n, dtype = math.prod(part.get_shape()), part.get_dtype()
             if key.endswith(SCALE_SUFFIX) or dtype not in ("F32", "F16", "BF16", "I8"):
                 continue
             count += n

@@ -51,6 +51,15 @@ _TRAINING_ONLY = {
 }
 
 
+def mean_crf(crfs: Sequence[LinearChainCRF]) -> LinearChainCRF:
+    """A CRF whose start, end and transition scores are the means of those of `crfs` (the ensemble's CRF)."""
+    mean = LinearChainCRF(crfs[0].num_tags)
+    with torch.no_grad():
+        for name, p in mean.named_parameters():
+            p.copy_(torch.stack([crf.get_parameter(name) for crf in crfs]).mean(0))
+    return mean
+
+
 class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedModel):
     """Mean-emission ensemble of `config.ensemble_size` CRF taggers (see the module docstring)."""
 
@@ -106,11 +115,9 @@ class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreT
         config.ensemble_size = len(members)
         config.architectures = [cls.__name__]
         model = cls(config)
-        with torch.no_grad():
-            for target, member in zip(model.members, members):
-                target.load_state_dict(member.state_dict())
-            for name, p in model.crf.named_parameters():
-                p.copy_(torch.stack([m.crf.get_parameter(name) for m in members]).mean(0))
+        for target, member in zip(model.members, members):
+            target.load_state_dict(member.state_dict())
+        model.crf.load_state_dict(mean_crf([m.crf for m in members]).state_dict())
         model.set_entity_lexicon(first.entity_lexicon)
         return model.to(first.dtype)
 
@@ -142,4 +149,4 @@ class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreT
         return CRFTokenClassifierOutput(loss=loss, logits=emissions, predictions=predictions)
 
 
-__all__ = ["ErnieZooEnsembleForTokenClassificationCRF"]
+__all__ = ["ErnieZooEnsembleForTokenClassificationCRF", "mean_crf"]

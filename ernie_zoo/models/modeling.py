@@ -170,15 +170,17 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         int8 = None
         if path is not None and os.path.isdir(path):
             _refuse_ensemble(cls, path)
-        if path is not None and "state_dict" not in kwargs and os.path.isdir(path):
-            from .int8 import int8_weights_file, load_int8_state_dict
+            if "state_dict" not in kwargs:
+                from .int8 import int8_weights_file
 
-            int8 = int8_weights_file(path)
+                int8 = int8_weights_file(path)
         if int8 is None:
             return super().from_pretrained(path, *args, **kwargs)
         config = kwargs.pop("config", None)
         if config is None:
             config, kwargs = cls.config_class.from_pretrained(path, return_unused_kwargs=True, **kwargs)
+        from .int8 import load_int8_state_dict
+
         kwargs["state_dict"] = load_int8_state_dict(int8)
         return super().from_pretrained(None, *args, config=config, **kwargs)
 

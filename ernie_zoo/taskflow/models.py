@@ -309,9 +309,11 @@ def _token_classifier_class(source: ModelSource, default: Any) -> Any:
     `ErnieZooEnsembleForTokenClassificationCRF` for an ensemble of such taggers; else `default`."""
     import transformers
 
+    from ernie_zoo.models.modeling import ENSEMBLE_CLASS
+
     config = _from_pretrained(transformers.AutoConfig, source)
     archs = getattr(config, "architectures", None) or []
-    if "ErnieZooEnsembleForTokenClassificationCRF" in archs:
+    if ENSEMBLE_CLASS in archs:
         from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
 
         return ErnieZooEnsembleForTokenClassificationCRF

@@ -15,7 +15,6 @@ tagger's emissions are computed once and replayed for its pairs).
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 
 import torch
@@ -49,10 +48,9 @@ class MeanOfReplays(nn.Module):
     def __init__(self, replays: list[Replay]):
         super().__init__()
         self.replays = replays
-        self.crf = copy.deepcopy(replays[0].crf)
-        with torch.no_grad():
-            for name, p in self.crf.named_parameters():
-                p.copy_(torch.stack([r.crf.get_parameter(name) for r in replays]).mean(0))
+        from ernie_zoo.finetune.ensemble import mean_crf
+
+        self.crf = mean_crf([r.crf for r in replays])
 
     def forward(self, attention_mask=None, crf_mask=None, labels=None, **_):
         from ernie_zoo.finetune.modeling import CRFTokenClassifierOutput, crf_outputs
