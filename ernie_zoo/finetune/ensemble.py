@@ -137,11 +137,14 @@ class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreT
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         crf_mask: torch.Tensor | None = None,
+        lexicon_ids: torch.Tensor | None = None,
+        pinyin_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> CRFTokenClassifierOutput:
-        """Like `ErnieZooForTokenClassificationCRF.forward` (same inputs, `lexicon_ids` included); `logits` are the
-        members' mean emissions and `loss` their CRF negative log-likelihood under the mean transitions."""
+        """Like `ErnieZooForTokenClassificationCRF.forward` (same inputs); `logits` are the members' mean emissions
+        and `loss` their CRF negative log-likelihood under the mean transitions."""
         kwargs.pop("return_dict", None)
+        kwargs.update(lexicon_ids=lexicon_ids, pinyin_ids=pinyin_ids)
         emissions = torch.stack(
             [m.encode(input_ids, attention_mask=attention_mask, **kwargs)[0] for m in self.members]
         ).mean(0)

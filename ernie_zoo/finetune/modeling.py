@@ -226,6 +226,7 @@ class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedMo
         labels: torch.Tensor | None = None,
         crf_mask: torch.Tensor | None = None,
         lexicon_ids: torch.Tensor | None = None,
+        pinyin_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> CRFTokenClassifierOutput:
         r"""
@@ -233,7 +234,11 @@ class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedMo
         crf_mask (`torch.BoolTensor` (B, T), *optional*): positions the CRF sees; default `default_crf_mask`.
         lexicon_ids (`torch.LongTensor` (B, T), *optional*): lexicon-match bits of each token (models with
             `config.lexicon_types`; ignored otherwise).
+        pinyin_ids (`torch.LongTensor` (B, T), *optional*): see `ErnieZooModel.forward` (named here so that
+            transformers' Trainer keeps the column).
         """
+        if pinyin_ids is not None:
+            kwargs["pinyin_ids"] = pinyin_ids
         emissions, outputs = self.encode(
             input_ids,
             attention_mask=attention_mask,

@@ -24,12 +24,14 @@ too).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 
 import torch
 from torch import nn
+from transformers import LogitsProcessorList
 from transformers import initialization as init
 from transformers.models.ernie.modeling_ernie import (
     ErnieEmbeddings,
@@ -45,6 +47,7 @@ from transformers.models.ernie.modeling_ernie import (
 )
 
 from .configuration import ErnieZooConfig
+from .generation import decoding_processors
 
 logger = logging.getLogger(__name__)
 
@@ -139,20 +142,33 @@ class ErnieZooEmbeddings(ErnieEmbeddings):
 
 
 ENSEMBLE_CLASS = "ErnieZooEnsembleForTokenClassificationCRF"
+CRF_CLASS = "ErnieZooForTokenClassificationCRF"
 
 
-def _refuse_ensemble(cls: type, directory: str | os.PathLike) -> None:
+def _refuse_ensemble(cls: type, directory: str | os.PathLike, config_obj=None) -> None:
     """A directory holding an ensemble of taggers has no weights under the names another class expects: loading it
-    with one (e.g. AutoModelForTokenClassification) would leave every weight random, so refuse it by name."""
+    with one (e.g. AutoModelForTokenClassification) would leave every weight random, so refuse it by name. A CRF
+    tagger (`use_crf` in the config passed, else in config.json) is refused by the plain token classifier."""
     config = os.path.join(directory, "config.json")
     if cls.__name__ == ENSEMBLE_CLASS or not os.path.isfile(config):
         return
     with open(config, encoding="utf-8") as f:
-        archs = json.load(f).get("architectures") or []
+        saved = json.load(f)
+    archs = saved.get("architectures") or []
+    use_crf = getattr(config_obj, "use_crf", False) if config_obj is not None else saved.get("use_crf", False)
     if ENSEMBLE_CLASS in archs:
         raise ValueError(
             f"{directory} holds an ensemble of taggers ({ENSEMBLE_CLASS}); {cls.__name__} cannot load it. Use "
             f"ernie_zoo.finetune.{ENSEMBLE_CLASS}.from_pretrained, Taskflow('ner', task_path=...) or "
+            "ernie_zoo.finetune.load_finetuned"
+        )
+    if cls.__name__ == "ErnieZooForTokenClassification" and use_crf:
+        # What transformers' AutoModelForTokenClassification / pipeline("token-classification") would build: the
+        # CRF's transitions would be dropped and the tags decoded per token, silently giving other entities.
+        raise ValueError(
+            f"{directory} holds a CRF tagger ({CRF_CLASS}); {cls.__name__} would drop its CRF and decode each token "
+            "on its own (transformers' token-classification pipeline cannot decode a CRF). Use "
+            f"ernie_zoo.finetune.{CRF_CLASS}.from_pretrained, Taskflow('ner', task_path=...) or "
             "ernie_zoo.finetune.load_finetuned"
         )
 
@@ -169,7 +185,7 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         path = pretrained_model_name_or_path
         int8 = None
         if path is not None and os.path.isdir(path):
-            _refuse_ensemble(cls, path)
+            _refuse_ensemble(cls, path, kwargs.get("config"))
             if "state_dict" not in kwargs:
                 from .int8 import int8_weights_file
 
@@ -187,7 +203,20 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
     def _init_weights(self, module):
         super()._init_weights(module)
         # `apply` visits children before parents, so this overrides the generic Embedding/Linear init.
+        # A pooler missing from the checkpoint (our masked-LM bases have none) starts as tanh(h_[CLS]): the same on
+        # every load, so a classifier trained on top of it (a peft adapter, whose files hold no pooler) reloads to
+        # the same logits. Its Linear is matched, as ErniePooler itself holds no tensors and is never visited.
+        pooler = getattr(self.base_model, "pooler", None)
+        if pooler is not None and module is pooler.dense:
+            init.copy_(module.weight, torch.eye(*module.weight.shape, dtype=module.weight.dtype))
+            init.zeros_(module.bias)
         if isinstance(module, CharFeatureEmbeddings):
+            # Tables missing from a checkpoint (one saved by a stock ERNIE/BERT) would otherwise stay uninitialised
+            # memory; zeros mean "not a Han character" until `load_char_tables` fills them.
+            for name in CHAR_TABLES:
+                table = getattr(module, name, None)
+                if table is not None:
+                    init.zeros_(table)
             for name in (
                 "pinyin_syllable",
                 "pinyin_tone",
@@ -211,6 +240,49 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
                 identity[:, :hidden] = torch.eye(hidden, dtype=identity.dtype, device=identity.device)
                 init.copy_(module.fusion.weight, identity)
                 init.zeros_(module.fusion.bias)
+
+    def resize_token_embeddings(
+        self,
+        new_num_tokens: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        mean_resizing: bool = True,
+        tokenizer=None,
+    ) -> nn.Embedding:
+        """transformers' `resize_token_embeddings`, which also resizes the per-token character tables.
+
+        Rows of new tokens are looked up in the packaged character tables when `tokenizer` (the tokenizer the new
+        tokens were added to) is given, and are neutral (zero: "not a Han character") otherwise;
+        `load_char_tables(tokenizer)` afterwards fills them too. Kept rows are left as they are.
+        """
+        features = self.base_model.embeddings.char_features
+        old = self.config.vocab_size
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        new = embeddings.weight.shape[0]
+        if features is None or new == old:
+            return embeddings
+        looked_up = tokenizer.char_feature_tables(vocab_size=new) if tokenizer is not None else None
+        for name in CHAR_TABLES:
+            table = getattr(features, name, None)
+            if table is None:
+                continue
+            resized = table.new_zeros((new, *table.shape[1:]))
+            kept = min(old, new)
+            resized[:kept] = table[:kept]
+            if looked_up is not None and new > old:
+                rows = torch.as_tensor(looked_up[name][old:new], device=table.device)
+                if name == "stroke_seqs":
+                    rows = rows[:, : table.shape[1]]
+                if name == "stroke_counts":
+                    rows = rows.clamp(max=self.config.max_strokes)
+                resized[old:] = rows
+            setattr(features, name, nn.Buffer(resized))
+        if tokenizer is None and new > old:
+            logger.info(
+                "resize_token_embeddings: the %d new tokens get neutral character-table rows; pass tokenizer= "
+                "(or call load_char_tables(tokenizer)) to give new Han characters their pinyin/radical/strokes",
+                new - old,
+            )
+        return embeddings
 
     def load_char_tables(self, tables) -> None:
         """Fill the per-token feature tables from a tokenizer (or a dict of tensors from it).
@@ -292,8 +364,46 @@ class ErnieZooModel(ErnieZooPreTrainedModel, ErnieModel):
         )
 
 
-# The heads below differ from transformers' only in building an ErnieZooModel; `pinyin_ids` reaches it through
-# the heads' **kwargs.
+# The heads below differ from transformers' only in building an ErnieZooModel and in naming `pinyin_ids` in their
+# `forward` (which hands it on to ErnieZooModel through transformers' **kwargs): transformers' Trainer keeps only
+# the dataset columns that `forward` names (`remove_unused_columns=True`), so an unnamed `pinyin_ids` would be
+# dropped silently.
+
+_PINYIN_DOC = ErnieZooModel.forward.__doc__
+
+
+def _head_forward(parent: type):
+    """`parent.forward` with `pinyin_ids` in its signature."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        task_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        pinyin_ids: torch.Tensor | None = None,
+        **kwargs,
+    ):
+        if pinyin_ids is not None:
+            kwargs["pinyin_ids"] = pinyin_ids
+        return parent.forward(
+            self,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            task_type_ids=task_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            **kwargs,
+        )
+
+    forward.__doc__ = _PINYIN_DOC
+    return forward
 
 
 class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
@@ -302,6 +412,8 @@ class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
         self.ernie = ErnieZooModel(config, add_pooling_layer=False)
         self.cls = ErnieOnlyMLMHead(config)
         self.post_init()
+
+    forward = _head_forward(ErnieForMaskedLM)
 
 
 class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenceClassification):
@@ -316,6 +428,8 @@ class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenc
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    forward = _head_forward(ErnieForSequenceClassification)
+
 
 class ErnieZooForTokenClassification(ErnieZooPreTrainedModel, ErnieForTokenClassification):
     def __init__(self, config: ErnieZooConfig):
@@ -329,26 +443,65 @@ class ErnieZooForTokenClassification(ErnieZooPreTrainedModel, ErnieForTokenClass
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    forward = _head_forward(ErnieForTokenClassification)
+
 
 class ErnieZooForCausalLM(ErnieZooPreTrainedModel, ErnieForCausalLM):
     """Left-to-right ERNIE decoder for `generate()` (greedy, sampling, beam search; KV cache).
 
-    Set `is_decoder=True` in the config (done automatically here) so attention is causal.
+    Set `is_decoder=True` in the config (done automatically here, on a copy) so attention is causal. `generate()`
+    also applies the ernie-zoo decoding keys of generation_config.json (`eos_min_prob`, `poem_format`; see
+    `ernie_zoo.models.generation`), so transformers' text-generation pipeline decodes as Taskflow does.
     """
 
     def __init__(self, config: ErnieZooConfig):
-        if not config.is_decoder:
+        if not config.is_decoder:  # on a copy: the caller's config may build an encoder next
+            config = copy.deepcopy(config)
             config.is_decoder = True
         ErnieZooPreTrainedModel.__init__(self, config)
         self.ernie = ErnieZooModel(config, add_pooling_layer=False)
         self.cls = ErnieOnlyMLMHead(config)
         self.post_init()
 
-    def prepare_inputs_for_generation(self, *args, pinyin_ids=None, **kwargs):
+    forward = _head_forward(ErnieForCausalLM)
+
+    def _get_logits_processor(self, generation_config, *args, **kwargs):
+        # `eos_min_prob` / `poem_format` of generation_config.json (models/generation.py), where the caller has not
+        # passed processors of those types itself; inserted with the caller's, before the sampling warpers.
+        names = ("input_ids_seq_length", "encoder_input_ids", "prefix_allowed_tokens_fn", "logits_processor")
+        bound = dict(zip(names, args)) | kwargs
+        own = list(bound.get("logits_processor") or [])
+        features = self.ernie.embeddings.char_features
+        radical_ids = getattr(features, "radical_ids", None) if features is not None else None
+        extra = decoding_processors(generation_config, radical_ids, bound.get("encoder_input_ids"), own)
+        if extra:
+            bound["logits_processor"] = LogitsProcessorList([*own, *extra])
+        return super()._get_logits_processor(generation_config, **bound)
+
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: torch.LongTensor,
+        next_sequence_length: int | None = None,
+        cache=None,
+        attention_mask: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        is_first_iteration: bool | None = False,
+        pinyin_ids: torch.Tensor | None = None,
+        **kwargs,
+    ):
         # Tokens produced by generate() have no context-aware pinyin, and per-step slicing of a prompt-length
         # tensor would misalign with the KV cache; every position uses its token's default reading instead,
-        # so the prompt and the continuation are embedded the same way.
-        return super().prepare_inputs_for_generation(*args, **kwargs)
+        # so the prompt and the continuation are embedded the same way. The parameters are spelled out because
+        # generate() reads this signature (`inputs_embeds` must appear in it).
+        return super().prepare_inputs_for_generation(
+            input_ids,
+            next_sequence_length=next_sequence_length,
+            cache=cache,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            is_first_iteration=is_first_iteration,
+            **kwargs,
+        )
 
 
 __all__ = [

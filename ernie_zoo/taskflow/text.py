@@ -1,4 +1,5 @@
-"""Text plumbing shared by every task: input validation, the long-text splitter, word-piece joining.
+"""Text plumbing shared by every task: input validation, the long-text splitter (word pieces are joined by
+`ernie_zoo.tokenization.tokenizer.join_wordpieces`, the tokenizer's own `decode`).
 
 Long texts
 ----------
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from ernie_zoo.tokenization.tokenizer import join_wordpieces  # noqa: F401  (re-exported for the tasks)
 
 SENTENCE_END = "。！？!?；;…\n"
 CLAUSE_END = "，,、：:\t "
@@ -122,33 +125,6 @@ def split_text(text: str, max_chars: int, protected: Sequence[tuple[int, int]] =
                 cs = cut
             out.append((cs, ce))
     return out
-
-
-_CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
-
-
-def join_wordpieces(tokens: Sequence[str]) -> str:
-    """Join WordPiece tokens into text the Chinese way: no spaces around CJK characters or punctuation,
-    `##` pieces glued to the previous token, one space between two Latin/number words."""
-    out: list[str] = []
-    prev = ""
-    for token in tokens:
-        if token.startswith("##"):
-            piece = token[2:]
-            out.append(piece)
-            prev = piece
-            continue
-        if (
-            prev
-            and prev[-1].isalnum()
-            and token[:1].isalnum()
-            and not _CJK.match(prev[-1])
-            and not _CJK.match(token[0])
-        ):
-            out.append(" ")
-        out.append(token)
-        prev = token
-    return "".join(out)
 
 
 __all__ = ["clean_surrogates", "join_wordpieces", "normalize_inputs", "split_text"]

@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessorList
 
-from ..evaluation.poetry import END_MARKS, HAN_RE, LINE_COUNTS, LINE_LENGTHS, MID_MARKS
+from ..models.generation import EosMinProb, PoemFormat, VerseState, token_classes
 from .task import Result, Task, register_task, require
 from .text import clean_surrogates, join_wordpieces
 
@@ -127,115 +127,6 @@ class GenerationOptions:
         )
 
 
-class EosMinProb(LogitsProcessor):
-    """Forbid the end token in every row where the model gives it less than `min_prob` (computed from the scores
-    it receives: after repetition_penalty; for beam search these are log-probabilities, which softmax maps back)."""
-
-    def __init__(self, eos_id: int, min_prob: float):
-        self.eos_id, self.min_prob = eos_id, min_prob
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        p_end = scores.float().softmax(-1)[:, self.eos_id]
-        scores = scores.clone()
-        scores[p_end < self.min_prob, self.eos_id] = -float("inf")
-        return scores
-
-
-_HAN, _MID, _END, _OTHER = 0, 1, 2, 3
-
-
-def token_classes(tokens: list[str]) -> torch.Tensor:
-    """Class of each vocabulary token for PoemFormat: one Han character, a line-internal mark (，、；：),
-    a line-final mark (。！？), or anything else (WordPiece's ``##`` prefix is ignored)."""
-    out = []
-    for tok in tokens:
-        t = tok[2:] if tok.startswith("##") else tok
-        if len(t) == 1 and HAN_RE.fullmatch(t):
-            out.append(_HAN)
-        elif len(t) == 1 and t in MID_MARKS:
-            out.append(_MID)
-        elif len(t) == 1 and t in END_MARKS:
-            out.append(_END)
-        else:
-            out.append(_OTHER)
-    return torch.tensor(out, dtype=torch.long)
-
-
-@dataclass
-class VerseState:
-    """Where a poem stands: lines completed, their common length (None until the first line ends) and Han
-    characters in the current line."""
-
-    lines: int = 0
-    length: int | None = None
-    chars: int = 0
-
-    def step(self, cls: int) -> None:
-        if cls == _HAN:
-            self.chars += 1
-        elif cls in (_MID, _END) and self.chars:
-            self.length = self.length or self.chars
-            self.lines, self.chars = self.lines + 1, 0
-
-    @classmethod
-    def from_prompt(cls, classes: list[int]) -> VerseState:
-        """The state after a prompt that holds complete lines of one length (5 or 7), e.g. a first line; any
-        other prompt (a title) starts a new poem."""
-        lengths, chars = [], 0
-        for c in classes:
-            if c == _HAN:
-                chars += 1
-            elif c in (_MID, _END) and chars:
-                lengths.append(chars)
-                chars = 0
-        if lengths and len(set(lengths)) == 1 and lengths[0] in LINE_LENGTHS and chars < lengths[0]:
-            return cls(len(lengths), lengths[0], chars)
-        return cls()
-
-
-class PoemFormat(LogitsProcessor):
-    """Keep only the tokens that continue a well-formed 5- or 7-character quatrain or octave (see
-    GenerationOptions.poem_format); the model's scores decide among them."""
-
-    def __init__(self, classes: torch.Tensor, eos_id: int, prompt_len: int, prompt_states: list[VerseState]):
-        self.classes, self.eos_id, self.prompt_len = classes, eos_id, prompt_len
-        self.prompt_states = prompt_states  # one per batch row before beams / return sequences expand it
-        self.masks = {c: classes == c for c in (_HAN, _MID, _END)}
-
-    def allowed(self, state: VerseState) -> torch.Tensor:
-        mark = self.masks[_MID] if state.lines % 2 == 0 else self.masks[_END]
-        none = torch.zeros_like(mark)
-        if state.chars == 0:
-            if state.lines >= max(LINE_COUNTS):
-                ok = none.clone()
-            else:
-                ok = self.masks[_HAN].clone()
-            if state.lines in LINE_COUNTS:
-                ok[self.eos_id] = True
-            return ok
-        lengths = (state.length,) if state.length else LINE_LENGTHS
-        ok = none.clone()
-        if state.chars < max(lengths):
-            ok |= self.masks[_HAN]
-        if state.chars in lengths:
-            ok |= mark
-        return ok
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores = scores.clone()
-        expand = input_ids.shape[0] // len(self.prompt_states)
-        classes = self.classes.to(input_ids.device)[input_ids[:, self.prompt_len :]].tolist()
-        for row, row_classes in enumerate(classes):
-            start = self.prompt_states[row // expand]
-            state = VerseState(start.lines, start.length, start.chars)
-            for c in row_classes:
-                state.step(c)
-            ok = self.allowed(state).to(scores.device)
-            if ok.any():
-                scores[row, ~ok] = -float("inf")
-        return scores
-
-
 @dataclass
 class Prompts:
     texts: list[str]
@@ -290,18 +181,21 @@ class TextGeneration(Task):
         generation_config.json, else off.
 
         `repetition_penalty` is a transformers field (plain `generate()` uses it too); `eos_min_prob` and
-        `poem_format` are ernie-zoo keys of the same file that transformers does not keep, so they are read
-        from the file itself."""
+        `poem_format` are ernie-zoo keys of the same file (see ernie_zoo.models.generation)."""
         opts = self.options
         penalty = opts.repetition_penalty
         if penalty is None:
             penalty = getattr(gen, "repetition_penalty", None) or 1.0
-        saved: dict[str, Any] = {}
-        # A hub model's file is not read here: transformers has already dropped the keys.
+        # transformers keeps them as custom attributes of generation_config (models/generation.py); a directory
+        # whose generation_config.json says `_from_model_config: true` has them only in the file.
+        saved: dict[str, Any] = {
+            k: getattr(gen, k) for k in ("eos_min_prob", "poem_format") if hasattr(gen, k)
+        }
         source = self.loaded.source
         path = Path(source.location) / "generation_config.json"
         if (
-            source.kind != "hub"
+            not saved
+            and source.kind != "hub"
             and path.is_file()
             and (opts.eos_min_prob is None or opts.poem_format is None)
         ):
@@ -388,6 +282,10 @@ class TextGeneration(Task):
             do_sample=opts.decode_strategy == "sampling",
             num_beams=opts.num_beams if opts.decode_strategy == "beam_search" else 1,
         )
+        gen = self.model.generation_config
+        # A model that applies eos_min_prob / poem_format itself (ErnieZooForCausalLM) leaves them to the
+        # processors below, which follow the options.
+        kwargs.update({k: v for k, v in (("eos_min_prob", 0.0), ("poem_format", False)) if hasattr(gen, k)})
         processors = LogitsProcessorList()
         if self.eos_min_prob > 0:
             processors.append(EosMinProb(self.eos_id, self.eos_min_prob))

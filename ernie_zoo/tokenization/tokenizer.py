@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
-from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.models import WordPiece
 from transformers import BertTokenizer
 
@@ -26,6 +27,32 @@ from .pinyin import batch_char_pinyin_ids, default_pinyin_id
 from .traditional import t2s_mapping, to_simplified
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# CJK characters and punctuation, full-width forms: no space is written next to them when tokens are joined.
+_CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
+
+
+def join_wordpieces(tokens: Sequence[str]) -> str:
+    """Join WordPiece tokens into text the Chinese way: no spaces around CJK characters or punctuation,
+    `##` pieces glued to the previous token, one space between two Latin/number words."""
+    out: list[str] = []
+    prev = ""
+    for token in tokens:
+        if token.startswith("##"):
+            piece = token[2:]
+            out.append(piece)
+            prev = piece
+            continue
+        if (
+            prev
+            and prev[-1].isalnum()
+            and token[:1].isalnum()
+            and not _CJK.match(prev[-1])
+            and not _CJK.match(token[0])
+        ):
+            out.append(" ")
+        out.append(token)
+        prev = token
+    return "".join(out)
 
 
 def read_vocab_file(path: str | os.PathLike) -> dict[str, int]:
@@ -86,6 +113,9 @@ class ErnieZooTokenizerFast(BertTokenizer):
         traditional_to_simplified: before encoding, replace each Traditional character that the vocabulary
             lacks by its Simplified form when the vocabulary has that form (這 -> 这, 臺 -> 台). Vocabulary-aware, so
             it is safe for vocabularies with Traditional characters too; saved in `tokenizer_config.json`.
+        add_sep_token: end a single text with `[SEP]` (`[CLS] text [SEP]`, BERT's layout). False for the prompts of
+            a causal LM, which continue the text and treat `[SEP]` as the end of a poem (`[CLS] text`); pairs
+            keep both `[SEP]`s. Saved in `tokenizer_config.json` and in tokenizer.json's post-processor.
     """
 
     model_input_names = ["input_ids", "token_type_ids", "attention_mask", "pinyin_ids"]
@@ -97,6 +127,7 @@ class ErnieZooTokenizerFast(BertTokenizer):
         do_lower_case: bool = True,
         return_pinyin_ids: bool = True,
         traditional_to_simplified: bool = True,
+        add_sep_token: bool = True,
         **kwargs,
     ):
         if not isinstance(traditional_to_simplified, bool):
@@ -119,6 +150,14 @@ class ErnieZooTokenizerFast(BertTokenizer):
         kwargs.setdefault("model_max_length", 512)
         super().__init__(vocab=vocab, do_lower_case=do_lower_case, tokenize_chinese_chars=True, **kwargs)
         self._tokenizer.normalizer = _normalizer(do_lower_case)
+        self.add_sep_token = add_sep_token
+        if not add_sep_token:  # (the default is not written to tokenizer_config.json)
+            self.init_kwargs["add_sep_token"] = False
+            self._tokenizer.post_processor = processors.TemplateProcessing(
+                single=f"{self.cls_token}:0 $A:0",
+                pair=f"{self.cls_token}:0 $A:0 {self.sep_token}:0 $B:1 {self.sep_token}:1",
+                special_tokens=[(self.cls_token, self.cls_token_id), (self.sep_token, self.sep_token_id)],
+            )
         self.return_pinyin_ids = return_pinyin_ids
         self.init_kwargs["return_pinyin_ids"] = return_pinyin_ids
         self.traditional_to_simplified = traditional_to_simplified
@@ -218,6 +257,37 @@ class ErnieZooTokenizerFast(BertTokenizer):
 
         return convert(texts)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """transformers' `save_pretrained`; tokenizer.json's normalizer also maps Traditional to Simplified (the
+        vocabulary-aware table of `traditional_to_simplified`, one `Replace` per character, before NFKC), so a
+        program that loads the directory without `import ernie_zoo` (transformers' generic tokenizer) still gets
+        the same `input_ids`. In this class the table is applied in Python instead (`_simplify`)."""
+        backend = self._tokenizer
+        normalizer = backend.normalizer
+        table = self._t2s_table() if self.traditional_to_simplified else {}
+        if table:
+            replace = [normalizers.Replace(chr(t), chr(s)) for t, s in sorted(table.items())]
+            backend.normalizer = normalizers.Sequence([*replace, normalizer])
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            backend.normalizer = normalizer
+
+    def _decode(
+        self, token_ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces=None, **kwargs
+    ):
+        """`decode` without the space WordPiece's decoder writes between every two tokens ("春 眠 不 觉"): tokens are
+        joined by `join_wordpieces`, so transformers' pipelines return Chinese text as Taskflow does."""
+        if isinstance(token_ids, int):
+            token_ids = [token_ids]
+        if isinstance(token_ids, dict):
+            token_ids = token_ids["input_ids"]
+        ids = [int(i) for i in token_ids]
+        if skip_special_tokens:
+            special = set(self.all_special_ids)
+            ids = [i for i in ids if i not in special]
+        return join_wordpieces(self.convert_ids_to_tokens(ids))
+
     # ------------------------------------------------------------------ pinyin_ids
     def _encode_plus(self, text, text_pair=None, **kwargs):
         if not kwargs.get("is_split_into_words", False):
@@ -315,4 +385,4 @@ class ErnieZooTokenizerFast(BertTokenizer):
         return encoded_inputs
 
 
-__all__ = ["ErnieZooTokenizerFast", "read_vocab_file", "SPECIAL_TOKENS"]
+__all__ = ["ErnieZooTokenizerFast", "join_wordpieces", "read_vocab_file", "SPECIAL_TOKENS"]

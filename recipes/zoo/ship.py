@@ -272,10 +272,12 @@ def training_info(name: str) -> dict:
     return info
 
 
-def write_decoding_defaults(path: Path, results_file: str, poem_format: bool = False) -> None:
+def write_decoding_defaults(path: Path, results_file: str, tokenizer, poem_format: bool = False) -> None:
     """Add the decoding defaults chosen on dev (recipes/zoo/poetry_decoding.py's results file) and the
     poem_format default to a generation_config.json: `repetition_penalty` is a transformers field, `eos_min_prob`
-    and `poem_format` ernie-zoo keys that Taskflow reads from the file."""
+    and `poem_format` ernie-zoo keys that transformers keeps and ErnieZooForCausalLM.generate applies
+    (ernie_zoo.models.generation), so Taskflow, generate() and pipeline("text-generation") decode alike."""
+    from ernie_zoo.models.generation import causal_lm_generation_fields
     from ernie_zoo.utils import atomic_write_json
 
     source = Path(results_file)
@@ -286,8 +288,8 @@ def write_decoding_defaults(path: Path, results_file: str, poem_format: bool = F
     config.update(
         repetition_penalty=chosen["repetition_penalty"],
         eos_min_prob=chosen["eos_min_prob"],
-        poem_format=poem_format,
     )
+    config.update(causal_lm_generation_fields(tokenizer, poem_format))
     atomic_write_json(path, config, sort_keys=True)
 
 
@@ -329,7 +331,9 @@ def ship(name: str, out_root: Path) -> Path:
         config = json.loads((Path(src) / "config.json").read_text(encoding="utf-8"))
         arch = (config.get("architectures") or ["ErnieZooForMaskedLM"])[0]
         model = classes[arch].from_pretrained(src, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(tok or src)
+        # A causal LM's prompt is `[CLS] text`: its tokenizer does not end the text with `[SEP]` (the end token).
+        causal = {"add_sep_token": False} if arch == "ErnieZooForCausalLM" else {}
+        tokenizer = AutoTokenizer.from_pretrained(tok or src, **causal)
     info = training_info(name)
     target = out_root / name
     with atomic_directory(target) as tmp:
@@ -338,10 +342,14 @@ def ship(name: str, out_root: Path) -> Path:
             save_int8_weights(model, tmp)
         else:
             model.half().save_pretrained(tmp, safe_serialization=True)
+            # The file stores fp16; config.json's dtype says what the weights run in, and from_pretrained loads them
+            # so (fp32: a Trainer on the loaded model must not train in pure fp16).
+            model.config.dtype = torch.float32
+            model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         if name in DECODING:
             write_decoding_defaults(
-                tmp / "generation_config.json", DECODING[name], POEM_FORMAT.get(name, False)
+                tmp / "generation_config.json", DECODING[name], tokenizer, POEM_FORMAT.get(name, False)
             )
         atomic_write_json(tmp / "training.json", info)
         size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
