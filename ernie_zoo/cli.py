@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from ernie_zoo.utils import run_console
+
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "info": ("ernie_zoo.commands.info", "show presets and their exact parameter counts"),
@@ -21,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "consolidate": ("ernie_zoo.commands.consolidate", "turn a sharded checkpoint into a from_pretrained dir"),
     "taskflow": ("ernie_zoo.commands.taskflow", "run a Taskflow task on text, a file or stdin"),
+    "serve": ("ernie_zoo.commands.serve", "serve Taskflow tasks over HTTP with dynamic batching"),
     "baselines": (
         "ernie_zoo.commands.baselines",
         "run the reference baselines on the prepared labelled splits",
@@ -33,9 +36,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ernie-zoo", description=__doc__.splitlines()[0])
+    """Console script `ernie-zoo`: errors are one line on stderr and a non-zero exit (`--debug`: traceback)."""
+    return run_console("ernie-zoo", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ernie-zoo",
+        description=__doc__.splitlines()[0],
+        epilog="--debug (anywhere): show the traceback of an error instead of one line",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    argv = sys.argv[1:] if argv is None else argv
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         # Import only the selected subcommand's module to add its arguments.

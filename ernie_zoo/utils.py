@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic writes of files and directories."""
+"""Small shared helpers: atomic writes of files and directories, checks on loaded weights, console errors."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import contextlib
 import hashlib
 import json
 import os
+import pickle
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -81,3 +83,68 @@ def looks_like_local_path(name: str) -> bool:
     with `.`, `/` or `~`, holds the OS's own separator, or has more than one `/`. Such a name that is not a
     directory is a missing directory to report as one, not a hub id to try."""
     return name.startswith((".", "/", "~")) or os.sep in name.replace("/", "") or name.count("/") > 1
+
+
+class NonFiniteError(ValueError):
+    """A model's weights or outputs hold NaN or infinity."""
+
+
+def check_finite_weights(module, where: str) -> None:
+    """Raise NonFiniteError naming the first floating-point parameter or buffer of `module` that holds NaN or
+    infinity (a corrupted file: a few flipped bytes in a float16 tensor read as NaN), with `where` (the
+    directory) in the message. Quantised and integer tensors are skipped."""
+    import torch
+
+    for name, tensor in module.state_dict().items():
+        if (
+            isinstance(tensor, torch.Tensor)
+            and tensor.is_floating_point()
+            and not torch.isfinite(tensor).all()
+        ):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise NonFiniteError(
+                f"{where}: weight {name!r} holds {bad} NaN/infinite value(s) of {tensor.numel()}: the model "
+                "file is corrupted (or training diverged); restore or re-download the directory"
+            )
+
+
+def unreadable_weights(where: str, exc: BaseException) -> ValueError:
+    """The error for a weights file that cannot be read: a corrupt safetensors file, or pickled weights that
+    torch's safe loader refused (ernie-zoo never unpickles arbitrary objects)."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return ValueError(
+            f"{where}: refused to load pickled weights (pickle can run arbitrary code; only plain tensors are "
+            f"accepted): {str(exc).splitlines()[0][:200]}. Convert the checkpoint to model.safetensors"
+        )
+    return ValueError(f"{where}: the weights file is corrupt or truncated ({exc}); restore the directory")
+
+
+def run_console(prog: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
+    """Run a console script's `main(argv)` so that every failure is one line on stderr and a non-zero exit.
+
+    An exception that escapes `main` is printed as `PROG: error: MESSAGE` (exit 1) instead of a traceback;
+    `--debug` anywhere before a `--` (or ERNIE_ZOO_DEBUG=1) lets it propagate with its traceback. Ctrl-C exits
+    130 with one line; a closed stdout (`... | head -1`) ends the program quietly, as Unix tools do.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    debug = "--debug" in argv[:end] or os.environ.get("ERNIE_ZOO_DEBUG", "") not in ("", "0")
+    argv = [a for i, a in enumerate(argv) if not (i < end and a == "--debug")]
+    try:
+        return main(argv)
+    except BrokenPipeError:
+        # The reader is gone; later writes (and the interpreter's final flush) go nowhere instead of failing.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001  (the point: no traceback for any error unless --debug)
+        if debug:
+            raise
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{prog}: error: {message} (run with --debug for the traceback)", file=sys.stderr)
+        return 1

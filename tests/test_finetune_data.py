@@ -45,6 +45,21 @@ def test_csv_tsv_jsonl_read_the_same(tmp_path):
         assert task.labels == ["neg", "pos"]
 
 
+def test_json_array_files_and_rows_missing_a_column(tmp_path):
+    rows = [{"text": "很好", "label": "pos"}, {"text": "太差", "label": "neg"}]
+    array = _write(tmp_path / "a.json", json.dumps(rows, ensure_ascii=False))
+    assert [(e.text, e.labels) for e in _task(train_file=array).splits["train"]] == [
+        ("很好", ["pos"]),
+        ("太差", ["neg"]),
+    ]
+    # every row gets every column (None where it lacks one), so the message names the row, not a KeyError
+    path = _jsonl(tmp_path / "m.jsonl", [rows[0], {"text": "一般"}])
+    with pytest.raises(ValueError, match=r"m.jsonl row 2: label must be a single value, got None"):
+        _task(train_file=path)
+    with pytest.raises(ValueError, match=r"b.json: item 2 of the JSON array is not an object"):
+        _task(train_file=_write(tmp_path / "b.json", '[{"text": "好", "label": "a"}, 3]'))
+
+
 def test_text_pairs_and_numeric_labels(tmp_path):
     path = _write(tmp_path / "p.tsv", "q\tp\ty\n今天天气好吗\t今天天气很好\t1\n你是谁\t明天下雨\t0\n")
     task = _task(train_file=path, text_column="q", text_pair_column="p", label_column="y")

@@ -472,7 +472,7 @@ def test_a_missing_local_model_or_tokenizer_is_named(tmp_path, capsys):
         argv += ["--output_dir", str(out), "--progress", "false", "--tensorboard", "false"]
         assert cli_main(argv) == 2
         assert f"'model.{key}' = {value!r}: no such directory" in capsys.readouterr().err
-        assert not (out / "checkpoints").exists()
+        assert not out.exists()
 
 
 def test_pretrained_base_new_modules_train_and_are_saved(tmp_path, tiny_tokenizer, make_config):

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 from conftest import sentences
 from test_taskflow_models import (  # noqa: F401  (no_network: autouse fixture)
     FixtureModels,
@@ -250,3 +251,75 @@ def test_seeded_sampling_is_thread_safe(models):
     sequential = [flow(p) for p in prompts]
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(flow, prompts)) == sequential
+
+
+# ---------------------------------------------------------------- issue 25: NaN, shapes, fill-mask, empty text
+def test_non_finite_outputs_raise_naming_the_input(flows):
+    from ernie_zoo.utils import NonFiniteError
+
+    flow = flows["sentiment_analysis"]
+    head = flow._task.model.classifier
+    hook = head.register_forward_hook(lambda module, args, out: out * float("nan"))
+    try:
+        with pytest.raises(NonFiniteError, match="NaN/infinite outputs for input 0"):
+            flow(["好吃", "难吃"])
+    finally:
+        hook.remove()
+    assert flow("好吃")["score"] == flow("好吃")["score"]  # not NaN once the hook is gone
+
+
+def test_forward_passes_run_without_onednn_and_restore_it(flows):
+    """oneDNN caches a compiled kernel per input shape (RSS grew by hundreds of MiB under mixed traffic): Taskflow's
+    forward passes run with it off, and the process-wide flag is restored when the last concurrent call ends."""
+    from ernie_zoo.taskflow.task import without_onednn
+
+    seen = []
+    flow = flows["ner"]
+    hook = flow._task.model.register_forward_hook(lambda *a: seen.append(torch.backends.mkldnn.enabled))
+    try:
+        assert torch.backends.mkldnn.enabled
+        flow(corpus(10))
+        assert seen and not any(seen) and torch.backends.mkldnn.enabled
+        with ThreadPoolExecutor(4) as pool:  # overlapping calls: the flag comes back only after the last one
+            list(pool.map(flow, [corpus(12)] * 8))
+        assert not any(seen) and torch.backends.mkldnn.enabled
+        with without_onednn():
+            with without_onednn():
+                assert not torch.backends.mkldnn.enabled
+            assert not torch.backends.mkldnn.enabled
+        assert torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = False  # a user's own choice is kept
+        flow("北京")
+        assert not torch.backends.mkldnn.enabled
+    finally:
+        torch.backends.mkldnn.enabled = True
+        hook.remove()
+
+
+def test_fill_mask_runs_the_head_on_mask_positions_only(flows):
+    flow = flows["fill_mask"]
+    task = flow._task
+    seen = []
+    hook = task.model.cls.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        result = flow("床前明[MASK]光，疑是地上[MASK]。")
+    finally:
+        hook.remove()
+    assert seen == [(2, task.model.config.hidden_size)]  # 2 masks, not (B, T, H)
+    # the same candidates as scoring every position and picking the masks
+    batch = task.pad([c.features for c in task.preprocess([result["text"]]).chunks])
+    with torch.inference_mode():
+        full = task.model(**batch).logits[batch["input_ids"] == task.mask_id]
+        full[:, task.banned] = float("-inf")
+        top = full.softmax(-1).topk(3, dim=-1)
+    for m, mask in enumerate(result["masks"]):
+        tokens = task.tokenizer.convert_ids_to_tokens(top.indices[m].tolist())
+        assert [c["token"] for c in mask["candidates"]] == [t.removeprefix("##") for t in tokens]
+        assert [c["score"] for c in mask["candidates"]] == pytest.approx(top.values[m].tolist(), abs=1e-5)
+
+
+def test_empty_text_has_no_sentiment(flows):
+    out = flows["sentiment_analysis"](["", "  \n\t", "这家餐厅很好吃"])
+    assert [(r["label"], r["score"]) for r in out[:2]] == [(None, None), (None, None)]
+    assert out[2]["label"] in {"positive", "negative"} and 0.5 <= out[2]["score"] <= 1.0
+    assert out[2] == flows["sentiment_analysis"](["这家餐厅很好吃"])[0]

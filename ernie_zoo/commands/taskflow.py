@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
 
@@ -88,9 +89,28 @@ def parse_options(pairs: list[str]) -> dict[str, Any]:
     return options
 
 
-def _lines(stream: TextIO, jsonl: bool, name: str) -> Iterator[str]:
-    for number, line in enumerate(stream, 1):
-        line = line.rstrip("\r\n")
+def _decode(raw: bytes, name: str, number: int) -> str:
+    """One input line as text; bytes that are not UTF-8 are an error naming the line (never passed through)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{name}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1} of the "
+            "line); convert the input to UTF-8"
+        ) from None
+
+
+def _stdin_bytes() -> BinaryIO:
+    """stdin as bytes (decoded line by line by `_lines`, so bad bytes are reported with their line)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return buffer
+    return io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))  # a text stream set by a caller
+
+
+def _lines(stream: BinaryIO, jsonl: bool, name: str) -> Iterator[str]:
+    for number, raw in enumerate(stream, 1):
+        line = _decode(raw, name, number).removeprefix("\ufeff" if number == 1 else "").rstrip("\r\n")
         if not line.strip():
             continue
         if not jsonl:
@@ -111,10 +131,27 @@ def _lines(stream: TextIO, jsonl: bool, name: str) -> Iterator[str]:
 
 def _count(path: str) -> int | None:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             return sum(1 for line in f if line.strip())
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return None
+
+
+def _check_output(path: str) -> str | None:
+    """Why `--output path` cannot be written (checked before any model is loaded), or None."""
+    if os.path.isdir(path):
+        return f"--output {path!r} is a directory; give a file path"
+    directory = os.path.dirname(os.path.abspath(path))
+    parent = directory
+    while not os.path.exists(parent):  # the nearest existing ancestor decides whether we can create it
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"--output {path!r}: {parent!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--output {path!r}: no permission to write in {parent!r}"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"--output {path!r}: the file is not writable"
+    return None
 
 
 def _jsonable(value: Any, digits: int | None = None) -> Any:
@@ -169,6 +206,16 @@ def _run(args: argparse.Namespace, stdout: TextIO) -> int:
 
     from ernie_zoo.taskflow import Taskflow
 
+    if args.texts and args.input:
+        print("error: give TEXT arguments or --input, not both", file=sys.stderr)
+        return 2
+    if args.input and args.input != "-" and not os.path.isfile(args.input):
+        print(f"error: --input {args.input!r} is not a file", file=sys.stderr)
+        return 2
+    problem = _check_output(args.output) if args.output else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         options = parse_options(args.option)
         flow = Taskflow(
@@ -188,25 +235,19 @@ def _run(args: argparse.Namespace, stdout: TextIO) -> int:
         return 2
 
     total: int | None
-    source: TextIO | None = None
-    if args.texts and args.input:
-        print("error: give TEXT arguments or --input, not both", file=sys.stderr)
-        return 2
+    source: BinaryIO | None = None
     if args.texts:
         texts: Iterator[str] = iter(args.texts)
         total = len(args.texts)
     elif args.input and args.input != "-":
-        if not os.path.isfile(args.input):
-            print(f"error: --input {args.input!r} is not a file", file=sys.stderr)
-            return 2
-        source = open(args.input, encoding="utf-8")
+        source = open(args.input, "rb")
         texts = _lines(source, args.input.endswith(".jsonl"), args.input)
         total = _count(args.input)
     else:
         if args.input is None and sys.stdin.isatty():
             print("error: give TEXT arguments, --input FILE, or pipe text to stdin", file=sys.stderr)
             return 2
-        texts = _lines(sys.stdin, False, "<stdin>")
+        texts = _lines(_stdin_bytes(), False, "<stdin>")
         total = None
 
     out: TextIO

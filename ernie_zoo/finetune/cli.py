@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "merge":
         if len(argv) != 3:
-            print("usage: ernie-finetune merge ADAPTER_DIR OUTPUT_DIR", file=sys.stderr)
+            print(
+                "ernie-finetune: error: usage: ernie-finetune merge ADAPTER_DIR OUTPUT_DIR", file=sys.stderr
+            )
             return 2
         from .export import merge_adapter
 
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         dirs = [a for a in argv[1:] if a != "--int8"]
         if len(dirs) < 3 or any(a.startswith("--") for a in dirs):
             print(
-                "usage: ernie-finetune ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]",
+                "ernie-finetune: error: usage: ernie-finetune ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]",
                 file=sys.stderr,
             )
             return 2
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = run_finetune(args)
-    except (ValueError, TypeError, FloatingPointError) as e:
+    except (OSError, ValueError, TypeError, FloatingPointError) as e:
         print(f"ernie-finetune: error: {e}", file=sys.stderr)
         return 2
     summary = {k: result[k] for k in ("task", "method", "trainable_fraction", "steps", "best_step")}

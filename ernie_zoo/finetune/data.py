@@ -1,14 +1,15 @@
-"""Reading fine-tuning data: csv/tsv/jsonl through `datasets`, char-per-line tagged NER files, hub datasets.
+"""Reading fine-tuning data: csv/tsv through `datasets`, jsonl, char-per-line tagged NER files, hub datasets.
 
 Every reader checks what it reads and raises ValueError naming the file, the row or line, and the fix:
-an empty file, a missing column, a label outside the label list, an invalid tag, an entity span outside its
-text. NER data of every format ends up as `NerExample(text, entities)` with character spans, so the model's
+a file that is not UTF-8 text, an empty file, a line that is not JSON, a missing column, a label outside the
+label list, an invalid tag, an entity span outside its text. NER data of every format ends up as `NerExample(text, entities)` with character spans, so the model's
 tokenization (and any later tokenizer, e.g. Taskflow's) is free to differ from the file's char-per-line units.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -53,11 +54,17 @@ def detect_format(path: str | Path, forced: str | None = None) -> str:
 
 def _check_file(path: str | Path) -> Path:
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"data file {path} is a directory")
     if not path.is_file():
         raise ValueError(f"data file {path} does not exist")
-    with open(path, "rb") as f:
-        if not f.read(65536).strip():
-            raise ValueError(f"data file {path} is empty")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError as e:
+        raise ValueError(f"cannot read data file {path}: {e.strerror or e}") from None
+    if not head.strip():
+        raise ValueError(f"data file {path} is empty")
     return path
 
 
@@ -66,41 +73,78 @@ def _quiet_datasets() -> Iterator[None]:
     import datasets
 
     enabled = datasets.is_progress_bar_enabled()
+    verbosity = datasets.logging.get_verbosity()
     datasets.disable_progress_bars()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its parser errors come back in our message
     try:
         yield
     finally:
+        datasets.logging.set_verbosity(verbosity)
         if enabled:
             datasets.enable_progress_bars()
 
 
+def _json_rows(text: str, path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file, or of a `.json` file holding one array of objects; every row gets every
+    column (None where a row lacks it), as `datasets` would give them."""
+    from ernie_zoo.data.labelled import parse_jsonl
+
+    rows: Any = None
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError:
+            rows = None  # not one array: JSON lines, whose parser names the bad line
+        if isinstance(rows, list):
+            for i, row in enumerate(rows, 1):
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}: item {i} of the JSON array is not an object: {row!r:.60}")
+    if not isinstance(rows, list):
+        rows = parse_jsonl(text, str(path))
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    return [{key: row.get(key) for key in columns} for row in rows]
+
+
+def _innermost(e: BaseException) -> BaseException:
+    """The error `datasets` wrapped (DatasetGenerationError says only that an error occurred)."""
+    seen = {id(e)}
+    while (inner := e.__cause__ or e.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        e = inner
+    return e
+
+
 def read_table(path: str | Path, fmt: str) -> list[dict[str, Any]]:
-    """Rows of a csv/tsv (header line required) or jsonl file, read with `datasets`."""
-    import datasets
+    """Rows of a csv/tsv (header line required, read with `datasets`) or jsonl file."""
+    from ernie_zoo.data.labelled import read_text_file
 
     path = _check_file(path)
-    if fmt in ("csv", "tsv"):
-        with open(path, encoding="utf-8-sig") as f:
-            lines = [line for _, line in zip(range(2), (ln for ln in f if ln.strip()))]
-        if len(lines) < 2:
-            raise ValueError(f"data file {path} has a header but no rows")
-        # na_filter=False keeps "NA"/"null"/"" as text; tsv cells are taken verbatim (no quote processing).
-        kwargs: dict[str, Any] = {"na_filter": False}
-        if fmt == "tsv":
-            kwargs.update(delimiter="\t", quoting=3)
-        builder = "csv"
-    else:
-        builder, kwargs = "json", {}
+    text = read_text_file(path)  # names the file and line of bytes that are not UTF-8 text
+    if fmt not in ("csv", "tsv"):
+        rows = _json_rows(text, path)
+        if not rows:
+            raise ValueError(f"data file {path} has no rows")
+        return rows
+    import datasets
+
+    if len([line for _, line in zip(range(2), (ln for ln in text.splitlines() if ln.strip()))]) < 2:
+        raise ValueError(f"data file {path} has a header but no rows")
+    # na_filter=False keeps "NA"/"null"/"" as text; tsv cells are taken verbatim (no quote processing).
+    kwargs: dict[str, Any] = {"na_filter": False}
+    if fmt == "tsv":
+        kwargs.update(delimiter="\t", quoting=3)
     try:
         # A throw-away cache: local files are re-read on every run, and the shared datasets cache would keep
         # an Arrow copy of every file ever read.
         with _quiet_datasets(), tempfile.TemporaryDirectory(prefix="ernie_zoo_data_") as cache:
             ds = datasets.load_dataset(
-                builder, data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True, **kwargs
+                "csv", data_files=str(path), split="train", cache_dir=cache, keep_in_memory=True, **kwargs
             )
             rows = ds.to_list()
-    except Exception as e:  # datasets wraps parser errors in several types; name the file either way
-        raise ValueError(f"could not read {path} as {fmt}: {type(e).__name__}: {e}") from e
+    except Exception as e:  # datasets wraps parser errors in several types; name the file and the real error
+        inner = _innermost(e)
+        message = " ".join(str(inner).split())  # one line: pandas ends its messages with a newline
+        raise ValueError(f"could not read {path} as {fmt}: {type(inner).__name__}: {message}") from e
     if not rows:
         raise ValueError(f"data file {path} has a header but no rows")
     return rows
@@ -126,10 +170,10 @@ def read_tagged_file(path: str | Path) -> list[NerExample]:
     Parsed by `ernie_zoo.data.labelled.parse_bmes` (a line `"  O"` is a space character tagged O, as a few
     MSRA lines are). The scheme (BIO, BIOES or BMES) is detected from the file's tags.
     """
-    from ernie_zoo.data.labelled import parse_bmes
+    from ernie_zoo.data.labelled import parse_bmes, read_text_file
 
     path = _check_file(path)
-    sentences = parse_bmes(path.read_text(encoding="utf-8-sig"), str(path))
+    sentences = parse_bmes(read_text_file(path), str(path))
     if not sentences:
         raise ValueError(f"data file {path} has no sentences")
     try:

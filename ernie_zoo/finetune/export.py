@@ -34,7 +34,7 @@ from ernie_zoo.models import (
 )
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.tokenization.lexicon import LEXICON_FILE
-from ernie_zoo.utils import atomic_directory, atomic_write_text
+from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
 from .bottleneck.config import PEFT_TYPE as BOTTLENECK_TYPE
@@ -135,6 +135,7 @@ def load_finetuned(
         model = model_class_for(config).from_pretrained(str(path), dtype=torch.float32)
     else:
         raise ValueError(f"{path} is neither a model directory (config.json) nor an adapter ({CONFIG_NAME})")
+    check_finite_weights(model, str(path))
     tokenizer = ErnieZooTokenizerFast.from_pretrained(str(path))
     return model.to(device).eval(), tokenizer
 

@@ -32,6 +32,7 @@ from ernie_zoo.models.presets import preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.training.checkpoint import (
     latest_valid_checkpoint,
+    list_checkpoints,
     load_json_state,
     load_optimizer_state,
     load_rng_state,
@@ -56,6 +57,8 @@ from .tasks import Task, collate, drop_tokens, make_task
 logger = logging.getLogger(__name__)
 
 TRAINABLE = "trainable.safetensors"
+#: Files every fine-tuning checkpoint has (checked before resuming from one and before counting it in rotation).
+CHECKPOINT_FILES = (TRAINABLE, "trainer_state.json")
 ARCH_FIELDS = {
     "hidden_size",
     "num_hidden_layers",
@@ -103,12 +106,12 @@ def check_source(key: str, value: str | None) -> None:
         raise ValueError(f"recipe key 'model.{key}' = {value!r}: no such directory")
 
 
-def build_tokenizer(args: FinetuneArgs, task: Task, output_dir: Path) -> ErnieZooTokenizerFast:
-    """The given tokenizer, the model's, the one saved by an interrupted run, or one trained on the train texts."""
+def build_tokenizer(args: FinetuneArgs, task: Task, saved: Path | None) -> ErnieZooTokenizerFast:
+    """The given tokenizer, the model's, the one an interrupted run saved in `saved` (its base_model/), or one
+    trained on the train texts."""
     m = args.model
     source = m.tokenizer or m.model_name_or_path
-    saved = output_dir / "base_model"
-    if source is None and (saved / "tokenizer.json").is_file():
+    if source is None and saved is not None and (saved / "tokenizer.json").is_file():
         source = str(saved)
     if source is not None:
         return ErnieZooTokenizerFast.from_pretrained(source)
@@ -146,16 +149,15 @@ def fresh_modules(model: nn.Module, missing_keys: list[str]) -> list[str]:
 
 
 def build_model(
-    args: FinetuneArgs, task: Task, tokenizer, output_dir: Path
+    args: FinetuneArgs, task: Task, tokenizer, saved: Path | None
 ) -> tuple[nn.Module, str | None, list[str]]:
-    """(model, path of its base weights, newly initialised modules): a pretrained directory, or a seeded preset
-    (saved to base_model/ by the caller)."""
+    """(model, path of its base weights, newly initialised modules): a pretrained directory, the random base an
+    interrupted adapter run saved in `saved`, or a seeded preset (saved to base_model/ by the caller)."""
     m = args.model
     cls = task.model_class()
     updates = task.config_updates()
-    saved = output_dir / "base_model"
     source = m.model_name_or_path
-    if source is None and (saved / "model.safetensors").is_file():
+    if source is None and saved is not None and (saved / "model.safetensors").is_file():
         source = str(saved)  # resuming an adapter run on a preset: the same random base
     if source is not None:
         config = ErnieZooConfig.from_pretrained(source)
@@ -258,6 +260,7 @@ class Trainer:
         output_dir: Path,
         device: torch.device,
         method: MethodInfo,
+        teachers: Teachers | None = None,
     ):
         self.args, self.t = args, args.train
         self.task, self.model, self.tokenizer = task, model, tokenizer
@@ -292,13 +295,7 @@ class Trainer:
                     "train.token_dropout needs a tokenizer with a [MASK] token; this one has none"
                 )
             self._drop_ids = (tokenizer.mask_token_id, tokenizer.all_special_ids)
-        self.teachers = (
-            Teachers(
-                self.t.distill_from, task, tokenizer, device, self.t.distill_alpha, self.t.distill_temperature
-            )
-            if self.t.distill_from
-            else None
-        )
+        self.teachers = teachers  # train.distill_from, loaded (and checked) by the caller
         self.writer = None
         if self.t.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -343,7 +340,7 @@ class Trainer:
             )
 
         save_checkpoint(self.ckpt_dir, self.state["global_step"], write)
-        rotate_checkpoints(self.ckpt_dir, keep_last=1)
+        rotate_checkpoints(self.ckpt_dir, keep_last=1, required=CHECKPOINT_FILES)
 
     def _data_order(self) -> dict[str, Any]:
         """The settings that fix which batches each step sees (a resume must keep them)."""
@@ -537,102 +534,154 @@ class Trainer:
 # ===================================================================== the whole run
 
 
-def _resume_point(output_dir: Path, t) -> Path | None:
-    """The checkpoint to resume from (train.resume: auto/latest/never/path), after preparing output_dir."""
+def _resume_point(output_dir: Path, t) -> tuple[Path | None, bool]:
+    """(the checkpoint to resume from, whether output_dir's contents are to be removed first), by train.resume
+    and train.overwrite. Reads only: nothing is created or removed before the run has checked its data."""
     ckpt_dir = output_dir / "checkpoints"
-    remove_stale_temporaries(ckpt_dir)
-    required = (TRAINABLE, "trainer_state.json")
     if t.overwrite and t.resume not in ("auto", "never"):
         raise ValueError(f"train.overwrite starts afresh, but train.resume is {t.resume!r}; drop one of them")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"train.output_dir {output_dir} is a file, not a directory")
     if t.resume == "never" or t.overwrite:
         found = None
     elif t.resume in ("auto", "latest"):
-        found = latest_valid_checkpoint(ckpt_dir, required)
+        found = latest_valid_checkpoint(
+            ckpt_dir, CHECKPOINT_FILES, start_fresh="pass --overwrite true to replace output_dir's contents"
+        )
         if found is None and t.resume == "latest":
             raise ValueError(f"train.resume is 'latest' but {ckpt_dir} holds no valid checkpoint")
     else:
         found = Path(t.resume).expanduser()
-        problem = verify_checkpoint(found, required)
+        problem = verify_checkpoint(found, CHECKPOINT_FILES)
         if problem is not None:
             raise ValueError(f"cannot resume from {found}: {problem}")
-    if found is None and output_dir.exists() and any(output_dir.iterdir()):
-        if not t.overwrite:
-            raise ValueError(
-                f"output_dir {output_dir} is not empty and holds no checkpoint to resume; choose "
-                "another directory or pass --overwrite true to replace its contents"
-            )
-        shutil.rmtree(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    return found
+    wipe = found is None and output_dir.is_dir() and any(output_dir.iterdir())
+    if wipe and not t.overwrite:
+        raise ValueError(
+            f"output_dir {output_dir} is not empty and holds no checkpoint to resume; choose "
+            "another directory or pass --overwrite true to replace its contents"
+        )
+    return found, wipe
+
+
+class _OutputDir:
+    """output_dir for one run: prepared only once everything has been checked, and on a failure before the first
+    checkpoint, cleared of what this run created (a directory it made, or the entries it added), so a failed run
+    leaves nothing behind, not even an empty directory that the next run would refuse as "not empty"."""
+
+    def __init__(self, path: Path, wipe: bool):
+        self.path = path
+        top = path.absolute()
+        while not top.parent.exists() and top.parent != top:
+            top = top.parent
+        self.created = None if top.exists() else top  # the topmost directory this run makes
+        if wipe:
+            shutil.rmtree(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.before = {p.name for p in path.iterdir()}
+        remove_stale_temporaries(path / "checkpoints")
+
+    def clean_up_after_failure(self) -> None:
+        if list_checkpoints(self.path / "checkpoints"):
+            return  # a resumable state: keep everything
+        try:
+            if self.created is not None:
+                shutil.rmtree(self.created)
+                logger.info("removed %s: the run failed before its first checkpoint", self.created)
+                return
+            for entry in self.path.iterdir():
+                if entry.name not in self.before:
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+                    logger.info("removed %s: the run failed before its first checkpoint", entry)
+        except OSError as e:  # the run's own error is the one to report
+            logger.warning("could not remove what the failed run wrote in %s: %s", self.path, e)
 
 
 def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     """Fine-tune as `args` says; returns {"dev": scores, "test": scores, "trainable_fraction", ...} (also
-    written to output_dir/eval_results.json) plus "model" (the exported model) and "tokenizer"."""
+    written to output_dir/eval_results.json) plus "model" (the exported model) and "tokenizer".
+
+    Everything that can be checked -- output_dir and resume, model and tokenizer sources, every data file, the
+    model itself -- is checked before output_dir is created or changed."""
     t = args.train
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     output_dir = Path(t.output_dir).expanduser()
-    resume_from = _resume_point(output_dir, t)
+    check_source("model_name_or_path", args.model.model_name_or_path)
+    check_source("tokenizer", args.model.tokenizer)
+    resume_from, wipe = _resume_point(output_dir, t)
     seed_everything(t.seed)
     device = resolve_device(t.device)
 
-    check_source("model_name_or_path", args.model.model_name_or_path)
-    check_source("tokenizer", args.model.tokenizer)
     task = make_task(args)
     task.read()
-    tokenizer = build_tokenizer(args, task, output_dir)
+    saved_base = None if wipe else output_dir / "base_model"
+    tokenizer = build_tokenizer(args, task, saved_base)
     features = {split: task.encode(examples, tokenizer) for split, examples in task.splits.items()}
-    model, base_path, fresh = build_model(args, task, tokenizer, output_dir)
+    model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
     fresh += [name for name in task.attach(model) if name not in fresh]
-    if base_path is None:
-        # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
-        _save_base(model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full")
-        base_path = str(output_dir / "base_model") if args.method.method != "full" else None
-
-    n_batches = math.ceil(len(features["train"]) / t.batch_size)
-    total_steps = t.max_steps or max(1, math.ceil(t.epochs * max(1, math.ceil(n_batches / t.grad_accum))))
-    seed_everything(t.seed)
-    model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
-    model.to(device)
-    atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(args))
-    logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
-
-    trainer = Trainer(args, task, model, tokenizer, features, output_dir, device, info)
-    if resume_from is not None:
-        trainer.resume(resume_from)
-    state = trainer.train()
-
-    results: dict[str, Any] = {
-        "task": task.name,
-        "method": info.name,
-        "trainable_params": info.trainable,
-        "total_params": info.total,
-        "trainable_fraction": info.fraction,
-        "steps": state["global_step"],
-        "best_step": state["best_step"],
-        "stopped_early": state["stopped_early"],
-        "train_seconds": state.get("train_seconds"),
-        "metric": task.metric,
-        "data": {split: task.where[split] for split in task.splits},
-    }
-    for split in ("dev", "test"):
-        if split in features:
-            results[split] = trainer.evaluate(split)
-    exported = export(
-        model,
-        tokenizer,
-        output_dir,
-        task=task.name,
-        method=info.name,
-        mergeable=info.mergeable,
-        merge=t.merge,
-        base_model=base_path,
-        config_updates=task.config_updates(),
+    teachers = (
+        Teachers(t.distill_from, task, tokenizer, device, t.distill_alpha, t.distill_temperature)
+        if t.distill_from
+        else None
     )
-    results["export"] = {k: v for k, v in exported.items() if k != "model"}
-    atomic_write_text(output_dir / "eval_results.json", json.dumps(results, indent=2, ensure_ascii=False))
-    return {**results, "model": exported["model"], "tokenizer": tokenizer, "task_object": task}
+
+    out = _OutputDir(output_dir, wipe)  # from here on, a failure removes what this run created
+    try:
+        if base_path is None:
+            # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
+            _save_base(model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full")
+            base_path = str(output_dir / "base_model") if args.method.method != "full" else None
+
+        n_batches = math.ceil(len(features["train"]) / t.batch_size)
+        total_steps = t.max_steps or max(1, math.ceil(t.epochs * max(1, math.ceil(n_batches / t.grad_accum))))
+        seed_everything(t.seed)
+        model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
+        model.to(device)
+        atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(args))
+        logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
+
+        trainer = Trainer(args, task, model, tokenizer, features, output_dir, device, info, teachers)
+        if resume_from is not None:
+            trainer.resume(resume_from)
+        state = trainer.train()
+
+        results: dict[str, Any] = {
+            "task": task.name,
+            "method": info.name,
+            "trainable_params": info.trainable,
+            "total_params": info.total,
+            "trainable_fraction": info.fraction,
+            "steps": state["global_step"],
+            "best_step": state["best_step"],
+            "stopped_early": state["stopped_early"],
+            "train_seconds": state.get("train_seconds"),
+            "metric": task.metric,
+            "data": {split: task.where[split] for split in task.splits},
+        }
+        for split in ("dev", "test"):
+            if split in features:
+                results[split] = trainer.evaluate(split)
+        exported = export(
+            model,
+            tokenizer,
+            output_dir,
+            task=task.name,
+            method=info.name,
+            mergeable=info.mergeable,
+            merge=t.merge,
+            base_model=base_path,
+            config_updates=task.config_updates(),
+        )
+        results["export"] = {k: v for k, v in exported.items() if k != "model"}
+        atomic_write_text(output_dir / "eval_results.json", json.dumps(results, indent=2, ensure_ascii=False))
+        return {**results, "model": exported["model"], "tokenizer": tokenizer, "task_object": task}
+    except BaseException:
+        out.clean_up_after_failure()
+        raise
 
 
 __all__ = [

@@ -151,10 +151,9 @@ class FillMask(EncoderTask):
     def run_batch(
         self, batch: dict[str, torch.Tensor], chunks: list[Chunk]
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        logits = self.model(**batch).logits  # (B, T, V)
         is_mask = batch["input_ids"] == self.mask_id  # (B, T); user text cannot produce mask ids
         rows, cols = is_mask.nonzero(as_tuple=True)
-        picked = logits[rows, cols].float()  # (M, V)
+        picked = self.mask_logits(batch, rows, cols).float()  # (M, V)
         picked[:, self.banned.to(picked.device)] = float("-inf")
         probs = torch.softmax(picked, dim=-1)
         scores, ids = probs.topk(self.options.top_k, dim=-1)  # (M, k)
@@ -163,6 +162,18 @@ class FillMask(EncoderTask):
             sel = rows == b
             out.append((scores[sel].cpu(), ids[sel].cpu()))
         return out
+
+    def mask_logits(
+        self, batch: dict[str, torch.Tensor], rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """(M, V) vocabulary scores at the M mask positions only. The head runs on those M hidden states, not on
+        all B*T: a (B, T, V) logits tensor for one long text is gigabytes (30k characters at batch 64: +2 GB)."""
+        base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
+        head = getattr(self.model, "cls", None)  # the MLM head of BERT/ERNIE-style models
+        if base is None or head is None:  # another architecture: whole logits, then pick
+            return self.model(**batch).logits[rows, cols]
+        hidden = base(**batch).last_hidden_state  # (B, T, H)
+        return head(hidden[rows, cols])  # (M, H) -> (M, V)
 
     def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[FillMaskResult]:
         results = []

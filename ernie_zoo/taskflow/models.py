@@ -22,14 +22,22 @@ import dataclasses
 import json
 import logging
 import os
+import pickle
 import threading
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 
-from ernie_zoo.utils import atomic_write_json, looks_like_local_path, sha256_file
+from ernie_zoo.utils import (
+    atomic_write_json,
+    check_finite_weights,
+    looks_like_local_path,
+    sha256_file,
+    unreadable_weights,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -324,6 +332,20 @@ def _token_classifier_class(source: ModelSource, default: Any) -> Any:
     return default
 
 
+def _check_config(directory: Path) -> None:
+    """A local model directory's config.json must exist and be a JSON object: a broken one otherwise surfaces
+    as a misleading tokenizer error (transformers reads the config while loading the tokenizer)."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return  # an adapter directory, or nothing loadable: the loaders say which
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a valid JSON file ({exc})") from exc
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(config).__name__}")
+
+
 def load_model(
     source: ModelSource,
     auto_class: str,
@@ -350,6 +372,8 @@ def load_model(
         if source.kind == "shipped":
             verify_manifest(source.location)
         cls = getattr(transformers, auto_class)
+        if source.kind != "hub":
+            _check_config(Path(source.location))
         try:
             if source.kind != "hub" and not any(
                 (Path(source.location) / f).is_file() for f in _TOKENIZER_FILES
@@ -370,8 +394,11 @@ def load_model(
         _QUIET.on = True
         try:
             model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)
+        except (SafetensorError, pickle.UnpicklingError) as exc:
+            raise unreadable_weights(source.location, exc) from exc
         finally:
             _QUIET.on = False
+        check_finite_weights(model, source.location)
         unused = sorted(info.get("unexpected_keys", ()))
         if unused:
             logger.info("%s: weights not used by %s: %s", source.location, auto_class, unused[:8])

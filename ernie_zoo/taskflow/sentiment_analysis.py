@@ -17,6 +17,12 @@ With a local model directory (task_path=; here a tiny model the test-suite train
 Labels come from the model's `config.id2label`. Texts longer than `max_seq_len` are split (sentences first) and
 the chunk probabilities are averaged weighted by chunk length in characters; `label` is the arg-max of that
 average and `score` its probability. Options: `return_all_scores`.
+
+A text that is empty or only whitespace has no polarity: its result is `label` None and `score` None (`null` in
+JSON), never a confident guess, and the other texts of the batch are unaffected:
+
+>>> Taskflow("sentiment_analysis")(["  ", "太好吃了"])[0]
+{'text': '  ', 'label': None, 'score': None}
 """
 
 from __future__ import annotations
@@ -42,8 +48,8 @@ class SentimentOptions:
 @dataclass
 class SentimentResult(Result):
     text: str
-    label: str
-    score: float
+    label: str | None  # None for an empty or whitespace-only text
+    score: float | None
     scores: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,6 +72,9 @@ class SentimentAnalysis(EncoderTask):
         id2label = self.model.config.id2label
         results = []
         for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
+            if not text.strip():  # nothing to classify: say so instead of the model's prior
+                results.append(SentimentResult(text, None, None, None))
+                continue
             weights = torch.tensor([float(max(c.end - c.start, 1)) for c, _ in pairs], dtype=torch.float64)
             probs = torch.stack([p.double() for _, p in pairs])  # (chunks, labels)
             mean = (weights[:, None] * probs).sum(0) / weights.sum()

@@ -16,11 +16,14 @@ fsynced, the manifest goes in last, then one `os.replace` publishes `checkpoint-
 is fsynced. A process killed at any moment leaves either no `checkpoint-<step>` or a complete one; leftover
 temporary directories are removed by `remove_stale_temporaries` at the next start. A checkpoint damaged later
 (truncated copy, deleted file) fails `verify_checkpoint`, and `latest_valid_checkpoint` skips it with a
-warning that says what is wrong.
+warning that says what is wrong -- or refuses, naming each one, when none is valid (a resume must not silently
+become a fresh start). Rotation counts only valid checkpoints, so damaged ones at higher steps never push a
+new save out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -146,6 +149,8 @@ def save_checkpoint(
         else:
             os.replace(tmp, final)
         _fsync_dir(root)
+        with contextlib.suppress(OSError, ValueError):
+            _check(final, verified=True)  # rotation need not hash again what the manifest was just made from
     except BaseException:
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -183,23 +188,95 @@ def verify_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = ()) -
     return None
 
 
-def latest_valid_checkpoint(output_dir: str | os.PathLike, required: tuple[str, ...] = ()) -> Path | None:
-    """The newest checkpoint that passes `verify_checkpoint`; damaged ones are skipped with a warning."""
+def latest_valid_checkpoint(
+    output_dir: str | os.PathLike, required: tuple[str, ...] = (), *, start_fresh: str | None = None
+) -> Path | None:
+    """The newest checkpoint that passes `verify_checkpoint`; damaged ones are skipped with a warning.
+
+    start_fresh: how the user starts afresh in this run (e.g. "set train.overwrite true"). When given and
+    `output_dir` holds checkpoints of which none is valid, raise ValueError naming each one and what is wrong
+    with it, ending with this hint, instead of returning None: a run asked to resume must not quietly start
+    again from step 0 (and then rotate the damaged checkpoints away)."""
+    problems = []
     for path in reversed(list_checkpoints(output_dir)):
         problem = verify_checkpoint(path, required)
         if problem is None:
             return path
         logger.warning("skipping %s: %s", path, problem)
+        problems.append(f"{path.name}: {problem}")
+    if problems and start_fresh is not None:
+        raise ValueError(
+            f"{output_dir} holds {len(problems)} checkpoint(s) and none is valid ({'; '.join(problems)}); "
+            f"refusing to start again from step 0 over them. To start fresh, move them out of the way or "
+            f"delete them, or {start_fresh}"
+        )
     return None
 
 
-def rotate_checkpoints(output_dir: str | os.PathLike, keep_last: int) -> list[Path]:
-    """Delete all but the newest `keep_last` checkpoints; returns the deleted paths."""
+#: checkpoint -> (its files' (name, size, mtime), the manifest's file names or None if invalid, the problem):
+#: rotation runs at every save and re-hashes only what changed since it last looked (a checkpoint can be GBs).
+_checked: dict[Path, tuple[tuple[tuple[str, int, int], ...], frozenset[str] | None, str | None]] = {}
+
+
+def _file_stats(path: Path) -> tuple[tuple[str, int, int], ...]:
+    stats = []
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        st = file.stat()
+        stats.append((file.relative_to(path).as_posix(), st.st_size, st.st_mtime_ns))
+    return tuple(stats)
+
+
+def _check(path: Path, *, verified: bool = False) -> str | None:
+    """`verify_checkpoint(path)`, remembered in `_checked` until a file of the checkpoint changes;
+    `verified`: the caller has just computed the manifest from these files."""
+    key = path.absolute()
+    stats = _file_stats(path)
+    known = _checked.get(key)
+    if not verified and known is not None and known[0] == stats:
+        return known[2]
+    problem = None if verified else verify_checkpoint(path)
+    names = frozenset(read_json(path / MANIFEST)["files"]) if problem is None else None
+    _checked[key] = (stats, names, problem)
+    if problem is not None:
+        logger.warning("%s is not a valid checkpoint (%s): rotation does not count it", path, problem)
+    return problem
+
+
+def _is_valid(path: Path, required: tuple[str, ...]) -> bool:
+    """`verify_checkpoint(path, required) is None`, without re-hashing files unchanged since the last look."""
+    try:
+        if _check(path) is not None:
+            return False
+    except (OSError, ValueError):  # vanished or changed while we looked
+        return False
+    names = _checked[path.absolute()][1] or frozenset()
+    return all(name in names for name in required)
+
+
+def rotate_checkpoints(
+    output_dir: str | os.PathLike, keep_last: int, required: tuple[str, ...] = ()
+) -> list[Path]:
+    """Keep the newest `keep_last` *valid* checkpoints (`verify_checkpoint` with `required`) and delete every
+    checkpoint older than the oldest of them; returns the deleted paths.
+
+    Invalid checkpoints are not counted and those newer than a kept one are left alone (a damaged
+    checkpoint-500 from an earlier run must not make a new checkpoint-200 the one deleted). With no valid
+    checkpoint nothing is deleted, so the newest valid state is never removed."""
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
-    old = list_checkpoints(output_dir)[:-keep_last]
+    found = list_checkpoints(output_dir)
+    kept = 0
+    for i in range(len(found) - 1, -1, -1):  # newest first; older ones are deleted unverified
+        if _is_valid(found[i], required):
+            kept += 1
+            if kept == keep_last:
+                old = found[:i]
+                break
+    else:
+        old = []
     for path in old:
         shutil.rmtree(path, ignore_errors=True)
+        _checked.pop(path.absolute(), None)
     return old
 
 

@@ -6,10 +6,11 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `ernie-finetune` (see `ernie_zoo.finetune.cli`)."""
+    """Entry point of `ernie-finetune` (see `ernie_zoo.finetune.cli`); any error is one line (`--debug`: traceback)."""
     from ernie_zoo.finetune.cli import main as finetune_main
+    from ernie_zoo.utils import run_console
 
-    return finetune_main(argv)
+    return run_console("ernie-finetune", finetune_main, argv)
 
 
 if __name__ == "__main__":

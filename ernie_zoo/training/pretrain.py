@@ -42,7 +42,7 @@ import numpy as np
 import torch
 import yaml
 
-from ernie_zoo.utils import atomic_write_text
+from ernie_zoo.utils import atomic_write_text, run_console
 
 from . import checkpoint as ckpt
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
@@ -106,7 +106,9 @@ def _resume_dir(recipe: PretrainRecipe, output_dir: Path) -> Path | None:
     """The checkpoint to continue from, by `recipe.resume`."""
     mode = recipe.resume
     if mode in ("auto", "latest"):
-        found = ckpt.latest_valid_checkpoint(output_dir, REQUIRED_FILES)
+        found = ckpt.latest_valid_checkpoint(
+            output_dir, REQUIRED_FILES, start_fresh="choose another output_dir"
+        )
         if found is None and mode == "latest":
             raise ValueError(f"resume=latest, but {output_dir} holds no valid checkpoint")
         return found
@@ -257,7 +259,7 @@ def pretrain(
             output_dir, step, write, is_main=engine.is_main, barrier=getattr(engine, "barrier", None)
         )
         if engine.is_main:
-            removed = ckpt.rotate_checkpoints(output_dir, recipe.checkpoint.keep_last)
+            removed = ckpt.rotate_checkpoints(output_dir, recipe.checkpoint.keep_last, REQUIRED_FILES)
             logger.info(
                 "saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else ""
             )
@@ -441,8 +443,11 @@ def _eval_batches(recipe: PretrainRecipe, tokenizer, eval_ds) -> list[dict[str, 
 
 # ---------------------------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
-    """Console script `ernie-pretrain RECIPE.yaml [--key value ...]`."""
-    argv = sys.argv[1:] if argv is None else argv
+    """Console script `ernie-pretrain RECIPE.yaml [--key value ...]`; any error is one line (`--debug`: traceback)."""
+    return run_console("ernie-pretrain", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         path, overrides, flags = parse_cli(argv)
     except ValueError as e:

@@ -1,0 +1,158 @@
+"""`ernie-finetune` on bad data: one clear line naming the problem (the file and line where there is one), exit
+status 2, no traceback, and nothing left on disk -- the recipe, the model sources and every data file are
+checked before output_dir is created, and a failure after that removes only what the run created."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ernie_zoo.finetune.cli import main as cli_main
+from ernie_zoo.finetune.loop import Trainer
+
+NER = Path(__file__).parent / "data" / "finetune" / "ner_bmes.txt"
+ROWS = [("很好", "pos"), ("太差", "neg"), ("不错", "pos"), ("糟糕", "neg")]
+GOOD = "".join(json.dumps({"text": t, "label": lab}, ensure_ascii=False) + "\n" for t, lab in ROWS)
+SMALL = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32}
+QUICK = ["--max_steps", "2", "--vocab_size", "200", "--num_threads", "1", "--progress", "false"]
+QUICK += ["--tensorboard", "false", "--config_overrides", json.dumps(SMALL)]
+
+# name: (files to write {name: text or bytes}, arguments ({d} is the data directory), what the error must say)
+CASES = {
+    "missing file": ({}, ["--train_file", "{d}/nope.jsonl"], "{d}/nope.jsonl does not exist"),
+    "empty file": ({"e.jsonl": ""}, ["--train_file", "{d}/e.jsonl"], "{d}/e.jsonl is empty"),
+    "directory": ({}, ["--train_file", "{d}", "--file_format", "jsonl"], "{d} is a directory"),
+    "csv header only": ({"h.csv": "text,label\n"}, ["--train_file", "{d}/h.csv"], "has a header but no rows"),
+    "broken jsonl line": (
+        {"b.jsonl": GOOD + '{"text": "差", "label": \n'},
+        ["--train_file", "{d}/b.jsonl"],
+        "{d}/b.jsonl:5: not valid JSON (Expecting value at column 24)",
+    ),
+    "jsonl line not an object": (
+        {"a.jsonl": GOOD + "[1, 2]\n"},
+        ["--train_file", "{d}/a.jsonl"],
+        "{d}/a.jsonl:5: expected a JSON object per line, got an array",
+    ),
+    "binary bmes": (
+        {"bin.bmes": "我 O\n".encode() + bytes(range(128, 256))},
+        ["--task", "token_classification", "--train_file", "{d}/bin.bmes"],
+        "{d}/bin.bmes:2: not UTF-8 text (byte 0x80 at byte 1 of the line)",
+    ),
+    "NUL bytes": (
+        {"nul.bmes": "我 O\n们 O\n\0\0\0\0"},
+        ["--task", "token_classification", "--train_file", "{d}/nul.bmes"],
+        "{d}/nul.bmes:3: a NUL byte",
+    ),
+    "GBK csv": (
+        {"g.csv": "text,label\n很好,pos\n".encode() + "太差,neg\n".encode("gbk")},
+        ["--train_file", "{d}/g.csv"],
+        "{d}/g.csv:3: not UTF-8 text",
+    ),
+    "ragged csv": (
+        {"r.csv": "text,label\n好,pos\n差,neg,extra,more\n"},
+        ["--train_file", "{d}/r.csv"],
+        "could not read {d}/r.csv as csv: ParserError: Error tokenizing data. C error: Expected 2 fields in line 3",
+    ),
+    "unknown extension": ({"x.xyz": "abc\n"}, ["--train_file", "{d}/x.xyz"], "cannot tell the format of"),
+    "missing column": (
+        {"m.jsonl": '{"text": "好"}\n{"text": "差"}\n'},
+        ["--train_file", "{d}/m.jsonl"],
+        "{d}/m.jsonl: missing column(s) ['label']",
+    ),
+    "one label": (
+        {"o.jsonl": '{"text": "好", "label": "a"}\n{"text": "差", "label": "a"}\n'},
+        ["--train_file", "{d}/o.jsonl"],
+        "need at least 2 distinct labels",
+    ),
+    "unknown dev label": (
+        {"t.jsonl": GOOD, "dev.jsonl": '{"text": "好", "label": "zzz"}\n'},
+        ["--train_file", "{d}/t.jsonl", "--dev_file", "{d}/dev.jsonl"],
+        "{d}/dev.jsonl example 1: unknown label 'zzz'",
+    ),
+    "missing dev file": (
+        {"t.jsonl": GOOD},
+        ["--train_file", "{d}/t.jsonl", "--dev_file", "{d}/nodev.jsonl"],
+        "{d}/nodev.jsonl does not exist",
+    ),
+    "empty text": (
+        {"et.jsonl": '{"text": "", "label": "a"}\n{"text": "x", "label": "b"}\n'},
+        ["--train_file", "{d}/et.jsonl"],
+        "{d}/et.jsonl row 1: empty 'text'",
+    ),
+    "tagged file for classification": ({}, ["--train_file", str(NER)], "are for token_classification"),
+    "invalid tag": (
+        {"bt.bmes": "我 B-PER\n们 Q-PER\n"},
+        ["--task", "token_classification", "--train_file", "{d}/bt.bmes"],
+        "{d}/bt.bmes: invalid tag 'Q-PER'",
+    ),
+    "no entities": (
+        {"ne.bmes": "我 O\n们 O\n"},
+        ["--task", "token_classification", "--train_file", "{d}/ne.bmes"],
+        "{d}/ne.bmes: no entities found",
+    ),
+    "entity outside its text": (
+        {"so.jsonl": '{"text": "我们", "entities": [{"start": 0, "end": 5, "type": "PER"}]}\n'},
+        ["--task", "token_classification", "--train_file", "{d}/so.jsonl"],
+        "{d}/so.jsonl row 1: entity",
+    ),
+    "missing lexicon": (
+        {},
+        ["--task", "token_classification", "--use_crf", "true", "--train_file", str(NER)]
+        + ["--lexicon", "{d}/nolex.txt"],
+        "data.lexicon: no such file: {d}/nolex.txt",
+    ),
+    "missing teacher": (
+        {"t.jsonl": GOOD},
+        ["--train_file", "{d}/t.jsonl", "--distill_from", '["{d}/no-teacher"]'],
+        "{d}/no-teacher",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_data_is_one_clear_line_and_leaves_no_output_dir(case, tmp_path, capsys):
+    files, argv, needle = CASES[case]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, content in files.items():
+        (data / name).write_bytes(content.encode() if isinstance(content, str) else content)
+    out = tmp_path / "runs" / "out"  # its parent does not exist either: nothing may be created
+    argv = [a.replace("{d}", str(data)) for a in argv]
+    assert cli_main([*argv, "--output_dir", str(out), *QUICK]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("ernie-finetune:")]
+    assert len(errors) == 1 and errors[0].startswith("ernie-finetune: error: "), err
+    assert needle.replace("{d}", str(data)) in errors[0]
+    assert "Traceback" not in err and "DatasetGenerationError" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def _fail_in_training(monkeypatch):
+    def fail(self):
+        raise ValueError("simulated failure before the first checkpoint")
+
+    monkeypatch.setattr(Trainer, "train", fail)
+
+
+def test_a_failure_after_creating_output_dir_removes_what_the_run_created(tmp_path, monkeypatch, capsys):
+    (tmp_path / "t.jsonl").write_text(GOOD, encoding="utf-8")
+    argv = ["--train_file", str(tmp_path / "t.jsonl"), *QUICK]
+    _fail_in_training(monkeypatch)
+    out = tmp_path / "runs" / "out"
+    assert cli_main([*argv, "--output_dir", str(out)]) == 2
+    assert "simulated failure" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()  # the directories this run made, base_model/ and all
+    # a directory that was there stays, as it was
+    (tmp_path / "mine").mkdir()
+    assert cli_main([*argv, "--output_dir", str(tmp_path / "mine")]) == 2
+    assert list((tmp_path / "mine").iterdir()) == []
+    # with --overwrite the old contents are gone by design; what the run wrote goes too
+    (tmp_path / "mine" / "old.txt").write_text("x")
+    assert cli_main([*argv, "--output_dir", str(tmp_path / "mine"), "--overwrite", "true"]) == 2
+    assert list((tmp_path / "mine").iterdir()) == []
+    monkeypatch.undo()
+    # and the next run is not refused as "not empty"
+    assert cli_main([*argv, "--output_dir", str(out)]) == 0
+    assert (out / "eval_results.json").is_file()
