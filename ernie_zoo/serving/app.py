@@ -1,0 +1,586 @@
+"""The ASGI app: Taskflow tasks over HTTP, with dynamic batching, limits, metrics and an optional API key.
+
+    POST /v1/{task}   {"texts": ["...", ...], "options": {...}}  ->  {"task": ..., "results": [Taskflow's dicts]}
+    GET  /v1/tasks    the served tasks, their options and models
+    GET  /health      200 while the process is alive (503 when a model failed to load)
+    GET  /ready       200 once every model is loaded and warmed up; 503 while loading or shutting down
+    GET  /metrics     Prometheus text format
+    GET  /docs        OpenAPI (Swagger UI); /openapi.json
+
+Every error is JSON: `{"error": {"code": ..., "message": ..., ["fields": [...]]}}` with status 401 (API key),
+404 (unknown task), 413 (too many texts or characters), 415 (body not sent as JSON), 422 (malformed JSON, wrong types, unknown or invalid
+options: `fields` names them), 503 (loading, queue full with Retry-After, shutting down), 504 (timeout) or 500
+(the model raised; other requests are not affected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import hmac
+import json
+import logging
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import torch
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ernie_zoo.taskflow import Taskflow, get_task, list_tasks
+from ernie_zoo.taskflow.task import build_options
+from ernie_zoo.version import __version__
+
+from .batching import Batcher, QueueFull, ShuttingDown
+from .config import ServeConfig
+from .metrics import Metrics
+
+logger = logging.getLogger(__name__)
+ARRIVING_KEY = "ernie_zoo.arriving"  # in the ASGI scope of a task request until it reaches the batcher
+MAX_OPTION_SETS = 16  # Taskflow instances kept per task, one per distinct option set (they share the model)
+WARMUP_TEXT = "这家餐厅的服务非常棒！"
+
+
+class PredictRequest(BaseModel):
+    """A task request: texts and the task's options (see GET /v1/tasks or the endpoint's description)."""
+
+    model_config = ConfigDict(extra="forbid")
+    texts: list[StrictStr] = Field(
+        description="the texts to process; one result per text, in the same order",
+        examples=[["这家餐厅的服务非常棒！", "新华社北京三月五日电"]],
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description='the task\'s options, e.g. {"return_all_scores": true}'
+    )
+
+
+class PredictResponse(BaseModel):
+    task: str = Field(description="the task's canonical name")
+    results: list[dict[str, Any]] = Field(description="Taskflow's result dicts, one per text, in order")
+
+
+class ApiError(Exception):
+    """An error answered as `{"error": {"code", "message"[, "fields"]}}` with `status`."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+    ):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(
+            {"error": {"code": self.code, "message": self.message, **self.extra}}, self.status, self.headers
+        )
+
+
+class ResultsResponse(Response):
+    """JSON with Chinese kept readable and numpy arrays (feature_extraction's return_numpy) as lists."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_to_list).encode(
+            "utf-8"
+        )
+
+
+def _to_list(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# ------------------------------------------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class OptionsKey:
+    """Normalized options of a request: requests with equal keys (same option values, defaults filled in) may
+    share a model batch. `given` is what the first such request sent, to build its Taskflow."""
+
+    normalized: str
+    given: dict[str, Any] = field(compare=False, hash=False)
+
+
+class ServedTask:
+    """One served task: a Taskflow per distinct option set (all sharing one loaded model) and a batcher."""
+
+    def __init__(self, name: str, config: ServeConfig, metrics: Metrics, arriving: Callable[[], int]):
+        self.cls = get_task(name)
+        self.name = self.cls.name
+        self.kwargs = config.taskflow_kwargs(self.name)
+        self.flows: OrderedDict[str, Taskflow] = OrderedDict()
+        self.model_path: str | None = None
+        self.batcher = Batcher(
+            self.name,
+            self._run,
+            max_batch_size=config.max_batch_size,
+            max_wait_ms=config.max_wait_ms,
+            max_queue=config.max_queue,
+            on_batch=lambda stats: metrics.observe_batch(self.name, stats),
+            on_queue=metrics.queue_depth.labels(self.name).set,
+            arriving=arriving,
+        )
+        self.default_key = self.options_key({})
+
+    def options_key(self, options: dict[str, Any]) -> OptionsKey:
+        """Validate request options with the task's typed option dataclass (ValueError/TypeError as Taskflow)."""
+        normalized = dataclasses.asdict(build_options(self.cls.Options, self.name, options))
+        return OptionsKey(json.dumps(normalized, sort_keys=True, default=repr), dict(options))
+
+    def load(self) -> None:
+        """Load the model and run one text through it (first-call costs are paid before /ready says yes)."""
+        flow = Taskflow(self.name, **self.kwargs)
+        self.flows[self.default_key.normalized] = flow
+        self.model_path = flow.model_path
+        try:
+            self._run(self.default_key, [WARMUP_TEXT])
+        except (ValueError, TypeError) as exc:  # a task may refuse the text (fill_mask wants a [MASK])
+            logger.info("%s: warm-up text refused (%s); the model is loaded", self.name, exc)
+
+    def _run(self, key: Hashable, texts: list[str]) -> list[dict[str, Any]]:
+        assert isinstance(key, OptionsKey)
+        flow = self.flows.get(key.normalized)
+        if flow is None:
+            flow = Taskflow(self.name, **self.kwargs, **key.given)  # the model comes from the process cache
+            self.flows[key.normalized] = flow
+            if len(self.flows) > MAX_OPTION_SETS:
+                oldest = next(k for k in self.flows if k != self.default_key.normalized)
+                del self.flows[oldest]
+        else:
+            self.flows.move_to_end(key.normalized)
+        return flow(texts)  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------- state
+_STATES: weakref.WeakSet[ServingState] = weakref.WeakSet()
+
+
+def begin_draining() -> None:
+    """Called on SIGTERM: every app of this process answers 503 to new requests and /ready says no, while the
+    requests already in flight finish."""
+    for state in list(_STATES):
+        state.draining = True
+        state.metrics.ready.set(0)
+
+
+class ServingState:
+    def __init__(self, config: ServeConfig):
+        self.config = config
+        self.metrics = Metrics()
+        self.arriving = dict.fromkeys(config.tasks, 0)  # requests received, not yet submitted to the batcher
+        self.tasks = {
+            name: ServedTask(name, config, self.metrics, functools.partial(self.arriving.__getitem__, name))
+            for name in config.tasks
+        }
+        self.routes: dict[str, ServedTask] = {}  # names and aliases -> task
+        for task in self.tasks.values():
+            for key in (task.name, *task.cls.aliases):
+                self.routes[key] = task
+        self.loaded = False
+        self.draining = False
+        self.load_error: str | None = None
+        self._loader: asyncio.Task | None = None
+        _STATES.add(self)
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded and not self.draining and self.load_error is None
+
+    async def start(self) -> None:
+        if self.config.torch_threads:
+            torch.set_num_threads(self.config.torch_threads)
+        for task in self.tasks.values():
+            task.batcher.start()
+        self._loader = asyncio.get_running_loop().create_task(self._load())
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        try:
+            for task in self.tasks.values():
+                await asyncio.to_thread(task.load)
+                logger.info("%s ready (model: %s)", task.name, task.model_path or "none")
+        except Exception as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            logger.exception("loading the models failed; /health answers 503")
+            return
+        self.loaded = True
+        self.metrics.ready.set(0 if self.draining else 1)
+        logger.info("all models loaded in %.1f s", time.perf_counter() - started)
+
+    async def stop(self) -> None:
+        self.draining = True
+        self.metrics.ready.set(0)
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+        for task in self.tasks.values():
+            await task.batcher.stop()
+
+    # ----------------------------------------------------------------------------------------- predict
+    def check_limits(self, texts: list[str]) -> None:
+        c = self.config
+        if len(texts) > c.max_texts_per_request:
+            raise ApiError(
+                413,
+                "too_many_texts",
+                f"{len(texts)} texts in one request; the limit is {c.max_texts_per_request} (max_texts_per_request)",
+            )
+        total = 0
+        for i, text in enumerate(texts):
+            if len(text) > c.max_chars_per_text:
+                raise ApiError(
+                    413,
+                    "text_too_long",
+                    f"texts[{i}] has {len(text)} characters; the limit is {c.max_chars_per_text} (max_chars_per_text)",
+                    fields=[f"texts.{i}"],
+                )
+            total += len(text)
+        if total > c.max_chars_per_request:
+            raise ApiError(
+                413,
+                "request_too_long",
+                f"the texts have {total} characters together; the limit is {c.max_chars_per_request} "
+                "(max_chars_per_request)",
+            )
+
+    def arrive(self, scope: dict, task: str) -> None:
+        scope[ARRIVING_KEY] = task
+        self.arriving[task] += 1
+
+    def arrived(self, scope: dict) -> None:
+        """The request was submitted or answered: it no longer holds an idle batch open (idempotent)."""
+        task = scope.pop(ARRIVING_KEY, None)
+        if task is not None:
+            self.arriving[task] -= 1
+
+    async def predict(self, task: ServedTask, body: PredictRequest, scope: dict) -> dict[str, Any]:
+        if self.draining:
+            raise ApiError(503, "shutting_down", "the server is shutting down", {"Connection": "close"})
+        if self.load_error is not None:
+            raise ApiError(503, "load_failed", f"the models failed to load: {self.load_error}")
+        if not self.loaded:
+            raise ApiError(
+                503, "not_ready", "the models are still loading; retry shortly", {"Retry-After": "1"}
+            )
+        self.check_limits(body.texts)
+        try:
+            key = task.options_key(body.options)
+        except (ValueError, TypeError) as exc:
+            raise ApiError(422, "invalid_option", str(exc), fields=["options"]) from None
+        if not body.texts:
+            return {"task": task.name, "results": []}
+        self.arrived(scope)
+        try:
+            results = await asyncio.wait_for(
+                task.batcher.submit(key, body.texts), self.config.request_timeout_s
+            )
+        except QueueFull as exc:
+            raise ApiError(503, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)}) from None
+        except ShuttingDown as exc:
+            raise ApiError(503, "shutting_down", str(exc), {"Connection": "close"}) from None
+        except TimeoutError:
+            raise ApiError(
+                504, "timeout", f"no answer within {self.config.request_timeout_s:g} s (request_timeout_s)"
+            ) from None
+        except (ValueError, TypeError) as exc:  # Taskflow's contract for inputs it cannot take
+            raise ApiError(422, "invalid_input", str(exc), fields=["texts"]) from None
+        except Exception as exc:
+            logger.error(
+                "%s: the model raised on a request of %d texts", task.name, len(body.texts), exc_info=exc
+            )
+            raise ApiError(
+                500, "model_error", f"the {task.name} model failed on this request ({type(exc).__name__})"
+            ) from None
+        self.metrics.texts.labels(task.name).inc(len(results))
+        return {"task": task.name, "results": results}
+
+
+# ------------------------------------------------------------------------------------------- middleware
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised by the wrapped `receive` once a streamed body passes the limit; an HTTPException, so that FastAPI
+    passes it through its body parsing to the exception handlers (413) instead of answering 400."""
+
+    def __init__(self, limit: int):
+        super().__init__(413, f"the request body exceeds {limit} bytes", {"Connection": "close"})
+
+
+class GuardMiddleware:
+    """Pure ASGI, in front of /v1/: checks the API key, refuses bodies over `max_body_bytes` (Content-Length or
+    streamed) with 413 before any parsing, and records status, latency and in-flight count of task requests."""
+
+    def __init__(self, app: Any, state: ServingState):
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        state, limit = self.state, self.state.config.max_body_bytes
+        headers = dict(scope["headers"])
+        # The key is checked before the body is read or parsed: without it a caller learns nothing.
+        denied = _auth_error(state.config.api_key, headers.get(b"authorization"), headers.get(b"x-api-key"))
+        if scope["method"] != "POST":
+            await (denied.response() if denied else self.app)(scope, receive, send)
+            return
+        served = state.routes.get(scope["path"][4:])
+        label = served.name if served is not None else "unknown"  # bounded label values
+        metrics = state.metrics
+        if served is not None:
+            state.arrive(scope, served.name)
+        started = time.perf_counter()
+        status = 500
+        response_started = False
+
+        async def send_wrapper(message: dict) -> None:
+            nonlocal status, response_started
+            if message["type"] == "http.response.start":
+                status, response_started = message["status"], True
+            await send(message)
+
+        received = 0
+
+        async def receive_wrapper() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge(limit)
+            return message
+
+        metrics.in_flight.inc()
+        try:
+            length = headers.get(b"content-length")
+            if denied is not None:
+                await denied.response()(scope, receive, send_wrapper)
+            elif length is not None and length.isdigit() and int(length) > limit:
+                await self._too_large(scope, receive, send_wrapper, limit)
+            else:
+                try:
+                    await self.app(scope, receive_wrapper, send_wrapper)
+                except _BodyTooLarge:
+                    if response_started:
+                        raise
+                    await self._too_large(scope, receive, send_wrapper, limit)
+        finally:
+            state.arrived(scope)
+            metrics.in_flight.dec()
+            metrics.requests.labels(label, str(status)).inc()
+            metrics.latency.labels(label).observe(time.perf_counter() - started)
+
+    @staticmethod
+    async def _too_large(scope: dict, receive: Any, send: Any, limit: int) -> None:
+        error = ApiError(
+            413, "body_too_large", f"the request body exceeds {limit} bytes", {"Connection": "close"}
+        )
+        await error.response()(scope, receive, send)
+
+
+# ------------------------------------------------------------------------------------------------- app
+def _field(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) or "body"
+
+
+def create_app(config: ServeConfig) -> FastAPI:
+    """The FastAPI app serving `config.tasks`; models load in the background after startup (see /ready)."""
+    state = ServingState(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await state.start()
+        try:
+            yield
+        finally:
+            await state.stop()
+
+    app = FastAPI(
+        title="ernie-zoo serve",
+        version=__version__,
+        description=__doc__.split("\n\n", 1)[0] + "\n\nServed tasks: " + ", ".join(state.tasks),
+        lifespan=lifespan,
+    )
+    app.state.serving = state
+    app.add_middleware(GuardMiddleware, state=state)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        content_type = request.headers.get("content-type", "")
+        if "json" not in content_type:
+            return ApiError(
+                415,
+                "unsupported_media_type",
+                f"send the body as JSON with Content-Type: application/json (got {content_type or 'none'!r})",
+            ).response()
+        if any(e.get("type") == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
+            return ApiError(
+                422, "invalid_request", 'the body is empty; send {"texts": [...]}', fields=["body"]
+            ).response()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            e = next(e for e in errors if e.get("type") == "json_invalid")
+            detail = (e.get("ctx") or {}).get("error", "")
+            pos = e["loc"][-1] if isinstance(e["loc"][-1], int) else "?"
+            return ApiError(
+                422, "malformed_json", f"the body is not valid JSON ({detail} at position {pos})"
+            ).response()
+        fields = [_field(tuple(e["loc"])) for e in errors]
+        message = "; ".join(f"{f}: {e['msg']}" for f, e in zip(fields, errors))
+        return ApiError(422, "invalid_request", message, fields=fields).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+        code = codes.get(exc.status_code, "http_error")
+        return ApiError(exc.status_code, code, str(exc.detail), dict(exc.headers or {})).response()
+
+    dependencies = [Depends(_api_key_check(config.api_key))] if config.api_key else []
+
+    @app.get("/health", tags=["operations"])
+    async def health() -> JSONResponse:
+        """Liveness: 200 while the process serves HTTP; 503 when a model failed to load (restart the process)."""
+        if state.load_error is not None:
+            return JSONResponse({"status": "failed", "error": state.load_error}, 503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready", tags=["operations"])
+    async def ready() -> JSONResponse:
+        """Readiness: 200 once every model is loaded and warmed up; 503 while loading, after a load failure and
+        once shutdown began (take this replica out of the load balancer)."""
+        if state.ready:
+            return JSONResponse({"ready": True, "tasks": list(state.tasks)})
+        reason = "shutting_down" if state.draining else "load_failed" if state.load_error else "loading"
+        return JSONResponse({"ready": False, "reason": reason}, 503, {"Retry-After": "1"})
+
+    @app.get("/metrics", tags=["operations"])
+    async def metrics() -> Response:
+        """Prometheus metrics (text exposition format)."""
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    @app.get("/v1/tasks", tags=["tasks"], dependencies=dependencies)
+    async def tasks() -> JSONResponse:
+        """The served tasks with their aliases, options and model."""
+        info = list_tasks()
+        return JSONResponse(
+            {
+                name: {
+                    "aliases": info[name]["aliases"],
+                    "options": info[name]["options"],
+                    "model": task.model_path,
+                }
+                for name, task in state.tasks.items()
+            }
+        )
+
+    for task in state.tasks.values():
+        for path_name in (task.name, *task.cls.aliases):
+            app.post(
+                f"/v1/{path_name}",
+                tags=["tasks"],
+                name=path_name,
+                summary=f"{task.name}: results for a list of texts",
+                description=_describe(task),
+                response_model=PredictResponse,
+                response_class=ResultsResponse,
+                dependencies=dependencies,
+                include_in_schema=path_name == task.name,
+                responses={c: {"description": d} for c, d in _ERROR_DOCS.items()},
+            )(_endpoint(state, task))
+
+    @app.post("/v1/{task}", include_in_schema=False, dependencies=dependencies)
+    async def unknown_task(task: str) -> None:
+        raise ApiError(
+            404, "unknown_task", f"task {task!r} is not served here; served tasks: {', '.join(state.tasks)}"
+        )
+
+    return app
+
+
+_ERROR_DOCS = {
+    401: "missing or wrong API key",
+    413: "too many texts or characters",
+    422: "malformed JSON, wrong types, unknown or invalid options (`fields` names them)",
+    503: "loading, queue full (Retry-After) or shutting down",
+    504: "no answer within the request timeout",
+}
+
+
+def _endpoint(state: ServingState, task: ServedTask):
+    async def predict(body: PredictRequest, request: Request) -> ResultsResponse:
+        return ResultsResponse(await state.predict(task, body, request.scope))
+
+    return predict
+
+
+def _describe(task: ServedTask) -> str:
+    usage = task.cls.usage().split("\n\n")[0]
+    options = (task.cls.Options.__doc__ or "").strip()
+    return f"{usage}\n\nOptions (`options` in the body):\n\n```\n{options}\n```"
+
+
+_BEARER = HTTPBearer(auto_error=False, description="`Authorization: Bearer KEY`")
+_KEY_HEADER = APIKeyHeader(name="X-API-Key", auto_error=False, description="`X-API-Key: KEY`")
+
+
+def _auth_error(
+    expected: str | None, authorization: bytes | None, x_api_key: bytes | None
+) -> ApiError | None:
+    """None when no key is configured or the request carries it (Bearer or X-API-Key); else the 401."""
+    if expected is None:
+        return None
+    given = x_api_key
+    if authorization is not None:
+        scheme, _, credentials = authorization.partition(b" ")
+        if scheme.lower() == b"bearer":
+            given = credentials.strip()
+    if given is not None and hmac.compare_digest(given, expected.encode()):
+        return None
+    return ApiError(
+        401,
+        "unauthorized",
+        "a valid API key is required (Authorization: Bearer KEY or X-API-Key: KEY)",
+        {"WWW-Authenticate": "Bearer"},
+    )
+
+
+def _api_key_check(expected: str):
+    """The same check as a FastAPI dependency, so that /docs shows the two ways to pass the key (the middleware
+    has already refused requests without it)."""
+
+    async def check(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+        key: Annotated[str | None, Depends(_KEY_HEADER)],
+    ) -> None:
+        bearer = f"Bearer {credentials.credentials}".encode() if credentials is not None else None
+        denied = _auth_error(expected, bearer, key.encode() if key is not None else None)
+        if denied is not None:
+            raise denied
+
+    return check
+
+
+__all__ = [
+    "ApiError",
+    "PredictRequest",
+    "PredictResponse",
+    "ServedTask",
+    "ServingState",
+    "begin_draining",
+    "create_app",
+]

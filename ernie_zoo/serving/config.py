@@ -1,0 +1,135 @@
+"""`ServeConfig`: everything `ernie-zoo serve` needs, as one typed dataclass (the CLI fills it from flags)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ernie_zoo.taskflow import get_task
+
+
+@dataclass
+class ServeConfig:
+    """Options of the HTTP server.
+
+    tasks: task names (or aliases) to serve, each at `POST /v1/{task}`.
+    task_paths: {task: local model directory} for tasks that should not use their shipped default model.
+    models: {task: shipped model name or hub id} (exclusive with task_paths for the same task).
+    host: address to bind; loopback by default so nothing is exposed until you ask for it ("0.0.0.0").
+    port: TCP port.
+    workers: uvicorn worker processes, each with its own copy of the models and its own batcher.
+    device: "cpu", "cuda", "cuda:N" or None (cuda when available).
+    precision: "fp32", "fp16"/"bf16" (GPU) or "int8" (CPU dynamic quantization; about 2x faster on CPU).
+    max_seq_len: longest token sequence fed to the model; longer texts are split and joined (see Taskflow).
+    max_batch_size: most texts merged from concurrent requests into one Taskflow call.
+    batch_size: texts per forward pass inside that call (Taskflow's batch_size); None: 2 on CPU, 32 on GPU.
+        Texts merged from requests have unrelated lengths, and on CPU padding them to a common length costs
+        more than batching saves: with the mini models a forward batch of 2 is the fastest over merged batches
+        of 4 to 64 texts (bench/bench_serve.py, `--batch-size` sweep in docs/serving.md).
+    max_wait_ms: how long the first request of a batch waits for others to join it while the model is idle.
+    max_queue: most texts waiting per task; beyond it requests get 503 with Retry-After (bounded memory).
+    max_texts_per_request: most texts in one request (413 beyond).
+    max_chars_per_text: most characters in one text (413 beyond).
+    max_chars_per_request: most characters in all texts of one request together (413 beyond).
+    request_timeout_s: a request still unanswered after this many seconds gets 504.
+    api_key: when set, task endpoints need `Authorization: Bearer KEY` or `X-API-Key: KEY`.
+    torch_threads: torch intra-op threads per worker (None: torch's default, one per core).
+    access_log: log every request (uvicorn's access log); off by default, /metrics counts requests.
+    graceful_timeout_s: after SIGTERM, how long in-flight requests may take before the server stops anyway.
+    """
+
+    tasks: list[str] = field(default_factory=list)
+    task_paths: dict[str, str] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    device: str | None = None
+    precision: str = "fp32"
+    max_seq_len: int = 512
+    max_batch_size: int = 64
+    batch_size: int | None = None
+    max_wait_ms: float = 5.0
+    max_queue: int = 2048
+    max_texts_per_request: int = 256
+    max_chars_per_text: int = 10_000
+    max_chars_per_request: int = 200_000
+    request_timeout_s: float = 30.0
+    api_key: str | None = None
+    torch_threads: int | None = None
+    access_log: bool = False
+    graceful_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("serve at least one task (--task NAME)")
+        # Canonical names, so that aliases ("sentiment") and their task share one batcher and one model.
+        canonical = [get_task(t).name for t in self.tasks]
+        self.tasks = list(dict.fromkeys(canonical))
+        for kind, mapping in (("task_path", self.task_paths), ("model", self.models)):
+            fixed = {}
+            for task, value in mapping.items():
+                name = get_task(task).name
+                if name not in self.tasks:
+                    raise ValueError(f"{kind} given for {task!r}, which is not served (--task {task})")
+                fixed[name] = value
+            mapping.clear()
+            mapping.update(fixed)
+        both = sorted(set(self.task_paths) & set(self.models))
+        if both:
+            raise ValueError(f"give either a task_path or a model for {', '.join(both)}, not both")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
+        for name in ("workers", "port", "max_batch_size", "max_queue", "max_texts_per_request"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < (0 if name == "port" else 1):
+                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+        for name in ("max_chars_per_text", "max_chars_per_request", "request_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if self.max_texts_per_request > self.max_queue:
+            raise ValueError(
+                f"max_texts_per_request={self.max_texts_per_request} exceeds max_queue={self.max_queue}: "
+                "such a request could never be queued"
+            )
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Largest request body read: the character budget at JSON's worst case (a \\uXXXX\\uXXXX escaped
+        surrogate pair is 12 bytes for one character) plus room for the envelope and options."""
+        return 12 * self.max_chars_per_request + 4 * self.max_texts_per_request + 65_536
+
+    @property
+    def forward_batch_size(self) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        from ernie_zoo.taskflow.models import resolve_device
+
+        return 32 if resolve_device(self.device).type == "cuda" else 2
+
+    def taskflow_kwargs(self, task: str) -> dict[str, Any]:
+        """Keyword arguments of `Taskflow(task, ...)` for a served task (task options come per request)."""
+        kwargs: dict[str, Any] = dict(
+            batch_size=self.forward_batch_size,
+            max_seq_len=self.max_seq_len,
+            precision=self.precision,
+            device=self.device,
+        )
+        if task in self.task_paths:
+            kwargs["task_path"] = self.task_paths[task]
+        if task in self.models:
+            kwargs["model"] = self.models[task]
+        return kwargs
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeConfig:
+        return cls(**json.loads(text))
+
+
+__all__ = ["ServeConfig"]
