@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from ernie_zoo.models.generation import END_MARKS, HAN_RE, LINE_COUNTS, LINE_LENGTHS, MID_MARKS
+
 __all__ = [
     "END_MARKS",
     "HAN_RE",
@@ -33,12 +35,7 @@ __all__ = [
     "poem_lines",
 ]
 
-# The form shared by these checks and Taskflow's poem_format decoding (ernie_zoo.taskflow.text_generation).
-MID_MARKS = "，、,;；:："  # ends the first line of a couplet
-END_MARKS = "。！？.!?"  # ends a couplet
-HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-LINE_LENGTHS = (5, 7)  # Han characters per line
-LINE_COUNTS = (4, 8)  # lines of a quatrain (绝句) and an octave (律诗)
+# The verse form (marks, line lengths and counts) lives with the poem_format decoding in ernie_zoo.models.generation.
 _SEGMENT_RE = re.compile(
     rf"([^{re.escape(MID_MARKS + END_MARKS)}\n]*)([{re.escape(MID_MARKS + END_MARKS)}]?)"
 )

@@ -15,12 +15,18 @@ Taskflow does.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
 from transformers import LogitsProcessor
 
-from ..evaluation.poetry import END_MARKS, HAN_RE, LINE_COUNTS, LINE_LENGTHS, MID_MARKS
+# The verse form shared by `poem_format` decoding and the format checks of ernie_zoo.evaluation.poetry.
+MID_MARKS = "，、,;；:："  # ends the first line of a couplet
+END_MARKS = "。！？.!?"  # ends a couplet
+HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+LINE_LENGTHS = (5, 7)  # Han characters per line
+LINE_COUNTS = (4, 8)  # lines of a quatrain (绝句) and an octave (律诗)
 
 
 class EosMinProb(LogitsProcessor):
