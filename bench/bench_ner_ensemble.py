@@ -48,7 +48,7 @@ def _load(path: Path):
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
+    from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF
     from ernie_zoo.utils import atomic_write_json
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

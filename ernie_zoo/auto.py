@@ -1,4 +1,5 @@
-"""Registration with transformers' Auto classes, so `AutoModel.from_pretrained(dir)` works after `import ernie_zoo`."""
+"""Registration with transformers' Auto classes, so `AutoModel.from_pretrained(dir)` works after `import ernie_zoo`:
+each Auto class builds the default class of its task in the registry (`ernie_zoo.models.registry`)."""
 
 from transformers import (
     AutoConfig,
@@ -10,29 +11,23 @@ from transformers import (
     AutoTokenizer,
 )
 
-from .models import (
-    ErnieZooConfig,
-    ErnieZooForCausalLM,
-    ErnieZooForMaskedLM,
-    ErnieZooForSequenceClassification,
-    ErnieZooForTokenClassification,
-    ErnieZooModel,
-)
+from .models import ErnieZooConfig
+from .models.registry import TASK_DEFAULTS
 from .tokenization import ErnieZooTokenizerFast
 
-_AUTO_MODELS = [
-    (AutoModel, ErnieZooModel),
-    (AutoModelForMaskedLM, ErnieZooForMaskedLM),
-    (AutoModelForSequenceClassification, ErnieZooForSequenceClassification),
-    (AutoModelForTokenClassification, ErnieZooForTokenClassification),
-    (AutoModelForCausalLM, ErnieZooForCausalLM),
-]
+AUTO_CLASSES = {
+    "feature-extraction": AutoModel,
+    "fill-mask": AutoModelForMaskedLM,
+    "text-classification": AutoModelForSequenceClassification,
+    "token-classification": AutoModelForTokenClassification,
+    "text-generation": AutoModelForCausalLM,
+}
 
 
 def register() -> None:
     AutoConfig.register(ErnieZooConfig.model_type, ErnieZooConfig, exist_ok=True)
-    for auto_cls, model_cls in _AUTO_MODELS:
-        auto_cls.register(ErnieZooConfig, model_cls, exist_ok=True)
+    for task, auto_cls in AUTO_CLASSES.items():
+        auto_cls.register(ErnieZooConfig, TASK_DEFAULTS[task], exist_ok=True)
     AutoTokenizer.register(ErnieZooConfig, tokenizer_class=ErnieZooTokenizerFast, exist_ok=True)
 
 

@@ -17,53 +17,13 @@ from ernie_zoo.evaluation.baselines import (
     sentiment_tfidf_lr,
     words_to_spans,
 )
-from ernie_zoo.evaluation.metrics import accuracy, entity_names, macro_f1, prf, recall_by_seen, span_prf
+from ernie_zoo.evaluation.metrics import accuracy, entity_names, macro_f1, recall_by_seen
 from ernie_zoo.evaluation.ngram import CharNgramLM
 from ernie_zoo.evaluation.poetry import check_poem_format, format_rates, poem_lines
 
 DATA = Path(__file__).parent / "data"
 
 # ------------------------------------------------------------------------------------------ metrics
-
-
-def test_span_prf_hand_case():
-    # sentence 1: gold PER(0,3) LOC(4,6); pred PER(0,3) ok, LOC(4,5) wrong boundary
-    # sentence 2: gold ORG(0,4); pred ORG(0,4) ok, PER(5,7) spurious, LOC(0,4) wrong type
-    # sentence 3: gold PER(1,3) missed; no prediction
-    gold = [
-        [{"start": 0, "end": 3, "type": "PER"}, {"start": 4, "end": 6, "type": "LOC"}],
-        [(0, 4, "ORG")],
-        [(1, 3, "PER")],
-    ]
-    pred = [[(0, 3, "PER"), (4, 5, "LOC")], [(0, 4, "ORG"), (5, 7, "PER"), (0, 4, "LOC")], []]
-    r = span_prf(gold, pred)
-    # tp = 2 (PER s1, ORG s2); fp = 3 (LOC s1, PER s2, LOC s2); fn = 2 (LOC s1, PER s3)
-    assert (r["micro"]["tp"], r["micro"]["fp"], r["micro"]["fn"]) == (2, 3, 2)
-    assert r["micro"]["precision"] == pytest.approx(2 / 5)
-    assert r["micro"]["recall"] == pytest.approx(2 / 4)
-    assert r["micro"]["f1"] == pytest.approx(2 * 0.4 * 0.5 / 0.9)
-    assert r["per_type"]["PER"] == prf(1, 1, 1)
-    assert r["per_type"]["LOC"] == prf(0, 2, 1)
-    assert r["per_type"]["ORG"] == prf(1, 0, 0) and r["per_type"]["ORG"]["f1"] == 1.0
-    assert r["sentences"] == 3
-
-
-def test_span_prf_type_filter_duplicates_and_errors():
-    gold = [[(0, 2, "PER")]]
-    pred = [[(0, 2, "PER"), (0, 2, "PER"), (3, 5, "TIME")]]
-    r = span_prf(gold, pred, types=["PER", "LOC", "ORG"])
-    assert r["micro"]["f1"] == 1.0 and "TIME" not in r["per_type"]
-    assert r["per_type"]["LOC"] == prf(0, 0, 0)  # requested types are always reported
-    assert span_prf(gold, pred)["per_type"]["TIME"]["fp"] == 1
-    assert span_prf([[]], [[]])["micro"]["f1"] == 0.0
-    with pytest.raises(ValueError, match="2 sentences"):
-        span_prf([[], []], [[]])
-    with pytest.raises(ValueError, match="start < end"):
-        span_prf([[(3, 3, "PER")]], [[]])
-    with pytest.raises(ValueError, match="lacks key"):
-        span_prf([[{"start": 0, "end": 1}]], [[]])
-    with pytest.raises(TypeError, match="3-tuple"):
-        span_prf([[[0, 1, "PER"]]], [[]])
 
 
 def test_recall_by_seen_splits_gold_by_names_known_from_training():

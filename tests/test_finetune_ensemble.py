@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF as Ensemble
-from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
+from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF as Ensemble
 from ernie_zoo.models.int8 import (
     dequantize_state_dict,
     int8_weights_file,
@@ -152,7 +152,7 @@ def test_the_ensemble_decodes_the_mean_emissions_with_the_mean_transitions(
     # two taggers: mean emissions, mean transitions, Viterbi over them
     torch.testing.assert_close(mixed.logits, (out_a.logits + out_b.logits) / 2)
     torch.testing.assert_close(mixed_model.crf.transitions, (a.crf.transitions + b.crf.transitions) / 2)
-    from ernie_zoo.finetune.modeling import default_crf_mask, viterbi_predictions
+    from ernie_zoo.models.crf_tagger import default_crf_mask, viterbi_predictions
 
     mask = default_crf_mask(enc["attention_mask"])
     assert torch.equal(mixed.predictions, viterbi_predictions(mixed_model.crf, mixed.logits, mask))

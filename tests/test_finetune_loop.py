@@ -16,8 +16,8 @@ from transformers import AutoModelForSequenceClassification
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.cli import main as cli_main
 from ernie_zoo.finetune.loop import Trainer
-from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
 from ernie_zoo.finetune.tasks import drop_tokens
+from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
 
 DATA = Path(__file__).parent / "data" / "finetune"
 # A small random model whose features depend on its input (init std 0.2, see test_finetune_methods).

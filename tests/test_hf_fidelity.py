@@ -17,8 +17,8 @@ from ernie_zoo import (
     ErnieZooForTokenClassification,
     ErnieZooModel,
 )
-from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
-from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
+from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF
 from ernie_zoo.models.modeling import CHAR_TABLES
 from ernie_zoo.tokenization.tokenizer import join_wordpieces
 
@@ -455,3 +455,46 @@ def test_crf_tagger_is_refused_by_the_plain_token_classifier(make_config, tmp_pa
     )
     # with a config of its own without a CRF the caller means it (e.g. a new head fine-tuned from a tagger)
     ErnieZooForTokenClassification.from_pretrained(tmp_path, config=make_config(num_labels=5))
+
+
+def test_the_registry_maps_a_config_to_its_class():
+    """One lookup for every loader: architectures name the class, `use_crf` picks the CRF variant, a task keeps a
+    class of another task (a masked-LM base given to NER) or of another library out: the caller's default."""
+    from transformers import AutoModelForTokenClassification as Auto
+
+    from ernie_zoo.models import ErnieZooForMaskedLM, ErnieZooForSpellingCorrection
+    from ernie_zoo.models.registry import model_class_for
+
+    crf, ensemble = ErnieZooForTokenClassificationCRF, ErnieZooEnsembleForTokenClassificationCRF
+    of, tagger, task = model_class_for, ErnieZooForTokenClassification, "token-classification"
+    assert of({"architectures": [tagger.__name__]}) is tagger
+    assert of({"architectures": [tagger.__name__], "use_crf": True}) is crf
+    assert of({"architectures": [crf.__name__], "use_crf": False}) is tagger
+    assert of({"architectures": [ensemble.__name__], "use_crf": True}) is ensemble
+    assert of({"use_crf": True}, task=task) is crf and of({"use_crf": False}, task=task) is tagger
+    assert of({"architectures": ["ErnieZooForMaskedLM"]}, task, Auto) is Auto
+    assert of({"architectures": ["BertForTokenClassification"]}, task, Auto) is Auto
+    assert of({"architectures": ["ErnieZooForMaskedLM"]}) is ErnieZooForMaskedLM
+    assert of({"architectures": ["ErnieZooForSpellingCorrection"]}) is ErnieZooForSpellingCorrection
+    with pytest.raises(ValueError, match="names none of"):
+        model_class_for({"architectures": ["BertForMaskedLM"]})
+
+
+def test_a_crf_model_object_refuses_the_per_token_pipeline(make_config, tiny_tokenizer):
+    """Passed as an object, the tagger is not loaded by the pipeline (nothing to refuse at load): it refuses to run
+    under the pipeline's per-token argmax, which would ignore its CRF; outside the pipeline it runs as before."""
+    from transformers import pipeline
+
+    labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
+    config = make_config(
+        num_labels=5, id2label=dict(enumerate(labels)), label2id={t: i for i, t in enumerate(labels)}
+    )
+    tagger = ErnieZooForTokenClassificationCRF(config).eval()
+    ensemble = ErnieZooEnsembleForTokenClassificationCRF.from_members([tagger, tagger]).eval()
+    for model in (tagger, ensemble):
+        ner = pipeline("token-classification", model=model, tokenizer=tiny_tokenizer)
+        with pytest.raises(ValueError, match=r"pipeline decodes each token on its own.*Taskflow\('ner'"):
+            ner("王小明去上海")
+        with torch.no_grad():
+            out = model(**tiny_tokenizer(["王小明去上海"], return_tensors="pt"))
+        assert out.predictions is not None and out.predictions.shape == out.logits.shape[:2]

@@ -14,7 +14,7 @@ from test_finetune_loop import _ner_args  # a CRF tagger of the small random mod
 from ernie_zoo.data.lexicon import jieba_entities, jionlp_locations
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.export import unwrap
-from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
 from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
 
 TYPES = ("PER", "LOC", "ORG")
@@ -216,7 +216,7 @@ def test_fine_tuning_learns_types_from_the_lexicon_and_taskflow_uses_it(tmp_path
         Taskflow("ner", task_path=str(out), user_dict=["拉萨 10"])
     with pytest.raises(ValueError, match="two types"):
         Taskflow("ner", task_path=str(out), user_dict=["拉萨 ns", "拉萨 nr"])
-    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, word_segmentation"):
+    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, text_correction, word_segmentation"):
         Taskflow("sentiment_analysis", task_path=str(out), user_dict=["拉萨 ns"])
 
     # The default method is LoRA: the adapter directory carries the lexicon too (its base directory has none).

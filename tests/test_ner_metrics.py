@@ -1,11 +1,11 @@
-"""Entity-level precision/recall/F1 on hand-made cases, and the span <-> tag codec used around it."""
+"""Fine-tuning metrics on hand-made cases: entity-level precision/recall/F1 (the layout fine-tuning logs), classification."""
 
 from __future__ import annotations
 
 import pytest
 
 from ernie_zoo.finetune.metrics import classification_scores, entity_scores, multilabel_scores
-from ernie_zoo.finetune.tagging import Span, detect_scheme, label_names, spans_to_tags, tags_to_spans
+from ernie_zoo.text.tags import Span
 
 PER, LOC, ORG = "PER", "LOC", "ORG"
 
@@ -74,49 +74,6 @@ def test_empty_inputs_and_errors():
 def test_tuples_are_accepted():
     s = entity_scores([[(0, 2, "PER")]], [[(0, 2, "PER")]])
     assert s["f1"] == 1.0
-
-
-def test_tags_to_spans_all_schemes():
-    text = "张伟在北京大学读书"
-    bio = ["B-PER", "I-PER", "O", "B-ORG", "I-ORG", "I-ORG", "I-ORG", "O", "O"]
-    bioes = ["B-PER", "E-PER", "O", "B-ORG", "I-ORG", "I-ORG", "E-ORG", "O", "O"]
-    bmes = ["B-PER", "E-PER", "O", "B-ORG", "M-ORG", "M-ORG", "E-ORG", "O", "O"]
-    expected = [Span(0, 2, PER), Span(3, 7, ORG)]
-    for tags, scheme in ((bio, "bio"), (bioes, "bioes"), (bmes, "bmes")):
-        assert detect_scheme(tags) == scheme
-        assert tags_to_spans(tags) == expected
-    assert [text[s.start : s.end] for s in expected] == ["张伟", "北京大学"]
-    assert tags_to_spans(["S-LOC", "O"]) == [Span(0, 1, LOC)]
-
-
-def test_lenient_decoding_of_broken_sequences():
-    # an I- tag after O starts an entity (conlleval); a type change splits
-    assert tags_to_spans(["O", "I-PER", "I-PER"], "bio") == [Span(1, 3, PER)]
-    assert tags_to_spans(["B-PER", "I-LOC"], "bio") == [Span(0, 1, PER), Span(1, 2, LOC)]
-
-
-def test_spans_to_tags_roundtrip_and_errors():
-    spans = [Span(0, 2, PER), Span(3, 4, LOC), Span(5, 9, ORG)]
-    for scheme in ("bio", "bioes"):
-        tags = spans_to_tags(spans, 10, scheme)
-        assert tags_to_spans(tags, scheme) == spans
-    assert spans_to_tags([Span(3, 4, LOC)], 5, "bioes")[3] == "S-LOC"
-    with pytest.raises(ValueError, match="overlaps"):
-        spans_to_tags([Span(0, 3, PER), Span(2, 4, LOC)], 5)
-    with pytest.raises(ValueError, match="out of range"):
-        spans_to_tags([Span(3, 7, PER)], 5)
-
-
-def test_detect_scheme_rejects_bad_tags():
-    with pytest.raises(ValueError, match="invalid tag"):
-        detect_scheme(["B-PER", "X-PER"])
-    with pytest.raises(ValueError, match="mix"):
-        detect_scheme(["B-PER", "I-PER", "O", "B-LOC", "M-LOC"])
-
-
-def test_label_names():
-    assert label_names(["LOC", "PER"], "bio") == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
-    assert len(label_names(["LOC"], "bioes")) == 5
 
 
 def test_classification_and_multilabel_scores():

@@ -14,45 +14,13 @@ import pytest
 import torch
 from test_taskflow_models import FixtureModels, fixture_models, no_network  # noqa: F401  (autouse fixture)
 
-from ernie_zoo.taskflow import Taskflow, list_tasks, split_text, task_usage
-from ernie_zoo.taskflow.ner import decode_tags, parse_tag
+from ernie_zoo.taskflow import Taskflow, list_tasks, task_usage
+from ernie_zoo.text.sentences import chunk_spans
 
 
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> FixtureModels:
     return fixture_models(tmp_path_factory)
-
-
-# ------------------------------------------------------------------------------------------------ splitter
-
-
-def test_split_text_prefers_sentences_then_clauses_then_length():
-    text = "第一句话。第二句话很长很长，有逗号，还有更多内容！短句。" + "字" * 25
-    spans = split_text(text, 12)
-    assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    assert all(spans[k][1] == spans[k + 1][0] for k in range(len(spans) - 1))
-    assert [text[a:b] for a, b in spans] == [
-        "第一句话。",  # sentences first
-        "第二句话很长很长，",  # an over-long sentence is cut after its clauses ...
-        "有逗号，还有更多内容！",  # ... which are packed back up to the limit
-        "短句。",
-        "字" * 12,  # then plain length
-        "字" * 12,
-        "字",
-    ]
-    assert split_text("短", 10) == [(0, 1)] and split_text("", 10) == [(0, 0)]
-    assert split_text("一。二。三。四。", 4) == [(0, 4), (4, 8)]
-
-
-def test_split_text_never_cuts_protected_spans_and_keeps_closing_quotes():
-    text = "他说：“好。”然后" + "很长" * 10 + "[MASK]" + "很长" * 10
-    mask = text.index("[MASK]")
-    spans = split_text(text, 10, protected=[(mask, mask + 6)])
-    assert all(not (mask < a < mask + 6) and not (mask < b < mask + 6) for a, b in spans)
-    assert all(b - a <= 10 for a, b in spans) and "".join(text[a:b] for a, b in spans) == text
-    assert any(text[a:b].endswith("”") for a, b in spans)  # closing quote stays with its sentence
-    with pytest.raises(ValueError, match="longer than the chunk size"):
-        split_text("x" * 30, 5, protected=[(0, 6)])
 
 
 # ------------------------------------------------------------------------------------------------ options
@@ -73,7 +41,7 @@ def test_unknown_and_mistyped_options_are_rejected(models):
         Taskflow("word_segmentation", batch_size=0)
     with pytest.raises(TypeError, match="max_seq_len must be an int"):
         Taskflow("word_segmentation", max_seq_len="512")
-    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, word_segmentation"):
+    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, text_correction, word_segmentation"):
         Taskflow("fill_mask", user_dict=["张伟"])
     with pytest.raises(ValueError, match="needs an entity type of the model"):
         Taskflow("ner", task_path=models.ner, user_dict=["张伟"])
@@ -95,8 +63,11 @@ def test_list_tasks_and_aliases():
         "pos_tagging",
         "fill_mask",
         "feature_extraction",
+        "text_correction",
     }
     assert "named_entity_recognition" in tasks["ner"]["aliases"]
+    assert tasks["text_correction"]["default_model"] == "ernie-zoo-mini-csc"
+    assert "csc" in tasks["text_correction"]["aliases"]
     assert tasks["text_generation"]["default_model"] == "ernie-zoo-mini-poetry"
     assert "seed" in tasks["text_generation"]["options"]
 
@@ -118,7 +89,7 @@ def test_sentiment_answers_and_scores(models):
 def test_sentiment_long_text_is_the_length_weighted_mean_of_its_chunks(models):
     senta = Taskflow("sentiment_analysis", task_path=models.sentiment, max_seq_len=24, return_all_scores=True)
     text = "这家酒店非常好。" * 3 + "快递太慢了，非常失望。" * 5 + "服务很棒"
-    spans = split_text(text, 24 - 2)
+    spans = chunk_spans(text, 24 - 2)
     assert len(spans) > 1
     parts = senta([text[a:b] for a, b in spans])
     weights = np.array([b - a for a, b in spans], dtype=float)
@@ -132,31 +103,6 @@ def test_sentiment_long_text_is_the_length_weighted_mean_of_its_chunks(models):
 
 
 # ------------------------------------------------------------------------------------------------ NER
-
-
-@pytest.mark.parametrize(
-    "tags, spans",
-    [
-        (["B-PER", "I-PER", "O", "B-LOC", "I-LOC"], [("PER", 0, 2), ("LOC", 3, 5)]),  # BIO
-        (
-            ["B-PER", "E-PER", "O", "S-LOC", "B-ORG", "I-ORG", "E-ORG"],
-            [("PER", 0, 2), ("LOC", 3, 4), ("ORG", 4, 7)],
-        ),
-        (["B-PER", "M-PER", "E-PER", "S-PER", "O"], [("PER", 0, 3), ("PER", 3, 4)]),  # BMES (MSRA)
-        (["I-LOC", "I-LOC", "O", "I-PER"], [("LOC", 0, 2), ("PER", 3, 4)]),  # lenient: I without B
-        (["B-PER", "I-LOC", "E-LOC"], [("PER", 0, 1), ("LOC", 1, 3)]),  # type change ends an entity
-        (["B-PER", "B-PER", "O", "E-LOC"], [("PER", 0, 1), ("PER", 1, 2), ("LOC", 3, 4)]),
-        (["O", "O"], []),
-    ],
-)
-def test_decode_tags_bio_bioes_bmes(tags, spans):
-    assert decode_tags(tags) == spans
-
-
-def test_parse_tag_rejects_non_ner_labels():
-    assert parse_tag("B_LOC") == ("B", "LOC") and parse_tag("O") == ("O", None)
-    with pytest.raises(ValueError, match="positive"):
-        parse_tag("positive")
 
 
 def test_ner_finds_entities_with_offsets_into_the_original_text(models):
@@ -185,7 +131,7 @@ def test_ner_long_text_offsets_map_back(models):
     ner = Taskflow("ner", task_path=models.ner, max_seq_len=32)
     sentence = "据报道，张伟在上海工作。"
     text = sentence * 20
-    spans = split_text(text, 30)
+    spans = chunk_spans(text, 30)
     assert len(spans) > 5
     whole = ner(text)["entities"]
     expected = []
@@ -520,7 +466,7 @@ def test_feature_extraction_is_mean_pooling(models):
 def test_feature_extraction_from_an_mlm_checkpoint_and_long_texts(models):
     embed = Taskflow("feature_extraction", task_path=models.mlm, max_seq_len=16)
     text = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
-    spans = split_text(text, 14)
+    spans = chunk_spans(text, 14)
     parts = embed([text[a:b] for a, b in spans])
     counts = [len(embed._task.tokenizer(text[a:b])["input_ids"]) for a, b in spans]
     expected = np.average([p["embedding"] for p in parts], axis=0, weights=counts)

@@ -571,7 +571,7 @@ def test_hub_id_online_but_unreachable_fails_fast(monkeypatch, tmp_path):
 def test_ner_checkpoint_with_crf_is_decoded_by_viterbi(models, tmp_path):
     """A token classifier saved with a CRF loads as ErnieZooForTokenClassificationCRF and its transition
     scores decide the tags: forbidding B-PER and I-PER in the CRF removes the PER entities per-token argmax finds."""
-    from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
+    from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
 
     text = ner_data(40, seed=3)
     texts = [t for t, spans in text if any(k == "PER" for _, _, k in spans)][:8]

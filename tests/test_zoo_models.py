@@ -109,13 +109,13 @@ def test_sentiment_reproduces_its_sample():
 
 
 def test_ner_reproduces_its_sample():
-    from ernie_zoo.evaluation.metrics import span_prf
+    from ernie_zoo.text.metrics import span_scores
 
     sample = EVAL["models"]["ernie-zoo-mini-ner"]["sample"]
     out = Taskflow("ner", entity_only=True, batch_size=16)(sample["texts"])
     pred = [[{"start": e["start"], "end": e["end"], "type": e["type"]} for e in o["entities"]] for o in out]
     assert pred == sample["pred"]
-    f1 = span_prf(sample["gold"], pred, types=("PER", "LOC", "ORG"))["micro"]["f1"]
+    f1 = span_scores(sample["gold"], pred, types=("PER", "LOC", "ORG"))["micro"]["f1"]
     assert f1 == pytest.approx(sample["micro_f1"])
 
 

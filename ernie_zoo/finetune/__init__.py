@@ -6,6 +6,12 @@ bottleneck adapters. The `ernie-finetune` command runs `run_finetune` on a YAML 
     model, tokenizer = load_finetuned("outputs/senta")
 """
 
+from ernie_zoo.models import (  # re-exported: the model classes live in ernie_zoo.models
+    ErnieZooEnsembleForTokenClassificationCRF,
+    ErnieZooForTokenClassificationCRF,
+    LinearChainCRF,
+)
+
 from .args import (
     DataArgs,
     FinetuneArgs,
@@ -17,14 +23,10 @@ from .args import (
     format_help,
 )
 from .bottleneck import BottleneckConfig, BottleneckModel
-from .crf import LinearChainCRF
-from .ensemble import ErnieZooEnsembleForTokenClassificationCRF
 from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
 from .loop import run_finetune
 from .methods import METHODS, apply_method, check_supported
 from .metrics import classification_scores, entity_scores, multilabel_scores
-from .modeling import ErnieZooForTokenClassificationCRF
-from .tagging import Span, spans_to_tags, tags_to_spans
 
 __all__ = [
     "BottleneckConfig",
@@ -37,7 +39,6 @@ __all__ = [
     "METHODS",
     "MethodArgs",
     "ModelArgs",
-    "Span",
     "TrainArgs",
     "apply_method",
     "build_args",
@@ -52,7 +53,5 @@ __all__ = [
     "merge_adapter",
     "multilabel_scores",
     "run_finetune",
-    "spans_to_tags",
-    "tags_to_spans",
     "unwrap",
 ]

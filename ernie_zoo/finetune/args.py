@@ -5,7 +5,7 @@ A recipe mirrors the dataclasses below (each field's help is what `--help` print
 
     task: sequence_classification
     data:   {train_file: train.jsonl, dev_file: dev.jsonl}
-    model:  {preset: tiny}
+    model:  {model_name_or_path: ernie-zoo-mini-zh}    # the shipped encoder; {preset: tiny} builds from scratch
     method: {method: lora, lora_r: 8}
     train:  {output_dir: outputs/sentiment, epochs: 3}
 
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ernie_zoo.training.recipe import arg, iter_fields, load_recipe, recipe_help, recipe_to_yaml
+from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_source
 
-TASKS = ("sequence_classification", "token_classification", "generation")
+TASKS = ("sequence_classification", "token_classification", "generation", "text_correction")
 
 
 @dataclass
@@ -79,8 +80,17 @@ class DataArgs:
         "lexicon with the model. Needs use_crf. A base model saved with a lexicon keeps using its own when this "
         "is null.",
     )
+    confusion_sets: str | None = arg(
+        None,
+        "Text correction: confusion-set file (confusion_sets.json, built by `python -m ernie_zoo.data.spelling`); "
+        "decoding may only turn a character into one of its confusable characters, and the file is saved with the "
+        "model. Null: any character may become any other.",
+    )
     prompt_column: str = arg("prompt", "Column holding the prompt (generation), e.g. a poem title.")
-    target_column: str = arg("target", "Column holding the continuation to learn (generation).")
+    target_column: str = arg(
+        "target",
+        "Column holding the continuation to learn (generation) or the corrected text (text_correction).",
+    )
     max_length: int = arg(
         128, "Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated."
     )
@@ -94,14 +104,19 @@ class ModelArgs:
 
     model_name_or_path: str | None = arg(
         None,
-        "A from_pretrained directory (pretrained or converted checkpoint). Without it a randomly initialised "
-        "`preset` is built and saved to output_dir/base_model.",
+        "A from_pretrained directory (pretrained or converted checkpoint), a model shipped in the package by "
+        "name (ernie-zoo-mini-zh: the zoo's pretrained encoder; resolved like Taskflow's model=) or a hub id. "
+        "null: a randomly initialised `preset` is built and saved to output_dir/base_model.",
     )
-    preset: str = arg("tiny", "Size preset for a randomly initialised model (see `ernie-zoo info`).")
+    preset: str = arg(
+        "tiny",
+        "Size preset for a randomly initialised model, used only when model_name_or_path is null (see "
+        "`ernie-zoo info`).",
+    )
     tokenizer: str | None = arg(
         None,
         "Tokenizer directory; default: model_name_or_path, or a vocabulary trained on the training texts when "
-        "the model is built from a preset.",
+        "the model is built from a preset. A shipped model name works here too.",
     )
     vocab_size: int = arg(8000, "Vocabulary size when a tokenizer is trained on the training texts.")
     config_overrides: dict[str, Any] = arg(
@@ -248,6 +263,15 @@ class FinetuneArgs:
             self.model.preset,
             f"must be one of {sorted(PRESETS)}",
         )
+        for key in ("model_name_or_path", "tokenizer"):
+            # A shipped name can be checked now (a directory only when the run builds: a recipe may name the
+            # output of an earlier stage that is still to run).
+            value = getattr(self.model, key)
+            if value is not None and is_shipped_name(value):
+                try:
+                    resolve_model_source(value)
+                except ModelNotFoundError as e:
+                    raise ValueError(f"recipe key 'model.{key}' = {value!r}: {e}") from None
         check(
             not self.model.use_crf or self.task == "token_classification",
             "model.use_crf",
@@ -301,6 +325,32 @@ class FinetuneArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def resolved(self) -> FinetuneArgs:
+        """A copy whose model sources are locations: `model.model_name_or_path` and `model.tokenizer` resolved by
+        `ernie_zoo.zoo.resolve_model_source` (the rule of Taskflow's model=: a shipped name becomes its directory
+        inside the package, an existing directory its absolute path, a hub id stays a hub id), and shipped
+        names in `train.distill_from` their directories. Raises ValueError naming the key."""
+
+        def locate(key: str, value: str | None, hub_ok: bool = True) -> str | None:
+            if value is None or (not hub_ok and not is_shipped_name(value)):
+                return value
+            try:
+                return resolve_model_source(value).location
+            except ModelNotFoundError as e:
+                raise ValueError(f"recipe key {key!r} = {value!r}: {e}") from None
+
+        model = dataclasses.replace(
+            self.model,
+            model_name_or_path=locate("model.model_name_or_path", self.model.model_name_or_path),
+            tokenizer=locate("model.tokenizer", self.model.tokenizer),
+        )
+        teachers = self.train.distill_from
+        if teachers:
+            teachers = [locate("train.distill_from", t, hub_ok=False) for t in teachers]
+        return dataclasses.replace(
+            self, model=model, train=dataclasses.replace(self.train, distill_from=teachers)
+        )
 
 
 SECTIONS = ("data", "model", "method", "train")

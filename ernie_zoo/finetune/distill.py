@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .modeling import model_inputs
+from ernie_zoo.models.crf_tagger import model_inputs
 
 logger = logging.getLogger(__name__)
 

@@ -26,36 +26,21 @@ from torch import nn
 
 from ernie_zoo.models import (
     ErnieZooConfig,
-    ErnieZooForCausalLM,
-    ErnieZooForMaskedLM,
-    ErnieZooForSequenceClassification,
-    ErnieZooForTokenClassification,
-    ErnieZooModel,
+    ErnieZooEnsembleForTokenClassificationCRF,
+    ErnieZooForTokenClassificationCRF,
 )
+from ernie_zoo.models.int8 import save_int8_weights
+from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.tokenization.lexicon import LEXICON_FILE
 from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
 from .bottleneck.config import PEFT_TYPE as BOTTLENECK_TYPE
-from .ensemble import ErnieZooEnsembleForTokenClassificationCRF
-from .modeling import ErnieZooForTokenClassificationCRF
 
 logger = logging.getLogger(__name__)
 
 META_NAME = "ernie_zoo_finetune.json"
-MODEL_CLASSES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        ErnieZooForSequenceClassification,
-        ErnieZooForTokenClassification,
-        ErnieZooForTokenClassificationCRF,
-        ErnieZooEnsembleForTokenClassificationCRF,
-        ErnieZooForCausalLM,
-        ErnieZooForMaskedLM,
-        ErnieZooModel,
-    )
-}
 
 
 def _publish(src: Path, dst: Path) -> None:
@@ -93,14 +78,6 @@ def load_adapter(base_model: nn.Module, path: str | Path, is_trainable: bool = F
     return peft.PeftModel.from_pretrained(base_model, str(path), is_trainable=is_trainable)
 
 
-def model_class_for(config: ErnieZooConfig) -> type:
-    names = list(getattr(config, "architectures", None) or [])
-    for name in names:
-        if name in MODEL_CLASSES:
-            return MODEL_CLASSES[name]
-    raise ValueError(f"config.architectures {names} names no ErnieZoo model class ({sorted(MODEL_CLASSES)})")
-
-
 def load_base_model(base: str | Path, architecture: str, config_updates: dict[str, Any]) -> nn.Module:
     """The head class `architecture` loaded from the base directory, with the task's config fields applied."""
     config = ErnieZooConfig.from_pretrained(str(base))
@@ -108,9 +85,8 @@ def load_base_model(base: str | Path, architecture: str, config_updates: dict[st
         setattr(config, key, value)
     if "id2label" in config_updates:  # JSON keys are strings
         config.id2label = {int(k): v for k, v in config_updates["id2label"].items()}
-    if architecture not in MODEL_CLASSES:
-        raise ValueError(f"unknown model class {architecture!r}; known: {sorted(MODEL_CLASSES)}")
-    return MODEL_CLASSES[architecture].from_pretrained(str(base), config=config, dtype=torch.float32)
+    cls = model_class_for({"architectures": [architecture]})
+    return cls.from_pretrained(str(base), config=config, dtype=torch.float32)
 
 
 def load_finetuned(
@@ -272,8 +248,6 @@ def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: 
     """Save the mean-emission ensemble (`ErnieZooEnsembleForTokenClassificationCRF`) of fine-tuned CRF taggers as
     one model directory with their shared tokenizer and lexicon; `int8` stores its weights as int8 rows with
     per-row scales (`ernie_zoo.models.int8`, about half of fp16). Written atomically."""
-    from ernie_zoo.models.int8 import save_int8_weights
-
     ensemble, tokenizer = ensemble_of(tagger_dirs)
     output_dir = Path(output_dir)
     with atomic_directory(output_dir) as tmp:
@@ -286,7 +260,6 @@ def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: 
 
 __all__ = [
     "META_NAME",
-    "MODEL_CLASSES",
     "build_ensemble",
     "ensemble_of",
     "export",

@@ -47,6 +47,7 @@ from ernie_zoo.training.checkpoint import (
     write_json,
 )
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path
+from ernie_zoo.zoo import SHIPPED_MODELS
 
 from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
@@ -106,15 +107,31 @@ def check_source(key: str, value: str | None) -> None:
         raise ValueError(f"recipe key 'model.{key}' = {value!r}: no such directory")
 
 
+def _from_source(load, key: str, source: str, **kwargs):
+    """`load(source, **kwargs)`; a source that is not a directory (so, after `FinetuneArgs.resolved`, a hub id)
+    and cannot be loaded is reported by its recipe key, with the shipped names that would have worked."""
+    try:
+        return load(source, **kwargs)
+    except (OSError, ValueError) as e:
+        if Path(source).expanduser().is_dir():
+            raise
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(
+            f"recipe key 'model.{key}' = {source!r}: not a shipped model ({', '.join(SHIPPED_MODELS)}), not a "
+            f"local directory, and not loadable as a hub id ({reason})"
+        ) from e
+
+
 def build_tokenizer(args: FinetuneArgs, task: Task, saved: Path | None) -> ErnieZooTokenizerFast:
     """The given tokenizer, the model's, the one an interrupted run saved in `saved` (its base_model/), or one
-    trained on the train texts."""
+    trained on the train texts. `args` as `FinetuneArgs.resolved` returns them (shipped names resolved)."""
     m = args.model
     source = m.tokenizer or m.model_name_or_path
     if source is None and saved is not None and (saved / "tokenizer.json").is_file():
         source = str(saved)
     if source is not None:
-        return ErnieZooTokenizerFast.from_pretrained(source)
+        key = "tokenizer" if m.tokenizer else "model_name_or_path"
+        return _from_source(ErnieZooTokenizerFast.from_pretrained, key, source)
     logger.info("training a %d-token vocabulary on the training texts", m.vocab_size)
     return ErnieZooTokenizerFast.train_vocab(
         task.vocab_texts(), vocab_size=m.vocab_size, min_frequency=1, show_progress=False
@@ -151,8 +168,9 @@ def fresh_modules(model: nn.Module, missing_keys: list[str]) -> list[str]:
 def build_model(
     args: FinetuneArgs, task: Task, tokenizer, saved: Path | None
 ) -> tuple[nn.Module, str | None, list[str]]:
-    """(model, path of its base weights, newly initialised modules): a pretrained directory, the random base an
-    interrupted adapter run saved in `saved`, or a seeded preset (saved to base_model/ by the caller)."""
+    """(model, path of its base weights, newly initialised modules): a pretrained directory (a shipped model once
+    `FinetuneArgs.resolved` has turned its name into its directory), the random base an interrupted adapter run
+    saved in `saved`, or a seeded preset (saved to base_model/ by the caller)."""
     m = args.model
     cls = task.model_class()
     updates = task.config_updates()
@@ -160,7 +178,7 @@ def build_model(
     if source is None and saved is not None and (saved / "model.safetensors").is_file():
         source = str(saved)  # resuming an adapter run on a preset: the same random base
     if source is not None:
-        config = ErnieZooConfig.from_pretrained(source)
+        config = _from_source(ErnieZooConfig.from_pretrained, "model_name_or_path", source)
         arch = sorted(set(m.config_overrides) & ARCH_FIELDS)
         if arch and source != str(saved):
             raise ValueError(
@@ -612,6 +630,18 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     output_dir = Path(t.output_dir).expanduser()
     check_source("model_name_or_path", args.model.model_name_or_path)
     check_source("tokenizer", args.model.tokenizer)
+    # The recipe as written (shipped names, `~`) is what finetune_args.yaml keeps; the run reads locations.
+    recipe, args = args, args.resolved()
+    if recipe.model.model_name_or_path is not None:
+        logger.info(
+            "base model: %s (%s)",
+            recipe.model.model_name_or_path,
+            args.model.model_name_or_path,
+        )
+    else:
+        logger.info(
+            "base model: a randomly initialised %r preset (model_name_or_path is null)", args.model.preset
+        )
     resume_from, wipe = _resume_point(output_dir, t)
     seed_everything(t.seed)
     device = resolve_device(t.device)
@@ -641,7 +671,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
         seed_everything(t.seed)
         model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
         model.to(device)
-        atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(args))
+        atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(recipe))
         logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
 
         trainer = Trainer(args, task, model, tokenizer, features, output_dir, device, info, teachers)
@@ -660,6 +690,11 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             "stopped_early": state["stopped_early"],
             "train_seconds": state.get("train_seconds"),
             "metric": task.metric,
+            "base_model": {
+                "name_or_path": recipe.model.model_name_or_path,
+                "location": args.model.model_name_or_path,
+                "preset": None if args.model.model_name_or_path else args.model.preset,
+            },
             "data": {split: task.where[split] for split in task.splits},
         }
         for split in ("dev", "test"):

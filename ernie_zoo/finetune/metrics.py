@@ -1,8 +1,5 @@
-"""Evaluation metrics: classification (single/multi-label) and entity-level NER precision/recall/F1.
-
-Entity scores follow the CoNLL convention: a predicted entity counts only if its start, end and type all match
-a gold entity (`match="exact"`). `match="overlap"` is the lenient variant reported by some Chinese NER papers: a
-prediction matches a gold entity of the same type that it overlaps, each gold entity matched at most once.
+"""Evaluation metrics of fine-tuning: classification (single/multi-label), character F1 of generations, and
+entity-level NER precision/recall/F1 (computed by `ernie_zoo.text.metrics.span_scores`, as the model cards are).
 """
 
 from __future__ import annotations
@@ -11,77 +8,33 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .tagging import Span
+from ernie_zoo.text.metrics import prf, span_scores
+
+_PRF = ("precision", "recall", "f1")
 
 
 def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
-    precision = tp / n_pred if n_pred else 0.0
-    recall = tp / n_gold if n_gold else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1}
-
-
-def _match_overlap(gold: list[Span], pred: list[Span]) -> int:
-    """Greedy one-to-one matching of same-type overlapping spans (largest overlap first)."""
-    pairs = []
-    for i, g in enumerate(gold):
-        for j, p in enumerate(pred):
-            overlap = min(g.end, p.end) - max(g.start, p.start)
-            if overlap > 0 and g.type == p.type:
-                pairs.append((-overlap, i, j))
-    used_g, used_p, matched = set(), set(), 0
-    for _, i, j in sorted(pairs):
-        if i not in used_g and j not in used_p:
-            used_g.add(i)
-            used_p.add(j)
-            matched += 1
-    return matched
+    scores = prf(tp, n_pred - tp, n_gold - tp)
+    return {k: scores[k] for k in _PRF}
 
 
 def entity_scores(
-    gold: Sequence[Sequence[Span]], pred: Sequence[Sequence[Span]], match: str = "exact"
+    gold: Sequence[Sequence[Any]], pred: Sequence[Sequence[Any]], match: str = "exact"
 ) -> dict[str, Any]:
-    """Micro precision/recall/F1 over all entities, per-type scores and macro F1.
-
-    gold, pred: one list of `Span`s (or (start, end, type) tuples) per sentence, in the same order.
-    Returns {"precision", "recall", "f1", "macro_f1", "per_type": {type: {precision, recall, f1, support}},
-    "n_gold", "n_pred"}.
-    """
-    if len(gold) != len(pred):
-        raise ValueError(f"gold has {len(gold)} sentences but pred has {len(pred)}")
-    if match not in ("exact", "overlap"):
-        raise ValueError(f"match must be 'exact' or 'overlap', got {match!r}")
-    tp: Counter[str] = Counter()
-    n_gold: Counter[str] = Counter()
-    n_pred: Counter[str] = Counter()
-    for g_sent, p_sent in zip(gold, pred):
-        g_spans = [Span(*s) for s in g_sent]
-        p_spans = [Span(*s) for s in p_sent]
-        # Duplicate predictions of one entity count once as right and then as wrong: sets would hide them.
-        for s in g_spans:
-            n_gold[s.type] += 1
-        for s in p_spans:
-            n_pred[s.type] += 1
-        for kind in {s.type for s in g_spans} | {s.type for s in p_spans}:
-            g_k = [s for s in g_spans if s.type == kind]
-            p_k = [s for s in p_spans if s.type == kind]
-            if match == "exact":
-                remaining = Counter(g_k)
-                for s in p_k:
-                    if remaining[s] > 0:
-                        remaining[s] -= 1
-                        tp[kind] += 1
-            else:
-                tp[kind] += _match_overlap(g_k, p_k)
-    types = sorted(set(n_gold) | set(n_pred))
-    per_type = {t: {**_prf(tp[t], n_pred[t], n_gold[t]), "support": n_gold[t]} for t in types}
-    result: dict[str, Any] = _prf(sum(tp.values()), sum(n_pred.values()), sum(n_gold.values()))
-    gold_types = [t for t in types if n_gold[t] > 0]
-    result["macro_f1"] = sum(per_type[t]["f1"] for t in gold_types) / len(gold_types) if gold_types else 0.0
-    result["per_type"] = per_type
-    result["n_gold"] = sum(n_gold.values())
-    result["n_pred"] = sum(n_pred.values())
-    return result
+    """`ernie_zoo.text.metrics.span_scores` in the layout fine-tuning logs: {"precision", "recall", "f1",
+    "macro_f1", "per_type": {type: {precision, recall, f1, support}}, "n_gold", "n_pred"}."""
+    scores = span_scores(gold, pred, match=match)
+    micro = scores["micro"]
+    return {
+        **{k: micro[k] for k in _PRF},
+        "macro_f1": scores["macro_f1"],
+        "per_type": {
+            t: {**{k: s[k] for k in _PRF}, "support": s["tp"] + s["fn"]}
+            for t, s in scores["per_type"].items()
+        },
+        "n_gold": micro["tp"] + micro["fn"],
+        "n_pred": micro["tp"] + micro["fp"],
+    }
 
 
 def classification_scores(gold: Sequence[int], pred: Sequence[int], num_labels: int) -> dict[str, Any]:

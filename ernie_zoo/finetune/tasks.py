@@ -18,17 +18,24 @@ from typing import Any
 import torch
 from torch import nn
 
-from ernie_zoo.models import (
-    ErnieZooForCausalLM,
-    ErnieZooForSequenceClassification,
-    ErnieZooForTokenClassification,
-)
+from ernie_zoo.data.spelling import is_cjk
+from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
+from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
+from ernie_zoo.models.registry import model_class_for
+from ernie_zoo.text.confusion import ConfusionSets
+from ernie_zoo.text.correction import correction_scores
+from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization.lexicon import EntityLexicon, find_lexicon
 
-from .data import ClassificationExample, GenerationExample, NerExample, check_labels, load_split
+from .data import (
+    ClassificationExample,
+    CorrectionExample,
+    GenerationExample,
+    NerExample,
+    check_labels,
+    load_split,
+)
 from .metrics import char_f1, classification_scores, entity_scores, multilabel_scores
-from .modeling import ErnieZooForTokenClassificationCRF
-from .tagging import Span, label_names, spans_to_tags, tags_to_spans
 
 logger = logging.getLogger(__name__)
 
@@ -339,9 +346,7 @@ class TokenClassificationTask(Task):
         return features
 
     def model_class(self) -> type:
-        return (
-            ErnieZooForTokenClassificationCRF if self.args.model.use_crf else ErnieZooForTokenClassification
-        )
+        return model_class_for({"use_crf": self.args.model.use_crf}, task="token-classification")
 
     def config_updates(self) -> dict[str, Any]:
         return {
@@ -473,10 +478,116 @@ class GenerationTask(Task):
         }
 
 
+# ===================================================================== text correction
+
+
+class TextCorrectionTask(Task):
+    """Chinese spelling correction: (text as written, corrected text) pairs of the same length; the model
+    (`ErnieZooForSpellingCorrection`) learns the right character at every Chinese character and whether it was
+    wrong. Dev score: sentence-level correction F1 as pycorrector defines it (`ernie_zoo.text.correction`)."""
+
+    name = "text_correction"
+    default_metric = "sentence_f1"
+    #: decoding margins reported on dev besides the model's own (config.correction_min_prob)
+    sweep = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+    def setup_labels(self) -> None:
+        path = self.data_args.confusion_sets
+        self.confusion = ConfusionSets.load(Path(path).expanduser()) if path else None
+
+    def vocab_texts(self) -> Iterator[str]:
+        for ex in self.splits["train"]:
+            yield ex.target
+
+    def encode(self, examples: Sequence[CorrectionExample], tokenizer) -> list[dict[str, Any]]:
+        """Labels: the target character's id at each single-Chinese-character token; -100 elsewhere (special
+        tokens, Latin, digits, punctuation, characters the vocabulary lacks), which the model never changes."""
+        enc = tokenizer(
+            [ex.source for ex in examples],
+            truncation=True,
+            max_length=self.data_args.max_length,
+            return_offsets_mapping=True,
+        )
+        vocab = tokenizer.get_vocab()
+        features = []
+        for i, ex in enumerate(examples):
+            labels = []
+            for start, end in enc["offset_mapping"][i]:
+                ch = ex.target[start] if end - start == 1 else ""
+                labels.append(vocab[ch] if is_cjk(ex.source[start:end] or "x") and ch in vocab else IGNORE)
+            f = {k: enc[k][i] for k in enc.keys() if k != "offset_mapping"}
+            f["labels"] = labels
+            f["_index"] = i
+            f["_offsets"] = enc["offset_mapping"][i]
+            features.append(f)
+        return features
+
+    def model_class(self) -> type:
+        return ErnieZooForSpellingCorrection
+
+    def config_updates(self) -> dict[str, Any]:
+        # Defaults recorded in config.json unless model.config_overrides sets them.
+        defaults = {"detection_loss_weight": 0.3, "correction_min_prob": 0.0}
+        return {k: v for k, v in defaults.items() if k not in self.args.model.config_overrides}
+
+    def attach(self, model: nn.Module) -> list[str]:
+        """The confusion sets travel with the model (saved as confusion_sets.json); the detector is new."""
+        target = getattr(model, "base_model", model)
+        for m in (model, target, getattr(target, "model", None)):
+            if isinstance(m, ErnieZooForSpellingCorrection):
+                if self.confusion is not None:
+                    m.confusion_sets = self.confusion
+                elif m.confusion_sets is not None:
+                    self.confusion = m.confusion_sets  # a correction model's own sets
+        return []
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        vocab = tokenizer.get_vocab()
+        id_to_char = {i: t for t, i in vocab.items()}
+        candidates = candidate_table(self.confusion, vocab) if self.confusion is not None else None
+        proposals: list[list[tuple[int, str, float]]] = []  # per example: (char offset, new char, margin)
+        loss_sum, n = 0.0, 0
+        for chunk, inputs, out in self._forward_all(
+            model, features, batch_size, device, tokenizer.pad_token_id
+        ):
+            loss_sum += float(out.loss) * len(chunk)
+            n += len(chunk)
+            eligible = inputs["labels"] != IGNORE
+            rows = decode_corrections(out.logits, inputs["input_ids"], eligible, candidates, min_prob=-1.0)
+            for f, row in zip(chunk, rows):
+                proposals.append([(f["_offsets"][t][0], id_to_char[tid], margin) for t, tid, margin in row])
+        sources = [examples[f["_index"]].source for f in features]
+        targets = [examples[f["_index"]].target for f in features]
+
+        def predict(min_prob: float) -> list[str]:
+            preds = []
+            for src, props in zip(sources, proposals):
+                chars = list(src)
+                for pos, ch, margin in props:
+                    if margin >= min_prob:
+                        chars[pos] = ch
+                preds.append("".join(chars))
+            return preds
+
+        own = float(getattr(model.config, "correction_min_prob", 0.0))
+        scores: dict[str, Any] = correction_scores(sources, targets, predict(own))
+        scores["loss"] = loss_sum / max(n, 1)
+        scores["min_prob"] = own
+        sweep = {
+            f"{m:.1f}": correction_scores(sources, targets, predict(m))["sentence_f1"] for m in self.sweep
+        }
+        scores["sweep_sentence_f1"] = sweep
+        best = max(sweep, key=sweep.get)
+        scores["best_min_prob"] = float(best)
+        scores["best_sentence_f1"] = sweep[best]
+        return scores
+
+
 TASK_CLASSES: dict[str, type[Task]] = {
     "sequence_classification": SequenceClassificationTask,
     "token_classification": TokenClassificationTask,
     "generation": GenerationTask,
+    "text_correction": TextCorrectionTask,
 }
 
 
@@ -489,6 +600,7 @@ __all__ = [
     "SequenceClassificationTask",
     "TASK_CLASSES",
     "Task",
+    "TextCorrectionTask",
     "TokenClassificationTask",
     "collate",
     "make_task",

@@ -41,12 +41,20 @@ Design
 * **Never masked**: special tokens ([CLS], [SEP], [UNK], ...) and padding.
 * **Reproducible**: `set_step(step)` re-derives the generator from `(seed, step)`, so a resumed run masks
   its batches exactly like an uninterrupted one.
+* **Sentiment unit (SKEP)**: Tian et al., "SKEP: Sentiment Knowledge Enhanced Pre-training for Sentiment
+  Analysis", ACL 2020. `prepare_dataset(..., sentiment_lexicon=...)` marks the words of a sentiment lexicon
+  (`SentimentWords`: `python -m ernie_zoo.data.sentiment_lexicon` output, matched leftmost-longest like
+  entities but only on the segmenter's word boundaries) with their polarity; a `sentiment` stage masks them
+  first, whole, then fills the same budget with phrase units, first fit, so a row never exceeds its budget;
+  80/10/10 as for every unit. Batches of such a schedule carry `polarity_labels` (1 positive, 0 negative at
+  the masked sentiment-word tokens, -100 elsewhere) for the word-polarity head of `ernie-pretrain`.
 """
 
 from .collator import KnowledgeMaskingCollator
-from .lexicon import AhoCorasick, EntityLexicon
+from .lexicon import AhoCorasick, EntityLexicon, SentimentWords
 from .prepare import (
     COLUMNS,
+    SENTIMENT_COLUMNS,
     PrepareStats,
     load_prepared,
     prepare_dataset,
@@ -67,8 +75,10 @@ __all__ = [
     "MaskingSchedule",
     "MaskingStage",
     "PrepareStats",
+    "SENTIMENT_COLUMNS",
     "STRATEGIES",
     "Segmenter",
+    "SentimentWords",
     "load_prepared",
     "prepare_dataset",
     "prepare_dataset_with_stats",

@@ -1,4 +1,4 @@
-"""`KnowledgeMaskingCollator`: pads prepared examples and masks whole char / phrase / entity units.
+"""`KnowledgeMaskingCollator`: pads prepared examples and masks whole char / phrase / entity / sentiment units.
 
 All sampling is vectorised over the batch with numpy (no Python loop per unit or per token); the unit
 boundaries come precomputed in each example (`phrase_ids`, `entity_ids`, see `prepare.py`).
@@ -7,13 +7,19 @@ How a batch is masked (B sequences, T padded length)::
 
     strategy per row        schedule.strategy_at(step) -> name, or a mixture sampled per row
     unit key per token      char: position | phrase: phrase_id | entity: entity_id, else phrase_id
+                            | sentiment: sentiment_id, else phrase_id
     unit starts             maskable token whose key differs from the previous maskable token's key
     n-gram chunks           consecutive units grouped into spans of n ~ p(n) ∝ 1/n, n <= max_ngram
     budget per row          floor(n_maskable * mlm_probability + U(0,1))   (stochastic rounding, >= 1)
     selection               chunks in random order (entity chunks first at the entity level); take the
                             prefix that fits the budget, and the chunk that straddles it with probability
                             (budget left) / (chunk length), so the expected masked count equals the budget
+                            sentiment level: sentiment-word chunks first, then the others, first fit: a
+                            chunk is taken only if it fits in the room its row has left, so the row never
+                            exceeds its budget
     80/10/10                decided once per chunk: all its tokens -> [MASK] / random tokens / kept
+    polarity labels         (schedules with a sentiment stage) at the masked tokens of sentiment words in
+                            sentiment rows: 1 positive, 0 negative; -100 elsewhere
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["KnowledgeMaskingCollator"]
 
-_CHAR, _PHRASE, _ENTITY = (STRATEGIES.index(s) for s in ("char", "phrase", "entity"))
+_CHAR, _PHRASE, _ENTITY, _SENTIMENT = (STRATEGIES.index(s) for s in ("char", "phrase", "entity", "sentiment"))
 
 
 def _as_schedule(schedule: Any) -> MaskingSchedule:
@@ -61,6 +67,13 @@ class KnowledgeMaskingCollator:
             random tokens; the rest keep their tokens (0.8 / 0.1 / 0.1).
         entity_first: at the entity level, pick entity units before other units (then fill the budget with
             phrase units). If False, entities compete with phrases uniformly.
+
+    The sentiment level (SKEP): the sentiment words of the examples (`sentiment_ids` / `sentiment_polarity`,
+    made by `prepare_dataset(..., sentiment_lexicon=...)`) are units, always picked before the phrase units
+    that fill the rest of the budget, and never beyond it (first fit, so a row's masked tokens never exceed
+    its budget; a row whose every unit is longer than its budget stays unmasked). When the schedule has a
+    sentiment stage, every batch also carries `polarity_labels` (B, T): the polarity of each masked token of
+    a sentiment word in a sentiment row (1 positive, 0 negative), -100 elsewhere.
 
     Reproducibility: `set_step(step)` re-derives the generator from `(seed, step)`, so a run resumed at
     step k produces exactly the batches of an uninterrupted run, provided each step collates the same
@@ -123,6 +136,9 @@ class KnowledgeMaskingCollator:
         n = np.arange(1, max_ngram + 1)
         self.ngram_probs = (1.0 / n) / (1.0 / n).sum()
         self._warned_no_units = False
+        #: the schedule has a sentiment stage: stack the sentiment columns and emit `polarity_labels`
+        self.uses_sentiment = self.schedule.uses("sentiment")
+        self._warned_no_sentiment = False
         self.step = 0
         self.set_step(0)
 
@@ -161,6 +177,14 @@ class KnowledgeMaskingCollator:
             "phrase_ids": -1,
             "entity_ids": -1,
         }
+        if self.uses_sentiment:
+            defaults.update(sentiment_ids=-1, sentiment_polarity=0)
+            if "sentiment_ids" not in first and not self._warned_no_sentiment:
+                logger.warning(
+                    "examples have no 'sentiment_ids' (not prepared with a sentiment lexicon): the sentiment "
+                    "stage masks phrase units only"
+                )
+                self._warned_no_sentiment = True
         out: dict[str, np.ndarray] = {}
         for key, fill in defaults.items():
             arr = np.full((B, T), fill, dtype=np.int64)
@@ -213,19 +237,29 @@ class KnowledgeMaskingCollator:
             )
         rng = self._rng
         maskable = valid & (phrase >= 0) & ~self.is_special[ids]
-        masked, action = self._sample_mask(maskable, phrase, entity, self._row_strategies(B), rng)
+        sentiment = cols.get("sentiment_ids")
+        masked, action, in_sentiment = self._sample_mask(
+            maskable, phrase, entity, self._row_strategies(B), rng, sentiment
+        )
 
         labels = np.where(masked, ids, -100)
         inputs = ids.copy()
         pinyin = pinyin.copy()
         self._replace(action, inputs, pinyin, rng)
-        return {
+        out = {
             "input_ids": torch.from_numpy(inputs),
             "attention_mask": torch.from_numpy(valid.astype(np.int64)),
             "token_type_ids": torch.from_numpy(cols["token_type_ids"]),
             "pinyin_ids": torch.from_numpy(pinyin),
             "labels": torch.from_numpy(labels),
         }
+        if self.uses_sentiment:
+            # SKEP's word-polarity targets: masked tokens of sentiment words picked as sentiment units
+            positive = cols["sentiment_polarity"] > 0
+            out["polarity_labels"] = torch.from_numpy(
+                np.where(masked & in_sentiment, positive.astype(np.int64), -100)
+            )
+        return out
 
     # ------------------------------------------------------------------ sampling
     def _sample_mask(
@@ -235,25 +269,37 @@ class KnowledgeMaskingCollator:
         entity: np.ndarray,
         codes: np.ndarray,
         rng: np.random.Generator,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens to predict, (B, T) bool, and what to do with each, (B, T) int8: 0 [MASK], 1 random
-        token, 2 keep, -1 not masked. The 80/10/10 decision is made once per chunk."""
+        sentiment: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The tokens to predict, (B, T) bool; what to do with each, (B, T) int8: 0 [MASK], 1 random token,
+        2 keep, -1 not masked (the 80/10/10 decision is made once per chunk); and which tokens are sentiment-word
+        units of sentiment rows, (B, T) bool."""
         B, T = maskable.shape
         masked = np.zeros(B * T, dtype=bool)
         action = np.full(B * T, -1, dtype=np.int8)
+        sentiment_tok = np.zeros(B * T, dtype=bool)
         # Work on the N maskable tokens only, flattened in (row, position) order.
         tok_pos = np.flatnonzero(maskable.reshape(-1))  # (N,) flat index
         N = tok_pos.size
         if N == 0:
-            return masked.reshape(B, T), action.reshape(B, T)
+            return masked.reshape(B, T), action.reshape(B, T), sentiment_tok.reshape(B, T)
         tok_row = tok_pos // T
         tok_code = codes[tok_row]
         tok_entity = entity.reshape(-1)[tok_pos]
         in_entity = (tok_code == _ENTITY) & (tok_entity >= 0)
+        strict_rows = codes == _SENTIMENT  # (B,) rows selected first-fit, never beyond their budget
+        any_sentiment = bool(strict_rows.any())
         # Unit key per token by its row's strategy: char -> its position; phrase -> phrase id; entity ->
-        # entity id (offset by T so it cannot equal a phrase id) or else phrase id.
+        # entity id (offset by T so it cannot equal a phrase id) or else phrase id; sentiment -> sentiment
+        # word id (offset by T) or else phrase id.
         key = np.where(tok_code == _CHAR, tok_pos, phrase.reshape(-1)[tok_pos])
         key = np.where(in_entity, tok_entity + T, key)
+        if any_sentiment and sentiment is not None:
+            tok_sentiment = sentiment.reshape(-1)[tok_pos]
+            in_sentiment = (tok_code == _SENTIMENT) & (tok_sentiment >= 0)
+            key = np.where(in_sentiment, tok_sentiment + T, key)
+        else:
+            in_sentiment = None
         # A unit starts where the row or the key changes from the previous maskable token, so a unit
         # interrupted by an unmaskable token such as [UNK] stays one unit.
         starts = np.empty(N, dtype=bool)
@@ -265,6 +311,7 @@ class KnowledgeMaskingCollator:
         unit_len = np.diff(np.r_[first, N])
         unit_row = tok_row[first]
         unit_is_entity = in_entity[first]
+        unit_is_sentiment = in_sentiment[first] if in_sentiment is not None else None
 
         # ---- n-gram chunks: group consecutive units of a row into spans of n units
         if self.max_ngram > 1:
@@ -282,9 +329,12 @@ class KnowledgeMaskingCollator:
             chunk_len = np.bincount(unit_chunk, weights=unit_len, minlength=C).astype(np.int64)
             chunk_row = unit_row[chunk_start]
             chunk_is_entity = np.bincount(unit_chunk, weights=unit_is_entity, minlength=C) > 0
+            if unit_is_sentiment is not None:
+                chunk_is_sentiment = np.bincount(unit_chunk, weights=unit_is_sentiment, minlength=C) > 0
         else:
             unit_chunk = np.arange(U)
             C, chunk_len, chunk_row, chunk_is_entity = U, unit_len, unit_row, unit_is_entity
+            chunk_is_sentiment = unit_is_sentiment
 
         # ---- budget per row (stochastic rounding keeps the expected ratio exact), at least one token
         n_maskable = np.bincount(tok_row, minlength=B)
@@ -295,9 +345,20 @@ class KnowledgeMaskingCollator:
         order_key = rng.random(C)
         if self.entity_first:
             order_key = order_key - chunk_is_entity
+        if unit_is_sentiment is not None:  # sentiment words first (a row is never both entity and sentiment)
+            order_key = order_key - chunk_is_sentiment
         # one argsort instead of a lexsort: key in [-1, 1), so rows stay apart with a stride of 4
         order = np.argsort(chunk_row * 4.0 + order_key, kind="stable")
-        take = self._select(chunk_row[order], chunk_len[order], budget, n_maskable > 0, rng)
+        rows, lengths = chunk_row[order], chunk_len[order]
+        if not any_sentiment:
+            take = self._select(rows, lengths, budget, n_maskable > 0, rng)
+        else:
+            strict = strict_rows[rows]
+            take = np.zeros(C, dtype=bool)
+            if not strict.all():
+                loose = ~strict
+                take[loose] = self._select(rows[loose], lengths[loose], budget, n_maskable > 0, rng)
+            take[strict] = self._select_within(rows[strict], lengths[strict], budget)
         chunk_take = np.zeros(C, dtype=bool)
         chunk_take[order] = take
         token_chunk = unit_chunk[tok_unit]
@@ -311,7 +372,36 @@ class KnowledgeMaskingCollator:
             np.where(r < self.mask_replace_prob + self.random_replace_prob, 1, 2),
         ).astype(np.int8)
         action[tok_pos[sel]] = chunk_action[token_chunk[sel]]
-        return masked.reshape(B, T), action.reshape(B, T)
+        if in_sentiment is not None:
+            sentiment_tok[tok_pos[in_sentiment]] = True
+        return masked.reshape(B, T), action.reshape(B, T), sentiment_tok.reshape(B, T)
+
+    @staticmethod
+    def _select_within(
+        rows: np.ndarray, lengths: np.ndarray, budget: np.ndarray, max_rounds: int = 8
+    ) -> np.ndarray:
+        """Choose chunks, given in priority order grouped by row, first fit: a chunk is taken if it fits in
+        the room its row has left, so no row ever exceeds its budget. Vectorised in rounds: drop the chunks
+        longer than their row's room, take the prefix of the rest that fits; the first chunk that did not fit
+        is longer than the room left after that prefix, so the next round drops it and goes on after it.
+        Deterministic (the order carries the randomness); after `max_rounds` rounds the leftover room stays
+        unused."""
+        B = budget.size
+        take = np.zeros(rows.size, dtype=bool)
+        alive = np.ones(rows.size, dtype=bool)  # neither taken nor ruled out
+        room = budget.astype(np.int64).copy()
+        for _ in range(max_rounds):
+            alive &= lengths <= room[rows]
+            if not alive.any():
+                break
+            length = np.where(alive, lengths, 0)
+            total = np.bincount(rows, weights=length, minlength=B).astype(np.int64)
+            cum_after = np.cumsum(length) - (np.cumsum(total) - total)[rows]
+            fits = alive & (cum_after <= room[rows])
+            take |= fits
+            alive &= ~fits
+            room -= np.bincount(rows, weights=np.where(fits, lengths, 0), minlength=B).astype(np.int64)
+        return take
 
     @staticmethod
     def _select(

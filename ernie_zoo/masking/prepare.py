@@ -7,7 +7,10 @@
 
 Each row holds int lists of one length: `phrase_ids` numbers the word units of the segmenter (consecutive
 from 0, -1 at [CLS]/[SEP]); `entity_ids` numbers entity spans (from the lexicon, then POS-tag entities that
-do not overlap a lexicon entity), -1 outside entities. A token belongs to the unit that contains its first
+do not overlap a lexicon entity), -1 outside entities. With a sentiment lexicon (SKEP's sentiment masking
+unit) two more columns: `sentiment_ids` numbers the sentiment words (`SentimentWords` matches that start and
+end on the segmenter's word boundaries), -1 outside them, and `sentiment_polarity` gives each token of a
+sentiment word its polarity (+1 / -1; 0 outside). A token belongs to the unit that contains its first
 character.
 
 Bad input never stops the run; it is counted in `PrepareStats`:
@@ -16,8 +19,8 @@ Bad input never stops the run; it is counted in `PrepareStats`:
 * invalid UTF-8 is decoded with U+FFFD replacements (which the tokenizer's normaliser then drops);
 * jsonl records that do not parse, or lack a string `text` field, are skipped;
 * lines longer than `max_seq_len - 2` characters (counted after NFKC, which turns `…` into `...`) are
-  cut after sentence punctuation (。！？!?；;… and newlines, with trailing closing quotes) and the
-  sentences packed greedily into pieces that fit; a sentence that alone is too long is cut by length.
+  cut by `ernie_zoo.text.sentences.chunk_text`: after sentence punctuation, sentences packed greedily into
+  pieces that fit; a sentence that alone is too long is cut after clause punctuation, then by length.
   (A token never covers less than one normalised character, so such a piece fits in `max_seq_len`
   tokens; anything the tokenizer still truncates is counted.)
 
@@ -34,7 +37,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import unicodedata
 import uuid
 from collections.abc import Iterable, Iterator
@@ -46,9 +48,10 @@ import numpy as np
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from ernie_zoo.text.sentences import chunk_text, sentence_spans
 from ernie_zoo.utils import atomic_directory
 
-from .lexicon import EntityLexicon
+from .lexicon import EntityLexicon, SentimentWords
 from .segment import Segmenter
 
 logger = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "COLUMNS",
     "PrepareStats",
+    "SENTIMENT_COLUMNS",
     "load_prepared",
     "prepare_dataset",
     "prepare_dataset_with_stats",
@@ -66,13 +70,11 @@ __all__ = [
 
 #: The columns of a prepared example.
 COLUMNS = ("input_ids", "token_type_ids", "pinyin_ids", "phrase_ids", "entity_ids")
-FORMAT_VERSION = 1
+#: The extra columns of an example prepared with a sentiment lexicon (the sentiment masking unit).
+SENTIMENT_COLUMNS = ("sentiment_ids", "sentiment_polarity")
+FORMAT_VERSION = 2  # 2: long lines cut by ernie_zoo.text.sentences (clauses before length)
 STATS_FILE = "ernie_zoo_prepare.json"
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz")
-
-# A sentence: the shortest run of text ending in sentence punctuation (plus closing quotes/brackets),
-# or the rest of the text.
-_SENTENCE = re.compile(r".*?(?:[。！？!?；;…\n]+[”’」』）)\"']*|$)", re.S)
 
 
 @dataclass
@@ -89,7 +91,7 @@ class PrepareStats:
     eval_documents: int = 0  #: of which assigned to the eval split
     long_lines: int = 0  #: texts longer than max_seq_len - 2 characters, split
     long_line_pieces: int = 0  #: pieces those texts were split into
-    hard_splits: int = 0  #: sentences cut by length (too long even alone)
+    hard_splits: int = 0  #: sentences too long to fit alone (cut at clauses, then by length)
     packed_from: int = 0  #: pieces before packing (0: not packed)
     truncated: int = 0  #: examples the tokenizer still truncated (NFKC expansion)
     dropped_no_tokens: int = 0  #: texts that produced no token at all
@@ -99,6 +101,7 @@ class PrepareStats:
     phrase_units: int = 0
     entity_units: int = 0  #: entity spans that cover at least one token (lexicon + POS)
     pos_entity_units: int = 0  #: of which from POS tags
+    sentiment_units: int = 0  #: sentiment words that cover at least one token (with a sentiment lexicon)
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -235,41 +238,14 @@ def _size(text: str) -> int:
 
 
 def split_long_text(text: str, limit: int) -> tuple[list[str], int]:
-    """Cut `text` into pieces of at most `limit` (NFKC) characters, preferably after sentence punctuation.
-    Returns (pieces, number of sentences that had to be cut by length)."""
+    """Cut `text` into pieces of at most `limit` (NFKC) characters with `ernie_zoo.text.sentences.chunk_text`.
+    Returns (pieces, number of sentences too long to fit alone, cut at clauses or by length)."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     if _size(text) <= limit:
         return [text], 0
-    pieces: list[str] = []
-    hard = 0
-    current, current_size = "", 0
-
-    def flush() -> None:
-        if current.strip():
-            pieces.append(current.strip())
-
-    for match in _SENTENCE.finditer(text):
-        sentence = match.group(0)
-        if not sentence:
-            continue
-        size = _size(sentence)
-        if current_size + size <= limit:
-            current, current_size = current + sentence, current_size + size
-            continue
-        flush()
-        current, current_size = sentence, size
-        if size > limit:  # too long alone: cut by length
-            hard += 1
-            current, current_size = "", 0
-            for ch in sentence:
-                w = _size(ch)
-                if current_size + w > limit:
-                    flush()
-                    current, current_size = "", 0
-                current, current_size = current + ch, current_size + w
-    flush()
-    return pieces, hard
+    hard = sum(_size(text[a:b]) > limit for a, b in sentence_spans(text))
+    return chunk_text(text, limit, width=_size), hard
 
 
 def pack_pieces(pieces: list[str], limit: int) -> list[str]:
@@ -314,12 +290,14 @@ class _Encoder:
         segmenter: Segmenter,
         lexicon: EntityLexicon | None,
         use_pos_entities: bool,
+        sentiment: SentimentWords | None = None,
     ):
         self.tokenizer = tokenizer
         self.max_seq_len = max_seq_len
         self.segmenter = segmenter
         self.lexicon = lexicon
         self.use_pos_entities = use_pos_entities
+        self.sentiment = sentiment
 
     def entity_spans(self, text: str) -> list[tuple[int, int, bool]]:
         """Lexicon spans, plus POS-tag spans that overlap none of them, sorted, as (start, end, from_pos)."""
@@ -342,8 +320,9 @@ class _Encoder:
             return_special_tokens_mask=True,
             return_token_type_ids=True,
         )
+        extra = (*SENTIMENT_COLUMNS, "_n_sentiment") if self.sentiment is not None else ()
         out: dict[str, list] = {
-            k: [] for k in (*COLUMNS, "_n_phrase", "_n_entity", "_n_pos_entity", "_truncated")
+            k: [] for k in (*COLUMNS, "_n_phrase", "_n_entity", "_n_pos_entity", "_truncated", *extra)
         }
         for i, text in enumerate(texts):
             special = np.asarray(enc["special_tokens_mask"][i], dtype=bool)
@@ -352,7 +331,8 @@ class _Encoder:
                 continue  # nothing but [CLS] [SEP]: dropped (counted by the caller)
             offsets = np.asarray(enc["offset_mapping"][i], dtype=np.int64).reshape(-1, 2)
             starts = offsets[:, 0]
-            word_starts = np.fromiter((s for s, _ in self.segmenter.spans(text)), dtype=np.int64)
+            word_spans = self.segmenter.spans(text)
+            word_starts = np.fromiter((s for s, _ in word_spans), dtype=np.int64)
             word = np.searchsorted(word_starts, starts, side="right") - 1
             phrase = _renumber(word, content)
 
@@ -367,6 +347,25 @@ class _Encoder:
             else:
                 entity = np.full(len(starts), -1, dtype=np.int64)
                 n_entity = n_pos = 0
+            if self.sentiment is not None:
+                # whole words only: a sentiment word must start and end where the segmenter cuts
+                boundaries = {s for s, _ in word_spans}
+                boundaries.add(len(text))
+                sentiment_spans = self.sentiment.find(text, boundaries)
+                if sentiment_spans:
+                    s_start, s_end, s_pol = (np.array(col) for col in zip(*sentiment_spans))
+                    j = np.searchsorted(s_start, starts, side="right") - 1
+                    inside = content & (j >= 0) & (starts < s_end[np.maximum(j, 0)])
+                    sentiment = _renumber(j, inside)
+                    polarity = np.where(inside, s_pol[np.maximum(j, 0)], 0)
+                    n_sentiment = int(np.unique(j[inside]).size)
+                else:
+                    sentiment = np.full(len(starts), -1, dtype=np.int64)
+                    polarity = np.zeros(len(starts), dtype=np.int64)
+                    n_sentiment = 0
+                out["sentiment_ids"].append(sentiment.tolist())
+                out["sentiment_polarity"].append(polarity.tolist())
+                out["_n_sentiment"].append(n_sentiment)
             last_end = int(offsets[content][-1, 1])
             out["input_ids"].append(enc["input_ids"][i])
             out["token_type_ids"].append(enc["token_type_ids"][i])
@@ -380,22 +379,25 @@ class _Encoder:
         return out
 
 
-def _features():
+def _features(sentiment: bool = False):
     from datasets import Features, List, Value
 
-    return Features(
-        {
-            "input_ids": List(Value("int32")),
-            "token_type_ids": List(Value("int8")),
-            "pinyin_ids": List(Value("int32")),
-            "phrase_ids": List(Value("int32")),
-            "entity_ids": List(Value("int32")),
-            "_n_phrase": Value("int32"),
-            "_n_entity": Value("int32"),
-            "_n_pos_entity": Value("int32"),
-            "_truncated": Value("bool"),
-        }
-    )
+    columns = {
+        "input_ids": List(Value("int32")),
+        "token_type_ids": List(Value("int8")),
+        "pinyin_ids": List(Value("int32")),
+        "phrase_ids": List(Value("int32")),
+        "entity_ids": List(Value("int32")),
+        "_n_phrase": Value("int32"),
+        "_n_entity": Value("int32"),
+        "_n_pos_entity": Value("int32"),
+        "_truncated": Value("bool"),
+    }
+    if sentiment:
+        columns["sentiment_ids"] = List(Value("int32"))
+        columns["sentiment_polarity"] = List(Value("int8"))
+        columns["_n_sentiment"] = Value("int32")
+    return Features(columns)
 
 
 # ---------------------------------------------------------------------------------------------- caching
@@ -465,6 +467,7 @@ def prepare_dataset_with_stats(
     segmenter: Segmenter | None = None,
     show_progress: bool = True,
     pack: bool = False,
+    sentiment_lexicon: SentimentWords | str | os.PathLike | dict[str, int] | None = None,
 ):
     """`prepare_dataset`, also returning the `PrepareStats`. See `prepare_dataset` for the arguments."""
     from datasets import DatasetDict
@@ -481,6 +484,12 @@ def prepare_dataset_with_stats(
             if isinstance(lexicon, (str, os.PathLike))
             else EntityLexicon(lexicon)
         )
+    if sentiment_lexicon is not None and not isinstance(sentiment_lexicon, SentimentWords):
+        sentiment_lexicon = (
+            SentimentWords.from_file(sentiment_lexicon)
+            if isinstance(sentiment_lexicon, (str, os.PathLike))
+            else SentimentWords(sentiment_lexicon)
+        )
     if segmenter is None:
         segmenter = Segmenter(user_dict=user_dict)
     elif user_dict is not None:
@@ -493,6 +502,8 @@ def prepare_dataset_with_stats(
         settings = (FORMAT_VERSION, max_seq_len, use_pos_entities, text_field, eval_fraction, seed)
         if pack:  # appended only when on, so unpacked caches keep their keys
             settings += ("pack",)
+        if sentiment_lexicon is not None:  # likewise
+            settings += ("sentiment", sentiment_lexicon.fingerprint())
         h.update(repr(settings).encode())
         h.update(_tokenizer_fingerprint(tokenizer).encode())
         h.update(segmenter.fingerprint().encode())
@@ -533,7 +544,7 @@ def prepare_dataset_with_stats(
         stats.packed_from = len(splits["train"]) + len(splits["eval"])
         splits = {name: pack_pieces(pieces, limit) for name, pieces in splits.items()}
 
-    encoder = _Encoder(tokenizer, max_seq_len, segmenter, lexicon, use_pos_entities)
+    encoder = _Encoder(tokenizer, max_seq_len, segmenter, lexicon, use_pos_entities, sentiment_lexicon)
     with _progress_bars(show_progress):
         results = _encode_splits(splits, encoder, eval_fraction, num_proc, batch_size, key, stats)
     dataset = DatasetDict(results) if eval_fraction > 0 else results["train"]
@@ -572,7 +583,7 @@ def _encode_splits(splits, encoder, eval_fraction, num_proc, batch_size, key, st
             batch_size=batch_size,
             num_proc=num_proc if num_proc > 1 and len(pieces) > batch_size else None,
             remove_columns=["text"],
-            features=_features(),
+            features=_features(encoder.sentiment is not None),
             # without a cache key the result is in memory only: give it a unique fingerprint
             new_fingerprint=f"{key}-{name}" if key is not None else uuid.uuid4().hex,
             desc=f"tokenize + boundaries ({name})",
@@ -584,9 +595,12 @@ def _encode_splits(splits, encoder, eval_fraction, num_proc, batch_size, key, st
             stats.entity_units += _column_sum(table, "_n_entity")
             stats.pos_entity_units += _column_sum(table, "_n_pos_entity")
             stats.truncated += _column_sum(table, "_truncated")
+            if encoder.sentiment is not None:
+                stats.sentiment_units += _column_sum(table, "_n_sentiment")
             # every row has [CLS] ... [SEP]
             stats.tokens += int(pc.sum(pc.list_value_length(table.column("input_ids"))).as_py()) - 2 * len(ds)
-        ds = ds.remove_columns(["_n_phrase", "_n_entity", "_n_pos_entity", "_truncated"])
+        helpers = ["_n_phrase", "_n_entity", "_n_pos_entity", "_truncated"]
+        ds = ds.remove_columns(helpers + (["_n_sentiment"] if encoder.sentiment is not None else []))
         if name == "train":
             stats.examples = len(ds)
         else:
@@ -637,10 +651,14 @@ def prepare_dataset(
         **kwargs: `input_type` ("auto"/"text"/"file"), `text_field` ("text"), `eval_fraction` (0.0; if > 0 a
             seeded fraction of the documents goes to an "eval" split and a `DatasetDict` with "train" and
             "eval" is returned), `seed`, `batch_size`, `segmenter`, `show_progress`, `pack` (False; True joins
-            consecutive short documents into examples of up to max_seq_len tokens, see `pack_pieces`).
+            consecutive short documents into examples of up to max_seq_len tokens, see `pack_pieces`),
+            `sentiment_lexicon` (None; a `SentimentWords`, a lexicon file written by
+            `python -m ernie_zoo.data.sentiment_lexicon`, or a {word: +1/-1} dict: adds `SENTIMENT_COLUMNS` for
+            the sentiment masking unit).
 
     Returns:
-        a `datasets.Dataset` with columns `COLUMNS` (or a `DatasetDict` when `eval_fraction > 0`).
+        a `datasets.Dataset` with columns `COLUMNS` (plus `SENTIMENT_COLUMNS` with a sentiment lexicon), or a
+        `DatasetDict` when `eval_fraction > 0`.
     """
     dataset, _ = prepare_dataset_with_stats(
         texts_or_files,

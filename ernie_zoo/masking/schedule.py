@@ -8,6 +8,10 @@
 A stage covers the steps from the previous stage's `until_step` (0 for the first) up to, not including,
 its own `until_step`; `None` means "until the end". Steps past the last finite `until_step` stay in the
 last stage.
+
+A `sentiment` stage (SKEP, Tian et al. 2020) masks the sentiment words of a sentiment lexicon first, then
+fills the same budget with phrase units; it needs examples prepared with a sentiment lexicon
+(`prepare_dataset(..., sentiment_lexicon=...)`), and the collator then also emits `polarity_labels`.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from typing import Any, Literal
 
 __all__ = ["STRATEGIES", "MaskingStage", "MaskingSchedule", "normalize_strategy"]
 
-#: The masking granularities, in ERNIE 1.0's order (basic-level, phrase-level, entity-level).
-STRATEGIES = ("char", "phrase", "entity")
+#: The masking granularities, in ERNIE 1.0's order (basic-level, phrase-level, entity-level), then SKEP's
+#: sentiment-word level.
+STRATEGIES = ("char", "phrase", "entity", "sentiment")
 _ALIASES = {"basic": "char", "character": "char", "word": "phrase"}
 
-Strategy = Literal["char", "phrase", "entity"] | dict[str, float]
+Strategy = Literal["char", "phrase", "entity", "sentiment"] | dict[str, float]
 
 
 def _strategy_name(name: Any) -> str:
@@ -68,9 +73,9 @@ class MaskingStage:
     """One stage of the schedule.
 
     Args:
-        strategy: "char" (basic-level; alias "basic"), "phrase" or "entity", or a mixture such as
-            `{"phrase": 0.3, "entity": 0.7}`: each sequence of a batch picks its strategy with these
-            probabilities.
+        strategy: "char" (basic-level; alias "basic"), "phrase", "entity" or "sentiment" (sentiment words
+            first, SKEP), or a mixture such as `{"phrase": 0.3, "entity": 0.7}`: each sequence of a batch picks
+            its strategy with these probabilities.
         until_step: the first step that no longer belongs to this stage; None for "until the end".
     """
 
@@ -143,6 +148,13 @@ class MaskingSchedule:
                 raise ValueError(f"stage {i}: missing 'strategy'")
             stages.append(MaskingStage(item["strategy"], item.get("until_step")))
         return cls(stages)
+
+    def uses(self, name: str) -> bool:
+        """Whether some stage uses the strategy `name` (alone or in a mixture)."""
+        name = _strategy_name(name)
+        return any(
+            s.strategy == name if isinstance(s.strategy, str) else name in s.strategy for s in self.stages
+        )
 
     def to_config(self) -> list[dict[str, Any]]:
         """The inverse of `from_config`."""

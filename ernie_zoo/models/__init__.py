@@ -1,6 +1,11 @@
-"""ERNIE-style models with pinyin/radical/stroke features; size presets; checkpoint conversion."""
+"""Every model class (encoder, heads, CRF tagger with entity-lexicon input, ensemble, spelling correction) and the
+registry mapping a config to its class (`registry`); size presets; int8 storage; checkpoint conversion."""
 
 from .configuration import ErnieZooConfig
+from .correction import ErnieZooForSpellingCorrection
+from .crf import LinearChainCRF
+from .crf_tagger import ErnieZooForTokenClassificationCRF
+from .ensemble import ErnieZooEnsembleForTokenClassificationCRF
 from .modeling import (
     CharFeatureEmbeddings,
     ErnieZooForCausalLM,
@@ -14,10 +19,14 @@ from .modeling import (
 __all__ = [
     "CharFeatureEmbeddings",
     "ErnieZooConfig",
+    "ErnieZooEnsembleForTokenClassificationCRF",
     "ErnieZooForCausalLM",
     "ErnieZooForMaskedLM",
     "ErnieZooForSequenceClassification",
+    "ErnieZooForSpellingCorrection",
     "ErnieZooForTokenClassification",
+    "ErnieZooForTokenClassificationCRF",
     "ErnieZooModel",
     "ErnieZooPreTrainedModel",
+    "LinearChainCRF",
 ]

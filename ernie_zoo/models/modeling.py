@@ -25,7 +25,6 @@ too).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 
@@ -47,7 +46,10 @@ from transformers.models.ernie.modeling_ernie import (
 )
 
 from .configuration import ErnieZooConfig
+from .crf import LinearChainCRF
 from .generation import decoding_processors
+from .int8 import int8_weights_file, load_int8_state_dict
+from .registry import check_loadable, register
 
 logger = logging.getLogger(__name__)
 
@@ -141,38 +143,6 @@ class ErnieZooEmbeddings(ErnieEmbeddings):
         return embeds
 
 
-ENSEMBLE_CLASS = "ErnieZooEnsembleForTokenClassificationCRF"
-CRF_CLASS = "ErnieZooForTokenClassificationCRF"
-
-
-def _refuse_ensemble(cls: type, directory: str | os.PathLike, config_obj=None) -> None:
-    """A directory holding an ensemble of taggers has no weights under the names another class expects: loading it
-    with one (e.g. AutoModelForTokenClassification) would leave every weight random, so refuse it by name. A CRF
-    tagger (`use_crf` in the config passed, else in config.json) is refused by the plain token classifier."""
-    config = os.path.join(directory, "config.json")
-    if cls.__name__ == ENSEMBLE_CLASS or not os.path.isfile(config):
-        return
-    with open(config, encoding="utf-8") as f:
-        saved = json.load(f)
-    archs = saved.get("architectures") or []
-    use_crf = getattr(config_obj, "use_crf", False) if config_obj is not None else saved.get("use_crf", False)
-    if ENSEMBLE_CLASS in archs:
-        raise ValueError(
-            f"{directory} holds an ensemble of taggers ({ENSEMBLE_CLASS}); {cls.__name__} cannot load it. Use "
-            f"ernie_zoo.finetune.{ENSEMBLE_CLASS}.from_pretrained, Taskflow('ner', task_path=...) or "
-            "ernie_zoo.finetune.load_finetuned"
-        )
-    if cls.__name__ == "ErnieZooForTokenClassification" and use_crf:
-        # What transformers' AutoModelForTokenClassification / pipeline("token-classification") would build: the
-        # CRF's transitions would be dropped and the tags decoded per token, silently giving other entities.
-        raise ValueError(
-            f"{directory} holds a CRF tagger ({CRF_CLASS}); {cls.__name__} would drop its CRF and decode each token "
-            "on its own (transformers' token-classification pipeline cannot decode a CRF). Use "
-            f"ernie_zoo.finetune.{CRF_CLASS}.from_pretrained, Taskflow('ner', task_path=...) or "
-            "ernie_zoo.finetune.load_finetuned"
-        )
-
-
 class ErnieZooPreTrainedModel(ErniePreTrainedModel):
     config_class = ErnieZooConfig
     config: ErnieZooConfig
@@ -185,20 +155,24 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         path = pretrained_model_name_or_path
         int8 = None
         if path is not None and os.path.isdir(path):
-            _refuse_ensemble(cls, path, kwargs.get("config"))
+            check_loadable(cls, path, kwargs.get("config"))
             if "state_dict" not in kwargs:
-                from .int8 import int8_weights_file
-
                 int8 = int8_weights_file(path)
         if int8 is None:
             return super().from_pretrained(path, *args, **kwargs)
         config = kwargs.pop("config", None)
         if config is None:
             config, kwargs = cls.config_class.from_pretrained(path, return_unused_kwargs=True, **kwargs)
-        from .int8 import load_int8_state_dict
-
         kwargs["state_dict"] = load_int8_state_dict(int8)
         return super().from_pretrained(None, *args, config=config, **kwargs)
+
+    def _add_classifier(self, config: ErnieZooConfig, add_pooling_layer: bool) -> None:
+        """`ernie`, `dropout` and `classifier` of a classification head, as transformers' ERNIE heads name them."""
+        self.num_labels = config.num_labels
+        self.ernie = ErnieZooModel(config, add_pooling_layer=add_pooling_layer)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -210,23 +184,16 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         if pooler is not None and module is pooler.dense:
             init.copy_(module.weight, torch.eye(*module.weight.shape, dtype=module.weight.dtype))
             init.zeros_(module.bias)
+        if isinstance(module, LinearChainCRF):  # zero transitions: a CRF starts as the per-token classifier
+            for p in module.parameters():
+                init.zeros_(p)
         if isinstance(module, CharFeatureEmbeddings):
             # Tables missing from a checkpoint (one saved by a stock ERNIE/BERT) would otherwise stay uninitialised
             # memory; zeros mean "not a Han character" until `load_char_tables` fills them.
-            for name in CHAR_TABLES:
-                table = getattr(module, name, None)
-                if table is not None:
-                    init.zeros_(table)
-            for name in (
-                "pinyin_syllable",
-                "pinyin_tone",
-                "radical",
-                "strokes",
-                "stroke_types",
-                "stroke_positions",
-            ):
-                emb = getattr(module, name, None)
-                if emb is None:
+            for table in module.buffers(recurse=False):  # the CHAR_TABLES it has
+                init.zeros_(table)
+            for emb in module.children():  # the feature embeddings it has (and `fusion`, set below)
+                if not isinstance(emb, nn.Embedding):
                     continue
                 if module.fusion_mode == "add":
                     init.zeros_(emb.weight)
@@ -261,10 +228,7 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         if features is None or new == old:
             return embeddings
         looked_up = tokenizer.char_feature_tables(vocab_size=new) if tokenizer is not None else None
-        for name in CHAR_TABLES:
-            table = getattr(features, name, None)
-            if table is None:
-                continue
+        for name, table in list(features.named_buffers(recurse=False)):  # the CHAR_TABLES it has
             resized = table.new_zeros((new, *table.shape[1:]))
             kept = min(old, new)
             resized[:kept] = table[:kept]
@@ -294,10 +258,7 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         features = self.base_model.embeddings.char_features
         if features is None:
             return
-        for name in CHAR_TABLES:
-            buffer = getattr(features, name, None)
-            if buffer is None:
-                continue
+        for name, buffer in features.named_buffers(recurse=False):  # the CHAR_TABLES it has
             value = torch.as_tensor(tables[name])
             if name == "stroke_seqs":
                 value = value[:, : buffer.shape[1]]
@@ -312,6 +273,7 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         features._warned_empty = False
 
 
+@register("feature-extraction", default=True)
 class ErnieZooModel(ErnieZooPreTrainedModel, ErnieModel):
     """ERNIE encoder (or decoder, with `is_decoder=True`) whose token embeddings carry character features."""
 
@@ -406,46 +368,44 @@ def _head_forward(parent: type):
     return forward
 
 
+@register("fill-mask", default=True)
 class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
         self.ernie = ErnieZooModel(config, add_pooling_layer=False)
         self.cls = ErnieOnlyMLMHead(config)
+        # SKEP's sentiment-word polarity head, next to the MLM head: `config.num_word_polarities` (2 when
+        # ernie-pretrain has a sentiment masking stage; absent or 0: no head) classes from the final hidden state
+        # of each masked sentiment-word token. Trained by ernie_zoo.training.mlm.masked_lm_loss, never used by
+        # forward(); other heads loading this checkpoint leave its weights unused.
+        n_polarities = int(getattr(config, "num_word_polarities", 0) or 0)
+        self.word_polarity = nn.Linear(config.hidden_size, n_polarities) if n_polarities else None
         self.post_init()
 
     forward = _head_forward(ErnieForMaskedLM)
 
 
+@register("text-classification", default=True)
 class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenceClassification):
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.ernie = ErnieZooModel(config)
-        dropout = (
-            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        )
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._add_classifier(config, add_pooling_layer=True)
         self.post_init()
 
     forward = _head_forward(ErnieForSequenceClassification)
 
 
+@register("token-classification", default=True)
 class ErnieZooForTokenClassification(ErnieZooPreTrainedModel, ErnieForTokenClassification):
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.ernie = ErnieZooModel(config, add_pooling_layer=False)
-        dropout = (
-            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        )
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._add_classifier(config, add_pooling_layer=False)
         self.post_init()
 
     forward = _head_forward(ErnieForTokenClassification)
 
 
+@register("text-generation", default=True)
 class ErnieZooForCausalLM(ErnieZooPreTrainedModel, ErnieForCausalLM):
     """Left-to-right ERNIE decoder for `generate()` (greedy, sampling, beam search; KV cache).
 

@@ -160,16 +160,17 @@ def build_config(
 class _MaskedLMStep(nn.Module):
     """Root module DeepSpeed wraps: forward(batch) = the loop's masked-LM loss on the inner model."""
 
-    def __init__(self, mlm: nn.Module, sparse_last_layer: bool = False):
+    def __init__(self, mlm: nn.Module, sparse_last_layer: bool = False, polarity_weight: float = 1.0):
         super().__init__()
         self.mlm = mlm
         self.sparse_last_layer = sparse_last_layer
+        self.polarity_weight = polarity_weight  # the word-polarity loss of a sentiment stage (SKEP)
 
     def forward(self, **batch: torch.Tensor):
         # keyword tensors, not one dict argument: DeepSpeed's TP input-consistency check compares flat args
         from ernie_zoo.training.mlm import masked_lm_loss
 
-        return masked_lm_loss(self.mlm, batch, self.sparse_last_layer)
+        return masked_lm_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
 
 
 def _init_deepspeed_distributed() -> tuple[int, int, int]:
@@ -296,7 +297,8 @@ class DeepSpeedEngine:
         sparse = bool(getattr(recipe, "sparse_last_layer", False))
         if recompute == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        wrapper = _MaskedLMStep(model, sparse)
+        polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
+        wrapper = _MaskedLMStep(model, sparse, polarity_weight)
         o = recipe.optim
         optimizer = torch.optim.AdamW(
             param_groups(model, o.weight_decay), lr=o.lr, betas=tuple(o.betas), eps=o.eps

@@ -67,7 +67,7 @@ def _vocab_size(model_args: Any, data: dict[str, Any]) -> int:
         return model_args.vocab_size
     tokenizer_path = (data.get("tokenizer") or {}).get("path")
     if tokenizer_path and Path(tokenizer_path).is_dir():
-        from ernie_zoo import ErnieZooTokenizerFast
+        from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
         return len(ErnieZooTokenizerFast.from_pretrained(tokenizer_path))
     from ernie_zoo.models.presets import DEFAULTS

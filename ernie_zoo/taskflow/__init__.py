@@ -6,7 +6,7 @@
 
 Tasks (one file each, registered by name; `list_tasks()` lists them with their options):
 sentiment_analysis, ner (= named_entity_recognition), text_generation, word_segmentation, pos_tagging,
-fill_mask, feature_extraction. `Taskflow(task).help()` prints a task's usage example.
+fill_mask, feature_extraction, text_correction. `Taskflow(task).help()` prints a task's usage example.
 
 Models: shipped models live in `ernie_zoo/zoo/<name>/` and are verified against their `manifest.json`
 (`verify_manifest`); `task_path=` takes any local save_pretrained directory; hub ids go through transformers'
@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (importing a task module registers it)
     ner,
     pos_tagging,
     sentiment_analysis,
+    text_correction,
     text_generation,
     word_segmentation,
 )
@@ -32,7 +33,6 @@ from .models import (
 )
 from .task import TASKS, EncoderTask, Task, get_task, list_tasks, register_task
 from .taskflow import Taskflow, task_usage
-from .text import split_text
 
 __all__ = [
     "EncoderTask",
@@ -46,7 +46,6 @@ __all__ = [
     "get_task",
     "list_tasks",
     "register_task",
-    "split_text",
     "task_usage",
     "verify_manifest",
     "write_manifest",

@@ -31,23 +31,18 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
+from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.utils import (
     atomic_write_json,
     check_finite_weights,
-    looks_like_local_path,
     sha256_file,
     unreadable_weights,
 )
+from ernie_zoo.zoo import SHIPPED_MODELS, ZOO_DIR, ModelNotFoundError, ModelSource, resolve_model_source
 
 logger = logging.getLogger(__name__)
 
-ZOO_DIR = Path(__file__).resolve().parent.parent / "zoo"
-SHIPPED_MODELS = (
-    "ernie-zoo-mini-sentiment",
-    "ernie-zoo-mini-ner",
-    "ernie-zoo-mini-poetry",
-    "ernie-zoo-mini-zh",
-)
+# ZOO_DIR, SHIPPED_MODELS, ModelNotFoundError, ModelSource: ernie_zoo.zoo (re-exported here).
 MANIFEST = "manifest.json"
 # Files that may sit next to a shipped model without a checksum (documentation only; never loaded).
 _UNCHECKED = {MANIFEST, "README.md"}
@@ -61,11 +56,6 @@ _TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
 )
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """A model could not be found: a shipped model that is not installed, a missing directory, or a hub id
-    that is not in the local cache while offline."""
 
 
 class ManifestError(ValueError):
@@ -129,14 +119,6 @@ def verify_manifest(directory: str | os.PathLike) -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------------------------- resolution
-@dataclasses.dataclass(frozen=True)
-class ModelSource:
-    """Where a model comes from: `kind` is "shipped", "local" or "hub"; `location` a directory or a hub id."""
-
-    kind: str
-    location: str
-
-
 def _offline() -> bool:
     from huggingface_hub import constants
 
@@ -164,22 +146,13 @@ def resolve_model(
         raise TypeError(
             f"model must be a str (a shipped name, a directory or a hub id), got {type(name).__name__}"
         )
-    if name in SHIPPED_MODELS or name.startswith("ernie-zoo-"):
-        directory = ZOO_DIR / name
-        if not directory.is_dir():
-            known = ", ".join(SHIPPED_MODELS)
-            raise ModelNotFoundError(
-                f"the shipped model {name!r} for task {task!r} is not installed (expected at {directory}). "
-                f"Shipped models: {known}. Until it is installed, pass a local model directory written by "
-                f"save_pretrained or ernie-finetune: Taskflow({task!r}, task_path='path/to/model_dir')"
-            )
-        return ModelSource("shipped", str(directory))
-    path = Path(name).expanduser()
-    if path.is_dir():
-        return ModelSource("local", str(path.resolve()))
-    if looks_like_local_path(name):
-        raise ModelNotFoundError(f"model directory {name!r} does not exist")
-    return ModelSource("hub", name)
+    # The name -> location rule is ernie_zoo.zoo's, shared with ernie-finetune's model.model_name_or_path.
+    return resolve_model_source(
+        name,
+        zoo_dir=ZOO_DIR,
+        hint=f" For task {task!r}, until it is installed, pass a local model directory written by "
+        f"save_pretrained or ernie-finetune: Taskflow({task!r}, task_path='path/to/model_dir')",
+    )
 
 
 # ----------------------------------------------------------------------------------------------- devices
@@ -311,27 +284,6 @@ def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
         return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
-def _token_classifier_class(source: ModelSource, default: Any) -> Any:
-    """`ErnieZooForTokenClassificationCRF` for a checkpoint saved with a CRF (`config.use_crf`), so its
-    transition scores are loaded and decoding is Viterbi, not per-token argmax;
-    `ErnieZooEnsembleForTokenClassificationCRF` for an ensemble of such taggers; else `default`."""
-    import transformers
-
-    from ernie_zoo.models.modeling import ENSEMBLE_CLASS
-
-    config = _from_pretrained(transformers.AutoConfig, source)
-    archs = getattr(config, "architectures", None) or []
-    if ENSEMBLE_CLASS in archs:
-        from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
-
-        return ErnieZooEnsembleForTokenClassificationCRF
-    if getattr(config, "use_crf", False) or "ErnieZooForTokenClassificationCRF" in archs:
-        from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
-
-        return ErnieZooForTokenClassificationCRF
-    return default
-
-
 def _check_config(directory: Path) -> None:
     """A local model directory's config.json must exist and be a JSON object: a broken one otherwise surfaces
     as a misleading tokenizer error (transformers reads the config while loading the tokenizer)."""
@@ -348,7 +300,7 @@ def _check_config(directory: Path) -> None:
 
 def load_model(
     source: ModelSource,
-    auto_class: str,
+    auto_class: str | type,
     precision: str = "fp32",
     device: torch.device | None = None,
     ignore_missing: tuple[str, ...] = (),
@@ -365,13 +317,15 @@ def load_model(
 
     device = device or torch.device("cpu")
     check_precision(precision, device)
+    # A transformers Auto class by name, or a model class itself (a head no Auto class maps, e.g. correction).
+    cls = getattr(transformers, auto_class) if isinstance(auto_class, str) else auto_class
+    auto_class = auto_class if isinstance(auto_class, str) else auto_class.__name__
     key = (source.kind, source.location, auto_class, precision, str(device))
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
         if source.kind == "shipped":
             verify_manifest(source.location)
-        cls = getattr(transformers, auto_class)
         if source.kind != "hub":
             _check_config(Path(source.location))
         try:
@@ -389,8 +343,9 @@ def load_model(
                 f"{source.location} has no loadable tokenizer ({exc}); save it next to the model with "
                 "tokenizer.save_pretrained(directory)"
             ) from exc
-        if auto_class == "AutoModelForTokenClassification":
-            cls = _token_classifier_class(source, cls)
+        if auto_class == "AutoModelForTokenClassification":  # a CRF tagger, an ensemble: the registry's class
+            config = _from_pretrained(transformers.AutoConfig, source)
+            cls = model_class_for(config, task="token-classification", default=cls)
         _QUIET.on = True
         try:
             model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)

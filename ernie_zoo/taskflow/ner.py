@@ -17,9 +17,9 @@ With a local model directory (task_path=; here a tiny model the test-suite train
 `start`/`end` index the string you passed (`text[start:end] == entity["text"]`), also for Latin words, digits,
 full-width characters and emoji: offsets come from the tokenizer's offset_mapping, not from counting tokens.
 Tags are read from the model's `config.id2label` and may use BIO, BIOES or BMES (MSRA) prefixes (`B-PER`,
-`I-`/`M-` inside, `E-` end, `S-` single, `O`); decoding is lenient (an `I-X` after `O` starts an entity). A word
-split into several word pieces takes the tag of its first piece. Long texts are split by sentences and the
-entity offsets are shifted back into the original string (an entity never spans two chunks).
+`I-`/`M-` inside, `E-` end, `S-` single, `O`), decoded leniently by `ernie_zoo.text.tags` (an `I-X` after `O`
+starts an entity). A word split into several word pieces takes the tag of its first piece. Long texts are split
+by sentences and the entity offsets are shifted back into the original string (an entity never spans two chunks).
 
 A tagger fine-tuned with an entity lexicon (`ernie-finetune --data.lexicon FILE`) carries it in its directory
 (`entity_lexicon.txt`); Taskflow marks each character's lexicon matches and passes them to the model as
@@ -43,13 +43,12 @@ from typing import Any
 
 import torch
 
+from ernie_zoo.text.tags import parse_tag, tags_to_spans
 from ernie_zoo.tokenization.lexicon import JIEBA_NAME_TYPES, LEXICON_FILE
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
 from .word_segmentation import read_user_dict
-
-PREFIXES = {"B", "I", "M", "E", "S"}
 
 
 @dataclass
@@ -78,57 +77,6 @@ class NerResult(Result):
     entities: list[Entity] = field(default_factory=list)
 
 
-def parse_tag(tag: str) -> tuple[str, str | None]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', None); 'I_LOC' -> ('I', 'LOC'); 'S' -> ('S', '')."""
-    if tag in ("O", "o"):
-        return "O", None
-    for sep in ("-", "_"):
-        head, _, rest = tag.partition(sep)
-        if rest and head.upper() in PREFIXES:
-            return head.upper(), rest
-    if tag.upper() in PREFIXES:
-        return tag.upper(), ""
-    raise ValueError(f"tag {tag!r} is not O or B-/I-/M-/E-/S-<TYPE> (BIO, BIOES or BMES)")
-
-
-def decode_tags(tags: list[str]) -> list[tuple[str, int, int]]:
-    """Spans (type, first, last+1) over a sequence of BIO/BIOES/BMES tags (lenient about ill-formed runs)."""
-    spans: list[tuple[str, int, int]] = []
-    current: list[Any] | None = None  # [type, start, end]
-
-    def close() -> None:
-        nonlocal current
-        if current is not None:
-            spans.append((current[0], current[1], current[2]))
-        current = None
-
-    for i, tag in enumerate(tags):
-        prefix, kind = parse_tag(tag)
-        if prefix == "O":
-            close()
-        elif prefix == "B":
-            close()
-            current = [kind, i, i + 1]
-        elif prefix == "S":
-            close()
-            spans.append((kind, i, i + 1))
-        elif prefix in ("I", "M"):
-            if current is not None and current[0] == kind:
-                current[2] = i + 1
-            else:
-                close()
-                current = [kind, i, i + 1]
-        else:  # E
-            if current is not None and current[0] == kind:
-                current[2] = i + 1
-                close()
-            else:
-                close()
-                spans.append((kind, i, i + 1))
-    close()
-    return spans
-
-
 @register_task("ner", aliases=("named_entity_recognition",), default_model="ernie-zoo-mini-ner")
 class NamedEntityRecognition(EncoderTask):
     auto_class = "AutoModelForTokenClassification"
@@ -146,7 +94,7 @@ class NamedEntityRecognition(EncoderTask):
         if not any(p != "O" for p, _ in parsed):
             raise ValueError(f"model config id2label has no entity tags: {self.tags}")
         self.entity_types = sorted({kind for _, kind in parsed if kind})
-        # A tagger trained with an entity lexicon reads its matches as `lexicon_ids` (finetune/modeling.py).
+        # A tagger trained with an entity lexicon reads its matches as `lexicon_ids` (models/crf_tagger.py).
         self.lexicon = getattr(self.model, "entity_lexicon", None)
         if getattr(self.model.config, "lexicon_types", None) and self.lexicon is None:
             raise ValueError(
@@ -247,10 +195,10 @@ class NamedEntityRecognition(EncoderTask):
                 words.append((start, end, self.tags[labels[t]], scores[t]))
             last_word = word
         entities = []
-        for kind, first, stop in decode_tags([w[2] for w in words]):
+        for first, stop, kind in tags_to_spans([w[2] for w in words]):
             start, end = chunk.start + words[first][0], chunk.start + words[stop - 1][1]
             score = sum(w[3] for w in words[first:stop]) / (stop - first)
-            entities.append(Entity(text[start:end], kind or "", start, end, score))
+            entities.append(Entity(text[start:end], kind, start, end, score))
         return entities
 
     @staticmethod

@@ -29,10 +29,11 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
+from ernie_zoo.text.sentences import chunk_spans
 from ernie_zoo.utils import NonFiniteError
 
 from .models import LoadedModel
-from .text import clean_surrogates, split_text
+from .text import clean_surrogates
 
 PAD_MULTIPLE = 8
 logger = logging.getLogger(__name__)
@@ -167,7 +168,8 @@ class Task:
     name: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     default_model: ClassVar[str | None] = None
-    auto_class: ClassVar[str | None] = None  # transformers Auto class of the model; None: no model
+    # transformers Auto class (by name) of the model, or a model class; None: no model
+    auto_class: ClassVar[str | type | None] = None
     ignore_missing: ClassVar[
         tuple[str, ...]
     ] = ()  # weight-name prefixes that may be absent from a checkpoint
@@ -330,7 +332,7 @@ class EncoderTask(Task):
         budget = self.max_len - self.n_special
         pending = []
         for index, text in enumerate(clean):
-            for start, end in split_text(text, budget, self.protected_spans(text)):
+            for start, end in chunk_spans(text, budget, self.protected_spans(text)):
                 pending.append(Chunk(index, start, end))
         while pending:
             encoded = self.encode([clean[c.index][c.start : c.end] for c in pending])
@@ -342,7 +344,7 @@ class EncoderTask(Task):
                     protected = self.protected_spans(text)
                     half = max(1, len(text) // 2, *(b - a for a, b in protected))
                     if half < len(text):
-                        for s, e in split_text(text, half, protected):
+                        for s, e in chunk_spans(text, half, protected):
                             retry.append(Chunk(chunk.index, chunk.start + s, chunk.start + e))
                         continue
                 if len(item["input_ids"]) > self.max_len:  # one character alone expands beyond max_seq_len

@@ -187,6 +187,18 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
         if missing:
             raise ValueError(f"recipe key 'data.files': no such file(s) {missing}")
         check_not_reserved(d.files)
+        sentiment = None
+        if d.sentiment_lexicon is not None:
+            from ernie_zoo.masking import SentimentWords
+
+            path = os.path.expanduser(d.sentiment_lexicon)
+            if not os.path.isfile(path):
+                raise ValueError(
+                    f"recipe key 'data.sentiment_lexicon' = {d.sentiment_lexicon!r}: no such file (build it with "
+                    "`python -m ernie_zoo.data.sentiment_lexicon --out FILE`)"
+                )
+            sentiment = SentimentWords.from_file(path, min_sources=d.sentiment_min_sources)
+            logger.info("sentiment lexicon: %d sentiment words from %s", len(sentiment), d.sentiment_lexicon)
         dataset, prep_stats = prepare_dataset_with_stats(
             list(d.files),
             tokenizer,
@@ -196,6 +208,7 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
             user_dict=d.user_dict,
             use_pos_entities=d.use_pos_entities,
             pack=d.pack,
+            sentiment_lexicon=sentiment,
             cache_dir=d.cache_dir,
             input_type="file",
             eval_fraction=d.eval_fraction,
@@ -208,6 +221,12 @@ def load_dataset(recipe, tokenizer) -> tuple[Any, Any, dict[str, Any]]:
         _report_bad_input(stats)
     if "input_ids" not in dataset.column_names:
         raise ValueError(f"the dataset has no input_ids column (columns: {dataset.column_names})")
+    if recipe.masking.uses_sentiment() and "sentiment_ids" not in dataset.column_names:
+        raise ValueError(
+            f"masking.schedule uses the sentiment unit, but the dataset {d.dataset_dir or d.files} has no "
+            "sentiment_ids column: prepare it with a sentiment lexicon (data.sentiment_lexicon, or "
+            "`ernie-zoo prepare-data --sentiment-lexicon`)"
+        )
     if len(dataset) == 0:
         source = d.dataset_dir or d.files
         raise ValueError(f"no training examples in {source}: every line was empty, unreadable or held out")

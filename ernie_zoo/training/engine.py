@@ -9,6 +9,7 @@ is named in `ENGINES` under the recipe's `distributed.backend`:
     device, dp_rank, dp_world_size, is_main (and optionally rank, barrier())
     dp_sum(values)           -> the floats summed over the data-parallel ranks (logged means, eval totals)
     loss(batch)              -> (mean masked-LM loss, masked tokens, correct); moves the batch to the device
+                                (optionally `last_details`: the loss's parts, see mlm.masked_lm_loss)
     backward(loss)           one micro batch (the loss already divided by the accumulation steps)
     step() -> grad norm      the optimizer step, LR schedule, zeroing the gradients
     lr, num_parameters()
@@ -39,6 +40,8 @@ from .recipe import ARCH_FIELDS, ModelArgs, OptimArgs, PretrainRecipe
 logger = logging.getLogger(__name__)
 
 MODEL_FILE = "model.safetensors"
+#: State-dict prefix of the sentiment-word polarity head (`ErnieZooForMaskedLM.word_polarity`).
+POLARITY_HEAD = "word_polarity."
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -131,8 +134,19 @@ def init_weights_from(model: torch.nn.Module, path: str) -> None:
         raise ValueError(f"recipe key 'model.init_from' = {path!r}: architecture differs ({detail})")
     state = load_file(str(weights))
     own = model.state_dict()
+    # The polarity head (a sentiment masking stage) is optional on both sides: a run that adds it starts it
+    # fresh, a run without it drops the saved one.
+    dropped = [k for k in state if k.startswith(POLARITY_HEAD) and k not in own]
+    for k in dropped:
+        del state[k]
     # The MLM decoder is tied to the word embeddings: a saved file may hold either name.
-    missing = [k for k in own if k not in state and not k.endswith(("decoder.weight", "decoder.bias"))]
+    missing = [
+        k
+        for k in own
+        if k not in state
+        and not k.endswith(("decoder.weight", "decoder.bias"))
+        and not k.startswith(POLARITY_HEAD)
+    ]
     unexpected = [k for k in state if k not in own]
     bad = [k for k in state if k in own and state[k].shape != own[k].shape]
     if missing or unexpected or bad:
@@ -142,6 +156,12 @@ def init_weights_from(model: torch.nn.Module, path: str) -> None:
         )
     model.load_state_dict(state, strict=False)
     logger.info("initialised %d tensors from %s", len(state), src)
+    fresh = [k for k in own if k.startswith(POLARITY_HEAD) and k not in state]
+    if fresh or dropped:
+        logger.info(
+            "word-polarity head: %s",
+            "initialised fresh" if fresh else f"not used by this run, dropped {dropped}",
+        )
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -217,9 +237,19 @@ class SingleDeviceEngine:
         self._dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
-        """(mean masked-LM loss, masked tokens, correct predictions) of a collated batch."""
+        """(mean masked-LM loss, masked tokens, correct predictions) of a collated batch; with a sentiment stage
+        the loss adds `masking.polarity_weight` x the word-polarity loss, and `last_details` holds the parts."""
+        details: dict[str, float] = {}
         with self.autocast():
-            return masked_lm_loss(self.model, to_device(batch, self.device), self.recipe.sparse_last_layer)
+            out = masked_lm_loss(
+                self.model,
+                to_device(batch, self.device),
+                self.recipe.sparse_last_layer,
+                polarity_weight=self.recipe.masking.polarity_weight,
+                details=details,
+            )
+        self.last_details = details
+        return out
 
     def num_parameters(self) -> int:
         """Parameters of the model (tied weights once)."""

@@ -8,6 +8,15 @@ A full-vocabulary head over every position costs B·T·H·V multiply-adds and a 
 which the loss never reads; on CPU that head dominates a small model's step. With `sparse_last_layer` the
 last encoder layer also runs its queries, attention output and feed-forward at the masked positions only
 (its keys and values still cover every token): the loss is the same function of the weights, for less work.
+
+SKEP's sentiment-word polarity objective rides on the same rows: with a sentiment masking stage the batch carries
+`polarity_labels` (1 positive, 0 negative at the masked tokens of sentiment words, -100 elsewhere), and when the
+model has the polarity head (`model.word_polarity`, `config.num_word_polarities`)::
+
+    hidden (M, H) ──> rows whose polarity label is set (P, H) ──> model.word_polarity ──> logits (P, 2)
+    loss = CE_mlm + polarity_weight * CE(logits, polarity labels)
+
+Polarity labels are a subset of the masked positions, so the sparse last layer serves both heads.
 """
 
 from __future__ import annotations
@@ -17,18 +26,29 @@ import torch.nn.functional as F
 
 
 def masked_lm_loss(
-    model, batch: dict[str, torch.Tensor], sparse_last_layer: bool = False
+    model,
+    batch: dict[str, torch.Tensor],
+    sparse_last_layer: bool = False,
+    polarity_weight: float = 1.0,
+    details: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, int, int]:
     """Cross-entropy over the masked positions, computing vocabulary logits for those rows only.
 
     Returns (mean loss, number of masked tokens, number predicted correctly). The loss is the one of
-    `model(**batch).loss` (the full head's mean over the positions whose label is not -100).
+    `model(**batch).loss` (the full head's mean over the positions whose label is not -100), plus, when the batch
+    has `polarity_labels` and the model a polarity head (`model.word_polarity`), `polarity_weight` times the mean
+    polarity cross-entropy over the labelled positions (a batch without any adds 0, still through the head).
 
     sparse_last_layer: also run the last encoder layer's queries, attention output and feed-forward only at
     the masked positions (its keys and values still see every token). The loss reads nothing else, so the
     value is the same; it saves ~2/3 of one layer's work.
+    details: if a dict, filled with `mlm_loss` and, with the polarity objective, `polarity_loss` (mean),
+    `polarity_n` (labelled positions) and `polarity_correct` (for logging; costs a device sync).
     """
     labels = batch["labels"]
+    polarity_labels = batch.get("polarity_labels")
+    polarity_head = getattr(model, "word_polarity", None)
+    polarity = polarity_labels is not None and polarity_head is not None and polarity_weight != 0
     selected = labels != -100  # (B, T)
     targets = labels[selected]  # (M,)
     n = int(targets.numel())
@@ -43,12 +63,42 @@ def masked_lm_loss(
             return_dict=True,
         )
         if n == 0:  # nothing masked: a zero loss that still touches the graph (keeps backward well defined)
+            if details is not None:
+                details["mlm_loss"] = 0.0
+                if polarity:
+                    details.update(polarity_loss=0.0, polarity_n=0, polarity_correct=0)
             return out.last_hidden_state.sum() * 0.0, 0, 0
         hidden = out.last_hidden_state[selected]  # (B, T, H) -> (M, H)
     logits = model.cls(hidden)  # (M, V)
     loss = F.cross_entropy(logits.float(), targets)
     correct = int((logits.argmax(-1) == targets).sum())
+    if details is not None:
+        details["mlm_loss"] = float(loss.detach())
+    if polarity:
+        loss = loss + polarity_weight * _polarity_loss(
+            polarity_head, hidden, polarity_labels[selected], details
+        )
     return loss, n, correct
+
+
+def _polarity_loss(
+    head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, details: dict[str, float] | None
+) -> torch.Tensor:
+    """Mean cross-entropy of `head` on the rows of `hidden` (M, H) whose `targets` (M,) are not -100; with no
+    such row, a zero that still runs the head (so every step uses the same parameters)."""
+    rows = targets != -100
+    logits = head(hidden[rows])  # (P, n_polarities)
+    m = int(rows.sum())
+    if m == 0:
+        loss = logits.sum() * 0.0
+        correct = 0
+    else:
+        labelled = targets[rows]
+        loss = F.cross_entropy(logits.float(), labelled)
+        correct = int((logits.argmax(-1) == labelled).sum())
+    if details is not None:
+        details.update(polarity_loss=float(loss.detach()), polarity_n=m, polarity_correct=correct)
+    return loss
 
 
 def _encode_sparse_last_layer(ernie, batch: dict[str, torch.Tensor], selected: torch.Tensor) -> torch.Tensor:

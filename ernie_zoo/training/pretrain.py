@@ -10,8 +10,9 @@ One optimizer step (grad_accum_steps micro batches)::
     collator.set_step(step)                       masks depend only on (seed, step): resumable
     for each micro batch:
         rows = train[next indices of the epoch's seeded permutation, this data-parallel rank's share]
-        batch = KnowledgeMaskingCollator(rows)     char / phrase / entity masking by the schedule's stage
+        batch = KnowledgeMaskingCollator(rows)     char / phrase / entity / sentiment masking by the schedule's stage
         loss = engine.loss(batch)                  masked_lm_loss (mlm.py): logits at masked positions only
+                                                   (+ polarity_weight x the sentiment-word polarity loss, SKEP)
         engine.backward(loss / grad_accum_steps)
     engine.step()                                  clip, AdamW, LR schedule
     log / eval / checkpoint at their intervals
@@ -167,6 +168,10 @@ def pretrain(
 
     # ---- model and engine (ZeRO-3 builds the model already partitioned: no rank holds all of it)
     config = build_model_config(recipe.model, len(tokenizer), recipe.data.max_seq_len)
+    # SKEP: a sentiment stage trains a word-polarity head (positive / negative) next to the MLM head
+    polarity = recipe.masking.uses_sentiment() and recipe.masking.polarity_weight > 0
+    if polarity:
+        config.num_word_polarities = 2
     # A resumed run loads its weights from the checkpoint: model.init_from only seeds a fresh start.
     build_recipe = (
         recipe
@@ -250,7 +255,7 @@ def pretrain(
         def write(tmp: Path) -> None:
             ckpt.save_rng_state(tmp, rank=rank)
             if engine.is_main:
-                deterministic = {k: window[k] for k in ("loss", "steps", "masked", "correct")}
+                deterministic = {k: window[k] for k in (*DETERMINISTIC_WINDOW, *POLARITY_WINDOW)}
                 ckpt.write_json(tmp / "trainer_state.json", {**state, "window": deterministic})
                 (tmp / "recipe.yaml").write_text(recipe_to_yaml(recipe), encoding="utf-8")
             engine.save(tmp)  # last: a sharded engine writes its shard on every rank, then synchronises
@@ -294,11 +299,19 @@ def pretrain(
             t0 = time.perf_counter()
             collator.set_step(step)
             step_loss, step_tokens, step_flops, step_masked, step_correct = 0.0, 0, 0.0, 0, 0
+            step_parts = [0.0, 0.0, 0, 0]  # mlm loss, polarity loss x positions, polarity positions, correct
             for _ in range(recipe.grad_accum_steps):
                 indices, position = sampler.next_batch(position)
                 batch = collator(rows(train_ds, indices))
                 loss, n_masked, n_correct = engine.loss(batch)
                 engine.backward(loss / recipe.grad_accum_steps)
+                details = getattr(engine, "last_details", None) if polarity else None
+                if details:
+                    step_parts[0] += details["mlm_loss"] / recipe.grad_accum_steps
+                    n_pol = details.get("polarity_n", 0)
+                    step_parts[1] += details.get("polarity_loss", 0.0) * n_pol
+                    step_parts[2] += n_pol
+                    step_parts[3] += details.get("polarity_correct", 0)
                 tokens = int(batch["attention_mask"].sum())
                 step_loss += float(loss.detach()) / recipe.grad_accum_steps
                 step_tokens += tokens
@@ -316,8 +329,15 @@ def pretrain(
                 )
             # The step over all data-parallel ranks (one small all-reduce): the loss is the mean of the ranks'
             # losses, the counts are sums. Every rank then logs, checks and checkpoints the same numbers.
-            loss_sum, tokens_sum, flops_sum, masked_sum, correct_sum = engine.dp_sum(
-                [step_loss, step_tokens, step_flops, step_masked, step_correct]
+            loss_sum, tokens_sum, flops_sum, masked_sum, correct_sum, *parts_sum = engine.dp_sum(
+                [
+                    step_loss,
+                    step_tokens,
+                    step_flops,
+                    step_masked,
+                    step_correct,
+                    *(step_parts if polarity else []),
+                ]
             )
             step_loss = loss_sum / engine.dp_world_size
             if not math.isfinite(step_loss):
@@ -343,6 +363,11 @@ def pretrain(
                 ("correct", int(correct_sum)),
             ):
                 window[key] += value
+            if parts_sum:
+                window["mlm_loss"] += parts_sum[0] / engine.dp_world_size
+                window["polarity_loss"] += parts_sum[1]
+                window["polarity_n"] += int(parts_sum[2])
+                window["polarity_correct"] += int(parts_sum[3])
             bar.update(1)
 
             if step % recipe.logging.interval == 0 or step == recipe.max_steps:
@@ -356,6 +381,11 @@ def pretrain(
                     "train/epoch": position.epoch,
                     "train/tokens": state["tokens"],
                 }
+                if polarity and getattr(engine, "last_details", None) is not None:
+                    record["train/mlm_loss"] = window["mlm_loss"] / window["steps"]
+                    if window["polarity_n"]:
+                        record["train/polarity_loss"] = window["polarity_loss"] / window["polarity_n"]
+                        record["train/polarity_accuracy"] = window["polarity_correct"] / window["polarity_n"]
                 metrics.log(step, record)
                 state["last_train_loss"] = record["train/loss"]
                 bar.set_postfix(
@@ -413,8 +443,22 @@ def pretrain(
     return summary
 
 
+#: Window sums that travel in checkpoints (a resumed run logs the same means as an uninterrupted one).
+DETERMINISTIC_WINDOW = ("loss", "steps", "masked", "correct")
+POLARITY_WINDOW = ("mlm_loss", "polarity_loss", "polarity_n", "polarity_correct")
+
+
 def _new_window() -> dict[str, float]:
-    return {"loss": 0.0, "steps": 0, "tokens": 0, "flops": 0.0, "time": 0.0, "masked": 0, "correct": 0}
+    return {
+        "loss": 0.0,
+        "steps": 0,
+        "tokens": 0,
+        "flops": 0.0,
+        "time": 0.0,
+        "masked": 0,
+        "correct": 0,
+        **dict.fromkeys(POLARITY_WINDOW, 0),
+    }
 
 
 def _eval_batches(recipe: PretrainRecipe, tokenizer, eval_ds) -> list[dict[str, torch.Tensor]]:
@@ -437,7 +481,10 @@ def _eval_batches(recipe: PretrainRecipe, tokenizer, eval_ds) -> list[dict[str, 
     for start in range(0, len(eval_ds), size):
         if recipe.eval.max_batches is not None and len(batches) >= recipe.eval.max_batches:
             break
-        batches.append(collator(rows(eval_ds, range(start, min(start + size, len(eval_ds))))))
+        batch = collator(rows(eval_ds, range(start, min(start + size, len(eval_ds)))))
+        # eval/loss stays the masked-LM loss alone: comparable between runs with the polarity objective and without
+        batch.pop("polarity_labels", None)
+        batches.append(batch)
     return batches
 
 

@@ -116,6 +116,14 @@ class DataArgs:
         "Entity lexicon file (one entity per line) for entity masking; null: none (entities then come only from POS tags, if use_pos_entities).",
     )
     user_dict: str | None = arg(None, "Extra jieba user dictionary for phrase boundaries.")
+    sentiment_lexicon: str | None = arg(
+        None,
+        "Sentiment lexicon written by `python -m ernie_zoo.data.sentiment_lexicon` (word, kind, polarity, strength, sources per line) for the sentiment masking unit: its sentiment words are found as whole words of the segmentation; needed by a sentiment stage in masking.schedule. null: none.",
+    )
+    sentiment_min_sources: int = arg(
+        1,
+        "Use only the sentiment words at least this many of the lexicon's sources agree on (precision over coverage).",
+    )
     use_pos_entities: bool = arg(
         False, "Also mark person/place/organisation names found by jieba's POS tagger as entities."
     )
@@ -127,10 +135,10 @@ class DataArgs:
 
 @dataclass
 class MaskingArgs:
-    """Knowledge masking (ERNIE 1.0): a staged schedule of char -> phrase -> entity masking."""
+    """Knowledge masking (ERNIE 1.0, SKEP): a staged schedule of char -> phrase -> entity (-> sentiment) masking."""
 
     schedule: list[dict[str, Any]] = arg(
-        help="Stages in order: each {strategy: char|phrase|entity, until_step: N or null for the last stage}.",
+        help="Stages in order: each {strategy: char|phrase|entity|sentiment (or a {name: probability} mixture), until_step: N or null for the last stage}. sentiment (SKEP) masks the words of data.sentiment_lexicon first, within the same budget, and trains the word polarity head.",
         default_factory=lambda: [{"strategy": "char", "until_step": None}],
     )
     mlm_probability: float = arg(0.15, "Fraction of tokens selected for prediction.")
@@ -141,6 +149,16 @@ class MaskingArgs:
         "char",
         "Masking of the held-out split. Its masks are drawn once, so evaluations are comparable across the whole schedule.",
     )
+    polarity_weight: float = arg(
+        1.0,
+        "With a sentiment stage: weight of the sentiment-word polarity loss (SKEP; a linear head on the final hidden state of each masked sentiment-word token, saved with the model) added to the MLM loss. 0: no polarity head.",
+    )
+
+    def uses_sentiment(self) -> bool:
+        """Whether a stage of the schedule, or the held-out split's masking, uses the sentiment unit."""
+        strategies = [stage.get("strategy") for stage in self.schedule if isinstance(stage, dict)]
+        strategies.append(self.eval_strategy)
+        return any(s == "sentiment" or (isinstance(s, dict) and bool(s.get("sentiment"))) for s in strategies)
 
 
 @dataclass
@@ -313,6 +331,18 @@ class PretrainRecipe:
             0.0 < k.mlm_probability < 1.0, "masking.mlm_probability", k.mlm_probability, "must be in (0, 1)"
         )
         _check(k.max_ngram >= 1, "masking.max_ngram", k.max_ngram, "must be >= 1")
+        _check(
+            k.polarity_weight >= 0 and k.polarity_weight != float("inf"),
+            "masking.polarity_weight",
+            k.polarity_weight,
+            "must be finite and >= 0",
+        )
+        _check(
+            d.sentiment_min_sources >= 1,
+            "data.sentiment_min_sources",
+            d.sentiment_min_sources,
+            "must be >= 1",
+        )
         _check(bool(k.schedule), "masking.schedule", k.schedule, "needs at least one stage")
         for i, stage in enumerate(k.schedule):
             _check(
@@ -321,6 +351,12 @@ class PretrainRecipe:
                 stage,
                 "needs a strategy",
             )
+        _check(
+            not k.uses_sentiment() or d.sentiment_lexicon is not None or d.dataset_dir is not None,
+            "data.sentiment_lexicon",
+            d.sentiment_lexicon,
+            "must be set when masking.schedule (or masking.eval_strategy) uses the sentiment unit",
+        )
         o = self.optim
         _check(o.lr > 0, "optim.lr", o.lr, "must be > 0")
         _check(

@@ -48,12 +48,12 @@ class MeanOfReplays(nn.Module):
     def __init__(self, replays: list[Replay]):
         super().__init__()
         self.replays = replays
-        from ernie_zoo.finetune.ensemble import mean_crf
+        from ernie_zoo.models.ensemble import mean_crf
 
         self.crf = mean_crf([r.crf for r in replays])
 
     def forward(self, attention_mask=None, crf_mask=None, labels=None, **_):
-        from ernie_zoo.finetune.modeling import CRFTokenClassifierOutput, crf_outputs
+        from ernie_zoo.models.crf_tagger import CRFTokenClassifierOutput, crf_outputs
 
         emissions = torch.stack([r.replay() for r in self.replays]).mean(0)
         loss, predictions = crf_outputs(self.crf, emissions, attention_mask, crf_mask, labels, False)
@@ -63,8 +63,8 @@ class MeanOfReplays(nn.Module):
 def main(argv: list[str] | None = None) -> None:
     from ernie_zoo.finetune import build_args, load_finetuned
     from ernie_zoo.finetune.distill import check_teacher
-    from ernie_zoo.finetune.ensemble import ErnieZooEnsembleForTokenClassificationCRF
     from ernie_zoo.finetune.tasks import make_task
+    from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+", help="fine-tuned CRF tagger directories (two or more)")

@@ -124,6 +124,16 @@ MODELS = {
         ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [("recipes/zoo/poetry-s5.yaml", "runs/zoo/poetry-s5")],
     ),
+    "ernie-zoo-mini-csc": (
+        "runs/zoo/csc-stage3",
+        None,
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
+        [
+            ("recipes/zoo/csc.yaml", "runs/zoo/csc"),
+            ("recipes/zoo/csc-stage2.yaml", "runs/zoo/csc-stage2"),
+            ("recipes/zoo/csc-stage3.yaml", "runs/zoo/csc-stage3"),
+        ],
+    ),
 }
 # name: results file of the decoding defaults chosen on dev, written into the shipped generation_config.json.
 DECODING = {"ernie-zoo-mini-poetry": "bench/results/poetry_decoding_dev.json"}
@@ -150,6 +160,13 @@ DATA = {
     "(loss 0.5 CRF NLL + 0.5 KL to the mean emissions of two teachers: its previous stage and a student of tagger A, "
     "itself distilled from A and B's second stage). Best checkpoint by dev entity F1 at each stage; the pair is the best of "
     "the 45 pairs of our 10 lexicon taggers by dev entity F1. MSRA test (5,000 sentences) only scored at the end.",
+    "ernie-zoo-mini-csc": "Initialised from the shipped ernie-zoo-mini-zh (stage 7) and fine-tuned for spelling "
+    "correction (detection + correction heads) on synthetic errors put into 194,799 sentences of clean offline text "
+    "(MSRA news train text, review train text, Xinhua dictionary examples without Classical Chinese capped at 80,000, "
+    "man pages, LibreOffice help, fortunes; 3,000 held out as the synthetic dev split): each character replaced, at "
+    "realistic rates, by one of its confusion set (same / other tone, fuzzy pinyin, same radical with strokes within 1, "
+    "pycorrector's sets); stages 2 and 3 train on denser errors (0-4 per sentence). Best checkpoint and decoding "
+    "margin by dev sentence F1; SIGHAN-2015 scored once at the end.",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh (stage 5) and trained as a causal LM on our seeded "
     "split of chinese-poetry Tang and Song poems (295,760 train): one run of 4,000 steps of 32 poems (about 128k poem "
     "examples), best checkpoint by dev loss. Half the examples have the title as prompt, half start from the first "
@@ -225,6 +242,9 @@ def _finetune_record(index: int, count: int, recipe: str, run_dir: str) -> dict:
     import yaml
 
     results = Path(run_dir) / "eval_results.json"
+    stopped = sorted(Path(run_dir).glob("checkpoints/checkpoint-*/trainer_state.json"))
+    if not results.is_file() and stopped:  # a run stopped before its end: its newest checkpoint is the record
+        return _stopped_record(index, count, recipe, run_dir, stopped[-1])
     if not results.is_file():  # e.g. a shipped tagger restored by restore_shipped.py and fine-tuned further
         recorded = recorded_stage(recipe, masked_lm=False)
         if recorded is None:
@@ -251,6 +271,30 @@ def _finetune_record(index: int, count: int, recipe: str, run_dir: str) -> dict:
         "hardware": f"{CPU}, fp32, {threads} torch thread{'s' if threads > 1 else ''}, {machine}",
         "best_step": ev.get("best_step"),
         "dev": {k: v for k, v in ev.get("dev", {}).items() if not isinstance(v, (dict, list))},
+    }
+
+
+def _stopped_record(index: int, count: int, recipe: str, run_dir: str, state_file: Path) -> dict:
+    import yaml
+
+    saved = json.loads(state_file.read_text(encoding="utf-8"))
+    state = saved["state"]
+    resolved = yaml.safe_load((Path(run_dir) / "finetune_args.yaml").read_text(encoding="utf-8"))
+    threads = resolved["train"].get("num_threads") or 1
+    seconds = state.get("train_seconds") or 0.0
+    last = (state.get("history") or [{}])[-1]
+    return {
+        "name": f"fine-tune ({saved['method']})"
+        + (f", stage {index + 1}" if count > 1 else "")
+        + f", stopped at step {state['global_step']} of {saved['total_steps']}",
+        "recipe": recipe,
+        "steps": state["global_step"],
+        "tokens": None,
+        "wall_seconds": round(seconds, 1),
+        "cpu_hours": round(seconds * threads / 3600, 3),
+        "hardware": f"{CPU}, fp32, {threads} torch thread{'s' if threads > 1 else ''}, other jobs shared the cores",
+        "best_step": state.get("best_step"),
+        "dev": {k: v for k, v in last.items() if not isinstance(v, (dict, list))},
     }
 
 
@@ -298,13 +342,14 @@ def ship(name: str, out_root: Path) -> Path:
 
     import ernie_zoo.auto  # noqa: F401
     from ernie_zoo.finetune.export import ensemble_of
-    from ernie_zoo.finetune.modeling import ErnieZooForTokenClassificationCRF
     from ernie_zoo.models import (
         ErnieZooForCausalLM,
         ErnieZooForMaskedLM,
         ErnieZooForSequenceClassification,
         ErnieZooForTokenClassification,
     )
+    from ernie_zoo.models.correction import ErnieZooForSpellingCorrection
+    from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
     from ernie_zoo.models.int8 import save_int8_weights
     from ernie_zoo.taskflow.models import write_manifest
     from ernie_zoo.utils import atomic_directory, atomic_write_json
@@ -312,6 +357,7 @@ def ship(name: str, out_root: Path) -> Path:
     classes = {
         c.__name__: c
         for c in (
+            ErnieZooForSpellingCorrection,
             ErnieZooForMaskedLM,
             ErnieZooForSequenceClassification,
             ErnieZooForTokenClassification,
@@ -334,6 +380,9 @@ def ship(name: str, out_root: Path) -> Path:
         # A causal LM's prompt is `[CLS] text`: its tokenizer does not end the text with `[SEP]` (the end token).
         causal = {"add_sep_token": False} if arch == "ErnieZooForCausalLM" else {}
         tokenizer = AutoTokenizer.from_pretrained(tok or src, **causal)
+        if arch == "ErnieZooForSpellingCorrection":  # the decoding margin chosen on dev by the last stage
+            dev = json.loads((Path(src) / "eval_results.json").read_text(encoding="utf-8"))["dev"]
+            model.config.correction_min_prob = dev["best_min_prob"]
     info = training_info(name)
     target = out_root / name
     with atomic_directory(target) as tmp:

@@ -24,18 +24,17 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
-from transformers import initialization as init
 
-from ernie_zoo.models import ErnieZooConfig
-from ernie_zoo.models.modeling import ErnieZooPreTrainedModel
-
+from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF
-from .modeling import (
+from .crf_tagger import (
     CRFTokenClassifierOutput,
     EntityLexiconMixin,
     ErnieZooForTokenClassificationCRF,
     crf_outputs,
 )
+from .modeling import ErnieZooPreTrainedModel
+from .registry import register
 
 # Config fields that only describe how a member was trained; members may differ in them.
 _TRAINING_ONLY = {
@@ -60,6 +59,7 @@ def mean_crf(crfs: Sequence[LinearChainCRF]) -> LinearChainCRF:
     return mean
 
 
+@register("token-classification", exclusive=True, what="an ensemble of taggers")
 class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedModel):
     """Mean-emission ensemble of `config.ensemble_size` CRF taggers (see the module docstring)."""
 
@@ -72,14 +72,7 @@ class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreT
         self.num_labels = config.num_labels
         self.members = nn.ModuleList(ErnieZooForTokenClassificationCRF(config) for _ in range(size))
         self.crf = LinearChainCRF(config.num_labels)
-        self.entity_lexicon = None
         self.post_init()
-
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if module is getattr(self, "crf", None):
-            for p in (module.start_transitions, module.end_transitions, module.transitions):
-                init.zeros_(p)
 
     def set_entity_lexicon(self, lexicon) -> None:
         super().set_entity_lexicon(lexicon)

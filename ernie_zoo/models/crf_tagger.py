@@ -17,14 +17,15 @@ by `from_pretrained` into `model.entity_lexicon`, which Taskflow uses to compute
 
 The CRF runs over the positions of `crf_mask`, by default every attended token except the first and the last
 ([CLS] and [SEP]): the same positions the data pipeline labels. In eval mode the output carries `predictions`
-(B, T): the Viterbi tag ids, -100 outside the mask; `logits` are the emissions, so an argmax reader still
-works (it just ignores the transition scores).
+(B, T): the Viterbi tag ids, -100 outside the mask; `logits` are the emissions (an argmax of them ignores the
+transition scores: transformers' token-classification pipeline, which decodes so, is refused).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,11 +34,12 @@ from torch import nn
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, TokenClassifierOutput
 
-from ernie_zoo.models import ErnieZooConfig, ErnieZooModel
-from ernie_zoo.models.modeling import ErnieZooPreTrainedModel
 from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon, find_lexicon
 
+from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF, compact
+from .modeling import ErnieZooPreTrainedModel
+from .registry import register
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +79,22 @@ def viterbi_predictions(crf: LinearChainCRF, emissions: torch.Tensor, crf_mask: 
     return predictions.scatter_(1, order, torch.where(paths >= 0, paths, torch.full_like(paths, IGNORE)))
 
 
+def refuse_per_token_pipeline() -> None:
+    """Raise inside transformers' token-classification pipeline (given a model object; a directory is refused at
+    load): its per-token argmax of `logits` ignores the CRF and silently gives other entities."""
+    module = sys.modules.get("transformers.pipelines.token_classification")
+    code = module and module.TokenClassificationPipeline._forward.__code__
+    frame = sys._getframe(1) if code else None
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    if frame is not None:
+        raise ValueError(
+            "transformers' token-classification pipeline decodes each token on its own (argmax of the logits), "
+            "which ignores this model's CRF and gives other entities. Use Taskflow('ner', task_path=...) or the "
+            "model's own Viterbi decoding, model(**inputs).predictions"
+        )
+
+
 def crf_outputs(
     crf: LinearChainCRF,
     emissions: torch.Tensor,
@@ -87,6 +105,8 @@ def crf_outputs(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(CRF negative log-likelihood if `labels` are given, Viterbi predictions unless `training`) of `emissions`
     over `crf_mask` (default: `default_crf_mask` of `attention_mask`)."""
+    if not training:
+        refuse_per_token_pipeline()
     if crf_mask is None:
         if attention_mask is None:
             attention_mask = torch.ones(emissions.shape[:2], dtype=torch.long, device=emissions.device)
@@ -109,7 +129,7 @@ class EntityLexiconMixin:
     """The entity lexicon of a tagger that reads one (`config.lexicon_types`): attached as `entity_lexicon`,
     saved next to the weights by `save_pretrained` and read back by `from_pretrained`."""
 
-    entity_lexicon: EntityLexicon | None = None
+    entity_lexicon: EntityLexicon | None = None  # set by from_pretrained or the fine-tuning loop
 
     @property
     def reads_lexicon(self) -> bool:
@@ -147,6 +167,7 @@ class EntityLexiconMixin:
         return loaded
 
 
+@register("token-classification", flag="use_crf", what="a CRF tagger")
 class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedModel):
     """Token classification with CRF decoding. Saved and loaded like any model (`from_pretrained`); the CRF
     transition scores live in `crf.*` of model.safetensors and `config.use_crf` is True."""
@@ -154,26 +175,15 @@ class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedMo
     def __init__(self, config: ErnieZooConfig):
         super().__init__(config)
         config.use_crf = True
-        self.num_labels = config.num_labels
-        self.ernie = ErnieZooModel(config, add_pooling_layer=False)
-        dropout = (
-            config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        )
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self._add_classifier(config, add_pooling_layer=False)
         self.crf = LinearChainCRF(config.num_labels)
         types = list(getattr(config, "lexicon_types", None) or [])
         self.lexicon_proj = nn.Linear(3 * len(types), config.hidden_size, bias=False) if types else None
-        self.entity_lexicon: EntityLexicon | None = None  # set by from_pretrained or the fine-tuning loop
         self._warned_no_lexicon = False
         self.post_init()
 
     def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, LinearChainCRF):
-            # Zero transitions: the CRF starts as the independent per-token classifier.
-            for p in (module.start_transitions, module.end_transitions, module.transitions):
-                init.zeros_(p)
+        super()._init_weights(module)  # a CRF's transitions start at zero there
         if module is getattr(self, "lexicon_proj", None):
             init.zeros_(module.weight)  # a lexicon added to a trained tagger changes nothing at first
 

@@ -1,0 +1,249 @@
+"""Spelling correction evaluation: the SIGHAN-2015 test, a confusion-set + n-gram baseline, a model's scores.
+
+* :func:`read_sighan2015` — the 707 (source, target) pairs of pycorrector's ``data/sighan2015_test.tsv`` (real
+  learner sentences, 373 with errors), read from its wheel. It is the **test** set: scored once per shipped model,
+  never used for choices (those use the synthetic dev split of ``ernie_zoo.data.spelling``).
+* :class:`NgramCorrector` — the classic pipeline users had before neural CSC (pycorrector's rule/kenlm path):
+  for each character, try its confusable characters and keep the one that raises a character n-gram language
+  model's log-probability of the sentence the most, if by more than a threshold (chosen on dev). The LM is our
+  interpolated Kneser-Ney :class:`~ernie_zoo.evaluation.ngram.CharNgramLM` on the same clean text the neural model
+  learns from; the candidates are the same confusion sets.
+* :func:`evaluate_correction_model` — Taskflow("text_correction") on the synthetic dev and SIGHAN-2015 test, with
+  sentence-level scores exactly as pycorrector's ``eval_model_batch`` and character-level detection/correction F1
+  (``ernie_zoo.text.correction``), plus the n-gram baseline side by side when asked.
+
+    python -m ernie_zoo.evaluation.correction --model ernie_zoo/zoo/ernie-zoo-mini-csc --csc-data ~/.cache/ernie_zoo/csc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ernie_zoo.data.sources import DEFAULT_CACHE, fetch, read_archive_member
+from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets
+from ernie_zoo.text.correction import correction_scores
+
+from .ngram import CharNgramLM
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NgramCorrector", "evaluate_correction_model", "read_pairs", "read_sighan2015"]
+
+SIGHAN_MEMBER = "pycorrector/data/sighan2015_test.tsv"
+
+
+def read_sighan2015(raw_dir: Path | None = None) -> list[tuple[str, str]]:
+    """(source, target) pairs of SIGHAN-2015 as pycorrector ships and reads them (tab-separated; '#' lines and
+    lines without exactly two fields skipped, as its eval_model_batch does)."""
+    text = read_archive_member(fetch("pycorrector", raw_dir), SIGHAN_MEMBER).decode("utf-8")
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) == 2:
+            pairs.append((parts[0], parts[1]))
+    return pairs
+
+
+def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, str]]:
+    """(source, target) pairs of a JSONL file written by `python -m ernie_zoo.data.spelling`."""
+    pairs = []
+    with Path(path).expanduser().open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if limit is not None and len(pairs) >= limit:
+                break
+            try:
+                row = json.loads(line)
+                pairs.append((row["source"], row["target"]))
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{i}: expected {{'source': ..., 'target': ...}} ({e})") from None
+    return pairs
+
+
+class NgramCorrector:
+    """Confusion-set candidates ranked by a character n-gram LM (see the module docstring).
+
+    Every candidate of every character is scored against the sentence as written, in one vectorised LM call per
+    sentence: its gain is the change in log-probability of the characters whose context includes its position
+    (i .. i + order - 1). Changes with a gain above `threshold` nats are applied best first, skipping any within
+    `order - 1` characters of one already applied (their gains assumed the other as written).
+    """
+
+    def __init__(self, lm: CharNgramLM, confusion: ConfusionSets, threshold: float = 4.0):
+        self.lm, self.confusion, self.threshold = lm, confusion, threshold
+
+    def proposals(self, text: str) -> list[tuple[int, str, float]]:
+        """(position, new character, gain) of every change the corrector makes, by position."""
+        lm, order = self.lm, self.lm.order
+        windows, meta = [], []  # meta: (position, candidate or None for the original, k, window length)
+        for i, ch in enumerate(text):
+            cands = self.confusion.candidates(ch) if ch in self.confusion else ""
+            if not cands:
+                continue
+            start, end = max(0, i - order + 1), min(len(text), i + order)
+            window = list(text[start:end])
+            k = i - start
+            for cand in [None, *cands]:
+                if cand is not None:
+                    window[k] = cand
+                windows.append("".join(window))
+                meta.append((i, cand, k, end - start))
+        if not windows:
+            return []
+        ids, positions = lm._encode(windows)
+        logp = np.log(lm._probs(ids, positions))
+        gains: dict[int, float] = {}
+        best: list[tuple[float, int, str]] = []
+        offset = 0
+        for i, cand, k, length in meta:
+            score = float(logp[offset + k : offset + length].sum())
+            offset += length
+            if cand is None:
+                gains[i] = score  # the original comes first for each position
+            elif score - gains[i] > self.threshold:
+                best.append((score - gains[i], i, cand))
+        chosen: dict[int, tuple[str, float]] = {}
+        for gain, i, cand in sorted(best, reverse=True):
+            if i in chosen or any(abs(i - j) < order for j in chosen):
+                continue
+            chosen[i] = (cand, gain)
+        return [(i, c, g) for i, (c, g) in sorted(chosen.items())]
+
+    def correct(self, text: str) -> str:
+        chars = list(text)
+        for i, ch, _ in self.proposals(text):
+            chars[i] = ch
+        return "".join(chars)
+
+
+def _scores(pairs: Sequence[tuple[str, str]], predictions: Sequence[str]) -> dict[str, float]:
+    return correction_scores([s for s, _ in pairs], [t for _, t in pairs], predictions)
+
+
+def ngram_baseline(
+    csc_data: Path, dev: Sequence[tuple[str, str]], test: Sequence[tuple[str, str]], order: int = 4
+) -> dict[str, Any]:
+    """The n-gram corrector: LM on the clean side of the synthetic train split, threshold chosen on `dev`."""
+    t0 = time.perf_counter()
+    train_targets = [t for _, t in read_pairs(csc_data / "train.jsonl")]
+    lm = CharNgramLM(order=order).fit(train_targets)
+    confusion = ConfusionSets.load(csc_data / CONFUSION_FILE)
+    fit_seconds = time.perf_counter() - t0
+    # Changes are chosen best-gain first, so a higher threshold keeps a prefix of the same choices: propose once
+    # at threshold 0 and filter.
+    corrector = NgramCorrector(lm, confusion, 0.0)
+
+    def apply(text: str, props: list[tuple[int, str, float]], threshold: float) -> str:
+        chars = list(text)
+        for i, ch, gain in props:
+            if gain > threshold:
+                chars[i] = ch
+        return "".join(chars)
+
+    dev_props = [corrector.proposals(s) for s, _ in dev]
+    sweep = {
+        t: _scores(dev, [apply(s, p, t) for (s, _), p in zip(dev, dev_props)])["sentence_f1"]
+        for t in (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+    }
+    threshold = max(sweep, key=sweep.get)
+    logger.info("n-gram corrector: dev sentence F1 by threshold %s; chosen %.1f", sweep, threshold)
+    t1 = time.perf_counter()
+    preds = [apply(s, corrector.proposals(s), threshold) for s, _ in test]
+    test_seconds = time.perf_counter() - t1
+    return {
+        "system": f"char {order}-gram Kneser-Ney LM + confusion sets (threshold chosen on dev)",
+        "train_sentences": len(train_targets),
+        "threshold": threshold,
+        "dev_sentence_f1_by_threshold": {str(k): v for k, v in sweep.items()},
+        "dev": _scores(dev, [apply(s, p, threshold) for (s, _), p in zip(dev, dev_props)]),
+        "test": _scores(test, preds),
+        "fit_seconds": round(fit_seconds, 1),
+        "test_seconds": round(test_seconds, 1),
+    }
+
+
+def evaluate_correction_model(
+    model_dir: Path,
+    csc_data: Path | None = None,
+    *,
+    dev_samples: int = 1000,
+    baseline: bool = False,
+    batch_size: int = 32,
+) -> dict[str, Any]:
+    """Scores of the text_correction model in `model_dir` on the synthetic dev split (if `csc_data` holds one) and
+    on the SIGHAN-2015 test; `baseline` adds the n-gram corrector on the same sets."""
+    from ernie_zoo.taskflow import Taskflow
+
+    flow = Taskflow("text_correction", task_path=str(model_dir), batch_size=batch_size)
+    test = read_sighan2015()
+    results: dict[str, Any] = {"model": str(model_dir), "min_prob": flow._task.min_prob}
+    dev = (
+        read_pairs(csc_data / "dev.jsonl", dev_samples)
+        if csc_data and (csc_data / "dev.jsonl").is_file()
+        else []
+    )
+    if dev:
+        results["dev"] = _scores(dev, [r["target"] for r in flow([s for s, _ in dev])])
+    t0 = time.perf_counter()
+    outputs = flow([s for s, _ in test])
+    seconds = time.perf_counter() - t0
+    results["sighan2015_test"] = {
+        **_scores(test, [r["target"] for r in outputs]),
+        "seconds": round(seconds, 2),
+        "sentences_per_second": round(len(test) / seconds, 1),
+    }
+    if baseline:
+        if not dev:
+            raise ValueError(
+                "the n-gram baseline chooses its threshold on the synthetic dev split: pass csc_data"
+            )
+        results["ngram_baseline"] = ngram_baseline(csc_data, dev, test)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path, default=None, help="a text_correction model directory")
+    p.add_argument("--csc-data", type=Path, default=DEFAULT_CACHE / "csc", help="synthetic data (dev.jsonl)")
+    p.add_argument("--dev-samples", type=int, default=1000)
+    p.add_argument(
+        "--baseline",
+        action="store_true",
+        help="run the n-gram + confusion-set corrector too (alone without --model: what the csc card quotes, "
+        "bench/results/correction_baselines.json)",
+    )
+    p.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    args = p.parse_args(argv)
+    if args.model is None and not args.baseline:
+        p.error("give --model DIR, --baseline, or both")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.model is not None:
+        results = evaluate_correction_model(
+            args.model, args.csc_data, dev_samples=args.dev_samples, baseline=args.baseline
+        )
+    else:
+        dev = read_pairs(args.csc_data / "dev.jsonl", args.dev_samples)
+        results = {"ngram": ngram_baseline(args.csc_data, dev, read_sighan2015())}
+    text = json.dumps(results, ensure_ascii=False, indent=2)
+    if args.out:
+        from ernie_zoo.utils import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    from ernie_zoo.utils import run_console
+
+    raise SystemExit(run_console("python -m ernie_zoo.evaluation.correction", main))

@@ -1,0 +1,210 @@
+"""Chinese spelling correction (CSC): ERNIE with a detection head and a correction head, and its decoding.
+
+The shape of MacBERT4CSC / ERNIE-CSC: one encoder, two heads on every character.
+
+    input_ids, pinyin_ids ─► ErnieZooModel (char features: pinyin, radical, strokes) ─► hidden (B, T, H)
+                                                                                     ├─► detector: Linear(H, 1)   p(char is wrong)
+                                                                                     └─► cls: MLM head (B, T, V)  the right character
+
+    loss = (1 - w) * CE(correction logits, right characters) + w * BCE(detection logits, input != right)
+           with w = config.detection_loss_weight (MacBERT4CSC uses 0.3); in training the CE covers every wrong
+           character and a config.correction_copy_rate sample of the right ones
+
+The correction head is the masked-LM head of the pretrained encoder (same weights, tied to the embeddings), so a
+model starts from an `ErnieZooForMaskedLM` directory with only the detector new. The input character's pinyin is
+the pinyin of the *wrong* character as written: the sound a writer meant, which is exactly the evidence a
+homophone error leaves.
+
+Decoding (:func:`decode_corrections`) only lets a character become one of its confusable characters (same or
+near sound, similar shape: `ernie_zoo.data.spelling.ConfusionSets`, saved with the model as
+`confusion_sets.json`), and only when the model prefers that candidate to the character as written by at least
+`correction_min_prob`. Nothing else changes, so a sentence's length never does.
+
+Training computes the correction logits only where a label is set (the Chinese characters), not over padding and
+punctuation: the vocabulary projection is most of the cost of a small model's step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.modeling_outputs import ModelOutput
+
+from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets
+
+from .modeling import ErnieZooForMaskedLM
+from .registry import register
+
+IGNORE = -100
+
+
+@dataclass
+class SpellingCorrectionOutput(ModelOutput):
+    """loss: the combined loss; logits: (B, T, V) correction scores (in training, (N, V) for the N labelled
+    positions only); detection_logits: (B, T) scores that each character is wrong."""
+
+    loss: torch.Tensor | None = None
+    correction_loss: torch.Tensor | None = None
+    detection_loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    detection_logits: torch.Tensor | None = None
+
+
+@register("text-correction")
+class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
+    """ERNIE + character features with a per-character detection head and the MLM head as correction head."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.detector = nn.Linear(config.hidden_size, 1)
+        #: the characters each character may be corrected to (`confusion_sets.json` of the directory), or None
+        self.confusion_sets: ConfusionSets | None = None
+        self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        path = Path(str(pretrained_model_name_or_path)) / CONFUSION_FILE
+        if path.is_file():
+            model.confusion_sets = ConfusionSets.load(path)
+        return loaded
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.confusion_sets is not None:
+            self.confusion_sets.save(Path(save_directory) / CONFUSION_FILE)
+
+    @property
+    def detection_loss_weight(self) -> float:
+        return float(getattr(self.config, "detection_loss_weight", 0.3))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        task_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        *,
+        pinyin_ids: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SpellingCorrectionOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The right token at each position (`-100` where nothing is learned: special tokens, padding, non-Chinese
+            tokens). A position is wrong, for the detection loss, where its label differs from `input_ids`.
+        pinyin_ids: see `ErnieZooModel.forward`.
+        """
+        if pinyin_ids is not None:
+            kwargs["pinyin_ids"] = pinyin_ids
+        hidden = self.ernie(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            task_type_ids=task_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        ).last_hidden_state  # (B, T, H)
+        detection_logits = self.detector(hidden).squeeze(-1)  # (B, T)
+        if labels is None:
+            return SpellingCorrectionOutput(logits=self.cls(hidden), detection_logits=detection_logits)
+        if input_ids is None:
+            raise ValueError(
+                "labels need input_ids: a position is wrong where its label differs from its input"
+            )
+        if labels.shape != input_ids.shape:
+            raise ValueError(
+                f"labels shape {tuple(labels.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        keep = labels != IGNORE
+        wrong_all = labels != input_ids
+        if int(keep.sum()) == 0:
+            # A zero that keeps the graph (and DDP/ZeRO's gradient hooks) alive on an empty batch.
+            zero = hidden.sum() * 0.0
+            logits = None if self.training else self.cls(hidden)
+            return SpellingCorrectionOutput(zero, zero, zero, logits, detection_logits)
+        if self.training:
+            # Only labelled positions go through the vocabulary projection (most of a small model's step), and
+            # of the right characters only a `correction_copy_rate` sample: the wrong ones carry the signal.
+            rate = float(getattr(self.config, "correction_copy_rate", 1.0))
+            chosen = keep
+            if rate < 1:
+                chosen = keep & (wrong_all | (torch.rand(keep.shape, device=keep.device) < rate))
+            logits = self.cls(hidden[chosen])  # (N, V)
+            correction_loss = F.cross_entropy(logits, labels[chosen])
+        else:
+            logits = self.cls(hidden)  # (B, T, V)
+            correction_loss = F.cross_entropy(logits[keep], labels[keep])
+        wrong = wrong_all[keep].to(detection_logits.dtype)
+        detection_loss = F.binary_cross_entropy_with_logits(detection_logits[keep], wrong)
+        w = self.detection_loss_weight
+        loss = (1 - w) * correction_loss + w * detection_loss
+        return SpellingCorrectionOutput(loss, correction_loss, detection_loss, logits, detection_logits)
+
+
+def candidate_table(confusion_sets, vocab: dict[str, int]) -> dict[int, torch.Tensor]:
+    """token id -> ids of the tokens it may be corrected to (its confusable characters that the vocab has)."""
+    table: dict[int, torch.Tensor] = {}
+    for ch, tid in vocab.items():
+        if len(ch) != 1 or ch not in confusion_sets:
+            continue
+        ids = sorted({vocab[c] for c in confusion_sets.candidates(ch) if c in vocab and vocab[c] != tid})
+        if ids:
+            table[tid] = torch.tensor(ids, dtype=torch.long)
+    return table
+
+
+@torch.no_grad()
+def decode_corrections(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    eligible: torch.Tensor,
+    candidates: dict[int, torch.Tensor] | None,
+    min_prob: float,
+) -> list[list[tuple[int, int, float]]]:
+    """Corrections per row: [(position, new token id, margin)], margin = p(new token) - p(input token).
+
+    A position is changed only if `eligible` (a Chinese character the caller allows to change), the model's most
+    probable token there is one of the candidates of the input token (any token when `candidates` is None), and
+    its probability exceeds the input token's by at least `min_prob`.
+
+    logits: (B, T, V); input_ids, eligible: (B, T).
+    """
+    probs = logits.float().softmax(-1)
+    out: list[list[tuple[int, int, float]]] = [[] for _ in range(input_ids.shape[0])]
+    p_input = probs.gather(-1, input_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    top = probs.argmax(-1)  # (B, T)
+    # Only positions whose best token is not the input can change: a cheap filter before the candidate lookups.
+    rows, cols = torch.nonzero(eligible & (top != input_ids), as_tuple=True)
+    for b, t in zip(rows.tolist(), cols.tolist()):
+        tid = int(input_ids[b, t])
+        if candidates is None:
+            best, p_best = int(top[b, t]), float(probs[b, t, top[b, t]])
+        else:
+            cand = candidates.get(tid)
+            if cand is None:
+                continue
+            p_cand = probs[b, t, cand]
+            k = int(p_cand.argmax())
+            best, p_best = int(cand[k]), float(p_cand[k])
+        margin = p_best - float(p_input[b, t])
+        if margin >= min_prob:
+            out[b].append((t, best, margin))
+    return out
+
+
+__all__ = [
+    "ErnieZooForSpellingCorrection",
+    "SpellingCorrectionOutput",
+    "candidate_table",
+    "decode_corrections",
+]

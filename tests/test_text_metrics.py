@@ -1,0 +1,93 @@
+"""Span precision/recall/F1 (`ernie_zoo.text.metrics`) on hand-made cases; the fine-tuning layout
+(`finetune.metrics.entity_scores`) is the same computation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ernie_zoo.finetune.metrics import entity_scores
+from ernie_zoo.text.metrics import prf, span_scores
+
+
+def test_hand_case():
+    # sentence 1: gold PER(0,3) LOC(4,6); pred PER(0,3) ok, LOC(4,5) wrong boundary
+    # sentence 2: gold ORG(0,4); pred ORG(0,4) ok, PER(5,7) spurious, LOC(0,4) wrong type
+    # sentence 3: gold PER(1,3) missed; no prediction
+    gold = [
+        [{"start": 0, "end": 3, "type": "PER"}, {"start": 4, "end": 6, "type": "LOC"}],
+        [(0, 4, "ORG")],
+        [(1, 3, "PER")],
+    ]
+    pred = [[(0, 3, "PER"), (4, 5, "LOC")], [(0, 4, "ORG"), (5, 7, "PER"), (0, 4, "LOC")], []]
+    r = span_scores(gold, pred)
+    # tp = 2 (PER s1, ORG s2); fp = 3 (LOC s1, PER s2, LOC s2); fn = 2 (LOC s1, PER s3)
+    assert (r["micro"]["tp"], r["micro"]["fp"], r["micro"]["fn"]) == (2, 3, 2)
+    assert r["micro"]["precision"] == pytest.approx(2 / 5)
+    assert r["micro"]["recall"] == pytest.approx(2 / 4)
+    assert r["micro"]["f1"] == pytest.approx(2 * 0.4 * 0.5 / 0.9)
+    assert r["per_type"]["PER"] == prf(1, 1, 1)
+    assert r["per_type"]["LOC"] == prf(0, 2, 1)
+    assert r["per_type"]["ORG"] == prf(1, 0, 0) and r["per_type"]["ORG"]["f1"] == 1.0
+    assert r["macro_f1"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
+    assert r["sentences"] == 3
+
+
+def test_type_filter_duplicates_and_errors():
+    gold = [[(0, 2, "PER")]]
+    pred = [[(0, 2, "PER"), (0, 2, "PER"), (3, 5, "TIME")]]
+    r = span_scores(gold, pred, types=["PER", "LOC", "ORG"])
+    # a duplicate prediction is one true and one false positive
+    assert r["micro"]["recall"] == 1.0 and r["micro"]["precision"] == 0.5 and "TIME" not in r["per_type"]
+    assert r["per_type"]["LOC"] == prf(0, 0, 0)  # requested types are always reported
+    assert r["macro_f1"] == r["per_type"]["PER"]["f1"]  # types without gold spans are not averaged
+    assert span_scores(gold, pred)["per_type"]["TIME"]["fp"] == 1
+    assert span_scores([[]], [[]])["micro"]["f1"] == 0.0 and span_scores([[]], [[]])["macro_f1"] == 0.0
+    with pytest.raises(ValueError, match="2 sentences"):
+        span_scores([[], []], [[]])
+    with pytest.raises(ValueError, match="start < end"):
+        span_scores([[(3, 3, "PER")]], [[]])
+    with pytest.raises(ValueError, match="lacks key"):
+        span_scores([[{"start": 0, "end": 1}]], [[]])
+    with pytest.raises(TypeError, match="3-tuple"):
+        span_scores([[[0, 1, "PER"]]], [[]])
+    with pytest.raises(ValueError, match="match"):
+        span_scores([[]], [[]], match="fuzzy")
+
+
+def test_overlap_match_pairs_each_gold_entity_once():
+    gold = [[(0, 4, "ORG"), (5, 7, "PER")]]
+    pred = [[(0, 2, "ORG"), (2, 4, "ORG"), (5, 8, "LOC")]]  # two fragments of one entity; a wrong type
+    r = span_scores(gold, pred, match="overlap")
+    assert (r["micro"]["tp"], r["micro"]["fp"], r["micro"]["fn"]) == (1, 2, 1)
+    assert span_scores(gold, pred)["micro"]["tp"] == 0
+
+
+def test_finetune_layout_is_the_same_computation():
+    rng = random.Random(0)
+
+    def sentence():
+        return [
+            (s, s + rng.randint(1, 3), rng.choice("ABC")) for s in rng.sample(range(12), rng.randint(0, 4))
+        ]
+
+    gold = [sentence() for _ in range(50)]
+    pred = [sentence() + sentence()[:1] for _ in range(50)]
+    for match in ("exact", "overlap"):
+        flat, full = entity_scores(gold, pred, match), span_scores(gold, pred, match=match)
+        micro = full["micro"]
+        assert [flat[k] for k in ("precision", "recall", "f1", "macro_f1")] == [
+            micro["precision"],
+            micro["recall"],
+            micro["f1"],
+            full["macro_f1"],
+        ]
+        assert (flat["n_gold"], flat["n_pred"]) == (micro["tp"] + micro["fn"], micro["tp"] + micro["fp"])
+        for t, s in full["per_type"].items():
+            assert flat["per_type"][t] == {
+                "precision": s["precision"],
+                "recall": s["recall"],
+                "f1": s["f1"],
+                "support": s["tp"] + s["fn"],
+            }
