@@ -220,3 +220,17 @@ def test_poetry_decoding_defaults_are_the_ones_chosen_on_dev():
         f"repetition_penalty {chosen['repetition_penalty']:g}, eos_min_prob {chosen['eos_min_prob']:g}"
         in generation["decoding"]
     )
+
+
+def test_text_correction_default_model_keeps_length_and_offsets():
+    texts = ["今天天汽很好，我们去公园散步。", "我们明天再见面吧。", "ABC 123，好的。", ""]
+    out = Taskflow("text_correction")(texts)
+    assert [o["source"] for o in out] == texts
+    for o in out:
+        assert len(o["target"]) == len(o["source"])
+        for e in o["errors"]:
+            assert o["source"][e["position"]] == e["correction"][0] != e["correction"][1]
+            assert o["target"][e["position"]] == e["correction"][1]
+        changed = [i for i, (a, b) in enumerate(zip(o["source"], o["target"])) if a != b]
+        assert changed == [e["position"] for e in o["errors"]]
+    assert out[2]["errors"] == [] and out[3] == {"source": "", "target": "", "errors": []}

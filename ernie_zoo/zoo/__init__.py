@@ -27,6 +27,7 @@ SHIPPED_MODELS = (
     "ernie-zoo-mini-ner",
     "ernie-zoo-mini-poetry",
     "ernie-zoo-mini-zh",
+    "ernie-zoo-mini-csc",
 )
 #: The pretrained encoder (masked LM) that fine-tuning starts from by default.
 BASE_ENCODER = "ernie-zoo-mini-zh"
