@@ -216,7 +216,9 @@ def test_fine_tuning_learns_types_from_the_lexicon_and_taskflow_uses_it(tmp_path
         Taskflow("ner", task_path=str(out), user_dict=["拉萨 10"])
     with pytest.raises(ValueError, match="two types"):
         Taskflow("ner", task_path=str(out), user_dict=["拉萨 ns", "拉萨 nr"])
-    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, text_correction, word_segmentation"):
+    with pytest.raises(
+        ValueError, match="user_dict is only used by ner, pos_tagging, text_correction, word_segmentation"
+    ):
         Taskflow("sentiment_analysis", task_path=str(out), user_dict=["拉萨 ns"])
 
     # The default method is LoRA: the adapter directory carries the lexicon too (its base directory has none).

@@ -41,7 +41,9 @@ def test_unknown_and_mistyped_options_are_rejected(models):
         Taskflow("word_segmentation", batch_size=0)
     with pytest.raises(TypeError, match="max_seq_len must be an int"):
         Taskflow("word_segmentation", max_seq_len="512")
-    with pytest.raises(ValueError, match="user_dict is only used by ner, pos_tagging, text_correction, word_segmentation"):
+    with pytest.raises(
+        ValueError, match="user_dict is only used by ner, pos_tagging, text_correction, word_segmentation"
+    ):
         Taskflow("fill_mask", user_dict=["张伟"])
     with pytest.raises(ValueError, match="needs an entity type of the model"):
         Taskflow("ner", task_path=models.ner, user_dict=["张伟"])

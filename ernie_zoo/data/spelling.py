@@ -47,7 +47,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ernie_zoo.text.confusion import CONFUSION_FILE, KINDS, ConfusionSets
+from ernie_zoo.text.confusion import CONFUSION_FILE, KINDS, ConfusionSets, is_cjk
 
 from .sources import DEFAULT_CACHE, fetch, read_archive_member
 
@@ -62,7 +62,6 @@ __all__ = [
     "read_pycorrector_sets",
 ]
 
-_CJK = re.compile(r"[\u4e00-\u9fff]")
 
 # Fuzzy pinyin: initials and finals that accents and typing confuse (one step each way).
 _NEAR_INITIALS = {"zh": "z", "z": "zh", "ch": "c", "c": "ch", "sh": "s", "s": "sh", "n": "l", "l": "n",
@@ -71,10 +70,6 @@ _NEAR_FINALS = {"ang": "an", "an": "ang", "eng": "en", "en": "eng", "ing": "in",
                 "iang": "ian", "ian": "iang", "uang": "uan", "uan": "uang"}  # fmt: skip
 _INITIALS = ("zh", "ch", "sh", "b", "p", "m", "f", "d", "t", "n", "l", "g", "k", "h", "j", "q", "x", "r", "z",
              "c", "s", "y", "w")  # fmt: skip
-
-
-def is_cjk(ch: str) -> bool:
-    return bool(_CJK.fullmatch(ch))
 
 
 def _split_syllable(syl: str) -> tuple[str, str]:
@@ -333,7 +328,9 @@ def build_dataset(
     confusion = build_confusion_sets(chars, read_pycorrector_sets(raw_dir))
     gen = ErrorGenerator(confusion, freq)
     # Training may see denser errors than dev (more signal per step); dev keeps the realistic rates.
-    train_gen = ErrorGenerator(confusion, freq, error_counts=train_error_counts) if train_error_counts else gen
+    train_gen = (
+        ErrorGenerator(confusion, freq, error_counts=train_error_counts) if train_error_counts else gen
+    )
     rng = random.Random(seed)
     rng.shuffle(sentences)
     dev, train = sentences[:n_dev], sentences[n_dev : n_dev + n_train]
@@ -381,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dev", type=int, default=3_000, help="dev sentences")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--max-vocab", type=int, default=5000, help="common characters that may be replaced")
-    p.add_argument("--max-per-corpus", type=int, default=None, help="sample at most this many sentences per file")
+    p.add_argument(
+        "--max-per-corpus", type=int, default=None, help="sample at most this many sentences per file"
+    )
     p.add_argument(
         "--train-error-counts",
         type=float,

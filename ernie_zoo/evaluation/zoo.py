@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import platform
 import time
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ import numpy as np
 import torch
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
+from ..data.sources import DEFAULT_CACHE
 from ..text.metrics import span_scores
 from .baselines import (
     MULTIDOMAIN_DIR,
@@ -67,7 +67,7 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-csc": "csc",
 }
 #: Synthetic spelling-error data (dev split) and the committed n-gram corrector results for the csc card.
-CSC_DATA = Path(os.environ.get("ERNIE_ZOO_CACHE", Path.home() / ".cache" / "ernie_zoo")) / "csc"
+CSC_DATA = DEFAULT_CACHE / "csc"
 CSC_BASELINES = Path("bench/results/correction_baselines.json")
 #: Examples of each test split kept, with the model's outputs, for `tests/test_zoo_models.py`.
 SAMPLE_SIZE = 64

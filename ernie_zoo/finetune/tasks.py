@@ -18,11 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ernie_zoo.data.spelling import is_cjk
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.registry import model_class_for
-from ernie_zoo.text.confusion import ConfusionSets
+from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization.lexicon import EntityLexicon, find_lexicon

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
+from transformers.utils import cached_file
 
 from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets
 
@@ -69,9 +70,19 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
-        path = Path(str(pretrained_model_name_or_path)) / CONFUSION_FILE
-        if path.is_file():
-            model.confusion_sets = ConfusionSets.load(path)
+        if pretrained_model_name_or_path is not None:
+            # transformers' own file lookup: a local directory or a hub id (through its cache), like the weights
+            hub = {
+                k: kwargs[k] for k in ("cache_dir", "revision", "token", "local_files_only") if k in kwargs
+            }
+            path = cached_file(
+                pretrained_model_name_or_path,
+                CONFUSION_FILE,
+                _raise_exceptions_for_missing_entries=False,
+                **hub,
+            )
+            if path is not None:
+                model.confusion_sets = ConfusionSets.load(path)
         return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
+from ernie_zoo.text.confusion import is_cjk
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
@@ -62,10 +63,6 @@ class CorrectionResult(Result):
             "target": self.target,
             "errors": [{**e, "correction": list(e["correction"])} for e in self.errors],
         }
-
-
-def _is_han(ch: str) -> bool:
-    return "\u4e00" <= ch <= "\u9fff"
 
 
 @register_task("text_correction", aliases=("csc", "spelling_correction"), default_model="ernie-zoo-mini-csc")
@@ -132,7 +129,7 @@ class TextCorrection(EncoderTask):
                 for t, token_id, margin in corrections:
                     pos = chunk.start + chunk.offsets[t][0]
                     new = id_to_token(token_id)
-                    if protected[pos] or not _is_han(simplified[pos]) or len(new) != 1 or not _is_han(new):
+                    if protected[pos] or not is_cjk(simplified[pos]) or not is_cjk(new):
                         continue
                     if new == simplified[pos]:
                         continue

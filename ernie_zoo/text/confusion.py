@@ -7,14 +7,21 @@ Built from pinyin and radical/stroke tables by `ernie_zoo.data.spelling`; saved 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONFUSION_FILE", "KINDS", "ConfusionSets"]
+__all__ = ["CONFUSION_FILE", "KINDS", "ConfusionSets", "is_cjk"]
 
 KINDS = ("same_tone", "diff_tone", "near_sound", "shape")
 CONFUSION_FILE = "confusion_sets.json"
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def is_cjk(ch: str) -> bool:
+    """A character of the main CJK Unified Ideographs block: what confusion sets cover and a corrector may change."""
+    return bool(_CJK.fullmatch(ch))
 
 
 @dataclass
