@@ -109,6 +109,11 @@ def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
     outputs |= {load_recipe(p).output_dir: p.stem for p in ZOO.glob("pretrain-*.yaml")}
     lines = (ZOO / "build_all.sh").read_text(encoding="utf-8").splitlines()
     build = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # the commands only
+    # Model directories written by a zoo script (`python recipes/zoo/X.py ... --out DIR`), in build_all.sh or in
+    # a recipe's header (the command that prepares its start)
+    script = re.compile(r"recipes/zoo/(\w+)\.py[^\n]*?--out (\S+)")
+    for text in [build.replace("\\\n", " ")] + [p.read_text(encoding="utf-8") for p in ZOO_RECIPES]:
+        outputs |= {found.group(2): found.group(1) for found in script.finditer(text)}
 
     def position(stem):
         found = re.search(rf"(?<![\w-]){re.escape(stem)}(?![\w-])", build)

@@ -506,11 +506,10 @@ def test_bf16_on_cpu_works_and_int8_agrees_with_fp32(models, zh_sentences):
     texts = [t for t, _ in sentiment_data(seed=5)[::7]]
     ref = fp32(texts)
     assert next(bf16._task.model.parameters()).dtype == torch.bfloat16
-    quantized = [type(m).__name__ for m in int8._task.model.modules()]
-    assert any(
-        "Linear" in n and ("Dynamic" in n or "quantized" in type(m).__module__)
-        for n, m in zip(quantized, int8._task.model.modules())
-    )
+    from ernie_zoo.models.int8 import RowwiseInt8Linear
+
+    kinds = {type(m) for m in int8._task.model.modules()}
+    assert RowwiseInt8Linear in kinds and torch.nn.Linear not in kinds  # every Linear runs in int8
     for other in (bf16(texts), int8(texts)):
         agree = sum(a["label"] == b["label"] for a, b in zip(ref, other)) / len(ref)
         assert agree >= 0.9
@@ -602,3 +601,86 @@ def test_ner_checkpoint_with_crf_is_decoded_by_viterbi(models, tmp_path):
     assert [[(e["start"], e["end"], e["type"]) for e in r["entities"]] for r in zero] == [
         [(e["start"], e["end"], e["type"]) for e in r["entities"]] for r in plain
     ]
+
+
+def test_model_directory_names_its_cpu_precision(models, tmp_path):
+    """precision=None takes config.json's `taskflow_cpu_precision` on CPU; an explicit precision wins; a bad value
+    is an error naming the key."""
+    import json
+    import shutil
+
+    from ernie_zoo.models.int8 import RowwiseInt8Linear
+
+    directory = tmp_path / "ner_int8"
+    shutil.copytree(models.ner, directory)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    plain = Taskflow("ner", task_path=str(directory))
+    assert plain.settings.precision == "fp32"
+    config["taskflow_cpu_precision"] = "int8"
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    chosen = Taskflow("ner", task_path=str(directory), device="cpu")
+    assert chosen.settings.precision == "int8"
+    assert any(isinstance(m, RowwiseInt8Linear) for m in chosen._task.model.modules())
+    assert Taskflow("ner", task_path=str(directory), precision="fp32").settings.precision == "fp32"
+    texts = [t for t, _ in ner_data(30, seed=11)]
+    spans = lambda rs: [[(e["start"], e["end"], e["type"]) for e in r["entities"]] for r in rs]  # noqa: E731
+    assert spans(chosen(texts)) == spans(plain(texts))  # the fixture tagger's entities survive int8
+    config["taskflow_cpu_precision"] = "int4"
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    clear_model_cache()
+    with pytest.raises(ValueError, match="taskflow_cpu_precision must be 'fp32' or 'int8'.*int4"):
+        Taskflow("ner", task_path=str(directory))
+
+
+def test_mode_picks_the_shipped_model(models, tmp_path, monkeypatch):
+    """ner's modes name shipped models; mode is refused for tasks without modes, unknown modes, and together
+    with model=/task_path=."""
+    import shutil
+
+    zoo = tmp_path / "zoo"
+    for name in ("ernie-zoo-mini-ner", "ernie-zoo-mini-ner-fast"):
+        shutil.copytree(models.ner, zoo / name)
+        write_manifest(zoo / name)
+    monkeypatch.setattr(tf_models, "ZOO_DIR", zoo)
+    assert Taskflow("ner").model_path == str(zoo / "ernie-zoo-mini-ner")
+    assert Taskflow("ner", mode="accurate").model_path == str(zoo / "ernie-zoo-mini-ner")
+    assert Taskflow("ner", mode="fast").model_path == str(zoo / "ernie-zoo-mini-ner-fast")
+    with pytest.raises(ValueError, match="mode must be one of 'accurate', 'fast'.*'quick'"):
+        Taskflow("ner", mode="quick")
+    with pytest.raises(ValueError, match="either mode or model=/task_path="):
+        Taskflow("ner", mode="fast", task_path=str(models.ner))
+    with pytest.raises(ValueError, match="'sentiment_analysis' has no modes.*ner"):
+        Taskflow("sentiment_analysis", mode="fast")
+
+
+def test_texts_are_chunked_to_the_length_the_model_was_trained_on(models, tmp_path):
+    """config.json `taskflow_max_seq_len` caps the chunk length (positions beyond it were never trained); the
+    entities of a long text keep their offsets."""
+    import json
+    import shutil
+
+    directory = tmp_path / "ner_short"
+    shutil.copytree(models.ner, directory)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    config["taskflow_max_seq_len"] = 16
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    short = Taskflow("ner", task_path=str(directory), max_seq_len=512)
+    assert short._task.max_len == 16
+    assert Taskflow("ner", task_path=str(models.ner), max_seq_len=512)._task.max_len > 16
+    texts = [t for t, spans in ner_data(40, seed=4) if spans][:6]
+    long_text = "。".join(texts)
+    prepared = short._task.preprocess([long_text])
+    assert len(prepared.chunks) > 1 and all(len(c.features["input_ids"]) <= 16 for c in prepared.chunks)
+    entities = short(long_text)["entities"]
+    assert entities and all(long_text[e["start"] : e["end"]] == e["text"] for e in entities)
+
+
+def test_ner_result_dict_is_the_dataclass_dict():
+    """NerResult.to_dict (hand-written for speed) gives exactly what dataclasses.asdict gives."""
+    import dataclasses
+
+    from ernie_zoo.taskflow.ner import Entity, NerResult
+
+    result = NerResult("李明在北京", [Entity("李明", "PER", 0, 2, 0.9), Entity("北京", "LOC", 3, 5, None)])
+    assert result.to_dict() == dataclasses.asdict(result)
+    assert NerResult("", []).to_dict() == dataclasses.asdict(NerResult("", []))

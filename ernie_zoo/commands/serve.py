@@ -61,7 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--port", type=int, default=defaults["port"].default)
     add("--workers", type=int, default=1, help="worker processes, each with its own models (default: 1)")
     add("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
-    add("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"])
+    add(
+        "--precision",
+        choices=["fp32", "fp16", "bf16", "int8"],
+        help="default: fp32, or on CPU the model's own choice (int8 for ernie-zoo-mini-ner)",
+    )
     add("--max-seq-len", "--max_seq_len", type=int, default=defaults["max_seq_len"].default)
     add(
         "--max-batch-size",

@@ -57,7 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-len", type=int, default=512)
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"])
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "bf16", "int8"],
+        help="default: fp32, or on CPU the model's own choice (int8 for ernie-zoo-mini-ner)",
+    )
+    parser.add_argument(
+        "--mode", help="for tasks with several shipped models: ner accurate (default) or fast"
+    )
     parser.add_argument("--user-dict", help="jieba user dictionary file (word_segmentation, pos_tagging)")
     parser.add_argument(
         "--option",
@@ -184,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
         for name, info in list_tasks().items():
             aliases = f" (aliases: {', '.join(info['aliases'])})" if info["aliases"] else ""
             model = info["default_model"] or "no model"
+            if info["modes"]:
+                model += " (--mode " + ", ".join(f"{m}: {n}" for m, n in info["modes"].items()) + ")"
             print(
                 f"{name}{aliases}\n    default model: {model}\n    options: {', '.join(info['options']) or '-'}"
             )
@@ -226,6 +235,7 @@ def _run(args: argparse.Namespace, stdout: TextIO) -> int:
             batch_size=args.batch_size,
             max_seq_len=args.max_seq_len,
             precision=args.precision,
+            mode=args.mode,
             user_dict=args.user_dict,
             **options,
         )

@@ -63,6 +63,7 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-zh": "mlm",
     "ernie-zoo-mini-sentiment": "sentiment",
     "ernie-zoo-mini-ner": "ner",
+    "ernie-zoo-mini-ner-fast": "ner",
     "ernie-zoo-mini-poetry": "poetry",
     "ernie-zoo-mini-csc": "csc",
 }

@@ -89,7 +89,11 @@ class LinearChainCRF(nn.Module):
 
     @torch.no_grad()
     def viterbi(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Best tag path per row, (B, T) long, -1 at masked positions."""
+        """Best tag path per row, (B, T) long, -1 at masked positions.
+
+        The backtrack runs over time steps for all rows at once (no Python loop per row or token): a row whose
+        path ends at step n enters the backtrack at t = n - 1 with its best last tag, and a row's pointers are
+        followed only while t < its length."""
         emissions = emissions.float()
         B, T, C = emissions.shape
         score = self.start_transitions + emissions[:, 0]  # (B, C)
@@ -99,18 +103,15 @@ class LinearChainCRF(nn.Module):
             history.append(idx)
             score = torch.where(mask[:, t : t + 1], best + emissions[:, t], score)
         score = score + self.end_transitions
-        lengths = mask.sum(1).tolist()
+        lengths = mask.sum(1)
         paths = torch.full((B, T), -1, dtype=torch.long, device=emissions.device)
-        last = score.argmax(1).tolist()
-        for b in range(B):
-            n = lengths[b]
-            if n == 0:
-                continue
-            tag = last[b]
-            paths[b, n - 1] = tag
-            for t in range(n - 1, 0, -1):
-                tag = int(history[t - 1][b, tag])
-                paths[b, t - 1] = tag
+        tag = score.argmax(1)  # (B,): the best last tag, valid once t reaches a row's last step
+        for t in range(T - 1, -1, -1):
+            if t < T - 1:  # follow the pointer from step t + 1 where that step is inside the row
+                inside = (t + 1) < lengths
+                back = history[t].gather(1, tag.unsqueeze(1)).squeeze(1)
+                tag = torch.where(inside, back, tag)
+            paths[:, t] = torch.where(t < lengths, tag, paths[:, t])
         return paths
 
 

@@ -203,7 +203,10 @@ class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedMo
                 f"lexicon_ids shape {tuple(lexicon_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
             )
         n = self.lexicon_proj.in_features
-        bits = (lexicon_ids[..., None] >> torch.arange(n, device=lexicon_ids.device)) & 1  # (B, T, 3·types)
+        # bit k of each id, (B, T, 3·types); division and modulo rather than >> and & so that the graph exports to
+        # ONNX (ids are never negative)
+        powers = 2 ** torch.arange(n, device=lexicon_ids.device)
+        bits = torch.div(lexicon_ids[..., None], powers, rounding_mode="floor") % 2
         embeds = self.ernie.embeddings.embed_tokens(input_ids, pinyin_ids)  # (B, T, H)
         return embeds + self.lexicon_proj(bits.to(embeds.dtype))
 

@@ -12,8 +12,23 @@ The file marks itself in its safetensors metadata (`ernie_zoo_weights: int8-roww
 matrix `<key>.int8` with its scales in `<key>.int8_scale`, so a loader that does not know the format finds the
 original keys missing and fails loudly instead of loading integers as weights. `ErnieZooPreTrainedModel
 .from_pretrained` reads such a directory (it dequantises, then loads as usual); the computation is the float
-model's. This is storage only: for int8 *compute* on CPU, Taskflow's `precision="int8"` quantises the loaded
-model's linear layers dynamically.
+model's.
+
+Int8 *compute* on CPU (Taskflow's `precision="int8"`) is `quantize_linear_int8(model)`: every `nn.Linear`
+becomes a `RowwiseInt8Linear`, whose products run in int8 on fbgemm (about 6x the fp32 speed of a 256 x 1024
+layer on one core of this machine). Its weights are int8 with one scale per output row; its *inputs* are
+quantised with one scale per row (per token) as well:
+
+    s_r = max|x[r]|,  y[r] = s_r · int8_linear(x[r] / s_r) + b
+
+torch's `quantize_dynamic` instead takes one scale for the whole (batch x tokens, features) input, so a text's
+result depends on the other texts of its batch (and on how far the batch is padded): a long or unusual neighbour
+coarsens everyone's quantisation. fbgemm derives the input's scale from the tensor's min and max, so each call
+appends two constant rows (all +1 and all -1) that pin them: every row, scaled into [-1, 1], is then quantised
+with the same fixed step, and its integer product is exact: a layer's output for a row depends on that row
+alone. (The float parts around the layers, attention and LayerNorm, still vary by ~1e-7 with the batch's padded
+width; a rounding step can amplify that, so whole-model scores move by up to ~1e-3 between batch sizes, against
+0.15 and changed entities in 3 of 1,000 MSRA sentences with `quantize_dynamic`.)
 """
 
 from __future__ import annotations
@@ -95,6 +110,68 @@ def dequantize_state_dict(
     return out
 
 
+def _scaled_rows(x: torch.Tensor, pins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the rows of `x` divided by their max |value|, with the two pin rows appended; the (n, 1) scales)."""
+    rows = x.reshape(-1, x.shape[-1]).float()
+    n = rows.shape[0]
+    # max |x| per row as two reductions (no |x| temporary): ~40% faster than rows.abs().amax(1)
+    scale = torch.maximum(rows.amax(dim=1, keepdim=True), rows.amin(dim=1, keepdim=True).neg_()).clamp_min_(
+        1e-30
+    )
+    scaled = torch.empty(n + 2, rows.shape[1])
+    torch.div(rows, scale, out=scaled[:n])
+    scaled[n:] = pins
+    return scaled, scale
+
+
+class RowwiseInt8Linear(nn.Module):
+    """An `nn.Linear` computed in int8 with per-row input scales (see the module docstring); CPU only."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        import warnings
+
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()
+        scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
+        with (
+            warnings.catch_warnings()
+        ):  # quantized tensors are deprecated in favour of torchao (not shipped here)
+            warnings.simplefilter("ignore")
+            q = torch.quantize_per_channel(
+                weight, scale, torch.zeros_like(scale, dtype=torch.long), axis=0, dtype=torch.qint8
+            )
+            self._packed = torch.ops.quantized.linear_prepack(q, None)
+        bias = linear.bias.detach().float() if linear.bias is not None else None
+        self.register_buffer("bias", bias, persistent=False)
+        pins = torch.ones(2, self.in_features)
+        pins[1] = -1.0
+        self.register_buffer("pins", pins, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        scaled, scale = _scaled_rows(x, self.pins)
+        y = torch.ops.quantized.linear_dynamic(scaled, self._packed, True)[: scale.shape[0]]
+        # in place on the fresh product: half the time of an out-of-place addcmul
+        y = torch.addcmul(self.bias, y, scale, out=y) if self.bias is not None else y.mul_(scale)
+        return y.reshape(*shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        )
+
+
+def quantize_linear_int8(model: nn.Module) -> nn.Module:
+    """`model` with every `nn.Linear` replaced, in place, by a `RowwiseInt8Linear` (inference only, CPU)."""
+    for name, child in list(model.named_children()):
+        if type(child) is nn.Linear:
+            setattr(model, name, RowwiseInt8Linear(child))
+        else:
+            quantize_linear_int8(child)
+    return model
+
+
 def int8_weights_file(directory: str | os.PathLike) -> Path | None:
     """The model.safetensors of a local directory if it is stored in the int8 format, else None."""
     path = Path(directory) / WEIGHTS_NAME
@@ -145,10 +222,12 @@ def save_int8_weights(
 
 __all__ = [
     "INT8_ROWWISE",
+    "RowwiseInt8Linear",
     "dequantize_rows",
     "dequantize_state_dict",
     "int8_weights_file",
     "load_int8_state_dict",
+    "quantize_linear_int8",
     "quantize_rows",
     "quantize_state_dict",
     "save_int8_weights",

@@ -21,7 +21,8 @@ class ServeConfig:
     port: TCP port.
     workers: uvicorn worker processes, each with its own copy of the models and its own batcher.
     device: "cpu", "cuda", "cuda:N" or None (cuda when available).
-    precision: "fp32", "fp16"/"bf16" (GPU) or "int8" (CPU dynamic quantization; about 2x faster on CPU).
+    precision: "fp32", "fp16"/"bf16" (GPU) or "int8" (CPU int8 compute; about 2x faster on CPU); None: fp32, or on
+        CPU the model's own choice (Taskflow's default).
     max_seq_len: longest token sequence fed to the model; longer texts are split and joined (see Taskflow).
     max_batch_size: most texts merged from concurrent requests into one Taskflow call.
     batch_size: texts per forward pass inside that call (Taskflow's batch_size); None: 2 on CPU, 32 on GPU.
@@ -47,7 +48,7 @@ class ServeConfig:
     port: int = 8000
     workers: int = 1
     device: str | None = None
-    precision: str = "fp32"
+    precision: str | None = None
     max_seq_len: int = 512
     max_batch_size: int = 64
     batch_size: int | None = None

@@ -76,10 +76,20 @@ class NerResult(Result):
     text: str
     entities: list[Entity] = field(default_factory=list)
 
+    def to_dict(self) -> dict[str, Any]:  # dataclasses.asdict's deep copy, without its recursion (a hot path)
+        return {
+            "text": self.text,
+            "entities": [
+                {"text": e.text, "type": e.type, "start": e.start, "end": e.end, "score": e.score}
+                for e in self.entities
+            ],
+        }
+
 
 @register_task("ner", aliases=("named_entity_recognition",), default_model="ernie-zoo-mini-ner")
 class NamedEntityRecognition(EncoderTask):
     auto_class = "AutoModelForTokenClassification"
+    modes = {"accurate": "ernie-zoo-mini-ner", "fast": "ernie-zoo-mini-ner-fast"}
     Options = NerOptions
     uses_user_dict = True
 

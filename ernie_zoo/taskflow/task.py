@@ -36,6 +36,8 @@ from .models import LoadedModel
 from .text import clean_surrogates
 
 PAD_MULTIPLE = 8
+#: config.json key naming the longest token sequence a model was trained on (Taskflow chunks texts to it).
+TRAINED_LENGTH_KEY = "taskflow_max_seq_len"
 logger = logging.getLogger(__name__)
 TASKS: dict[str, type[Task]] = {}
 ALIASES: dict[str, str] = {}
@@ -78,6 +80,7 @@ def list_tasks() -> dict[str, dict[str, Any]]:
         name: {
             "aliases": list(cls.aliases),
             "default_model": cls.default_model,
+            "modes": dict(cls.modes),
             "options": [f.name for f in dataclasses.fields(cls.Options)],
         }
         for name, cls in sorted(TASKS.items())
@@ -174,6 +177,9 @@ class Task:
         tuple[str, ...]
     ] = ()  # weight-name prefixes that may be absent from a checkpoint
     uses_user_dict: ClassVar[bool] = False
+    # Taskflow(task, mode=M): the shipped model of each mode (the first is default_model's), e.g. ner's
+    # {"accurate": ..., "fast": ...}; empty for tasks with one model.
+    modes: ClassVar[dict[str, str]] = {}
     Options: ClassVar[type] = NoOptions
 
     def __init__(self, settings: Settings, options: Any, loaded: LoadedModel | None = None):
@@ -287,6 +293,13 @@ class EncoderTask(Task):
             limits.append(max_pos)
         if 0 < getattr(self.tokenizer, "model_max_length", 0) < 1_000_000:
             limits.append(self.tokenizer.model_max_length)
+        # The longest sequence the model was trained on, where its directory says so (config.json
+        # `taskflow_max_seq_len`): positions beyond it were never trained. The shipped NER models were fine-tuned on
+        # 128 tokens, and 20-sentence news documents cut into 512-token chunks scored entity F1 0.70 where 128-token
+        # chunks scored 0.88-0.89 (bench/bench_ner_speed.py, documents).
+        trained = getattr(self.model.config, TRAINED_LENGTH_KEY, None)
+        if isinstance(trained, int) and not isinstance(trained, bool) and trained > 0:
+            limits.append(trained)
         self.max_len = min(limits)
         self.n_special = self.tokenizer.num_special_tokens_to_add(pair=False)
         if self.max_len - self.n_special < 4:

@@ -67,10 +67,20 @@ class EntityLexicon:
                 mask |= 1 << index[t]
             if mask:
                 self.words[word] = self.words.get(word, 0) | mask
+        # Word lengths by their first two characters (every word has at least two): most character pairs of a text
+        # begin no word, so one dictionary probe per position rules them out.
         lengths: dict[str, set[int]] = {}
         for word in self.words:
-            lengths.setdefault(word[0], set()).add(len(word))
-        self._lengths = {c: tuple(sorted(ls)) for c, ls in lengths.items()}
+            lengths.setdefault(word[:2], set()).add(len(word))
+        shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._lengths = {
+            pair: shared.setdefault(key, key) for pair, ls in lengths.items() for key in [tuple(sorted(ls))]
+        }
+        # type mask -> its B bits (bit 3k for each type k in the mask)
+        self._spread = [
+            sum(1 << (3 * k) for k in range(len(self.types)) if mask >> k & 1)
+            for mask in range(1 << len(self.types))
+        ]
 
     def same_as(self, other: EntityLexicon | None) -> bool:
         """Whether `other` holds the same words with the same types (so it gives every text the same features)."""
@@ -105,19 +115,20 @@ class EntityLexicon:
         """One bit mask per character of `text`: bit 3k / 3k+1 / 3k+2 = begins / inside / ends a type-k match."""
         simple = to_simplified(text)
         out = [0] * len(text)
-        for i, c in enumerate(simple):
-            for n in self._lengths.get(c, ()):
+        spread = self._spread
+        lengths = self._lengths
+        for i in range(len(simple) - 1):
+            for n in lengths.get(simple[i : i + 2], ()):
                 if i + n > len(simple):
                     break  # lengths are sorted; a shorter slice at the end must not match a shorter word
                 types = self.words.get(simple[i : i + n])
                 if types is None:
                     continue
-                for k in range(len(self.types)):
-                    if types >> k & 1:
-                        out[i] |= 1 << (3 * k)
-                        out[i + n - 1] |= 1 << (3 * k + 2)
-                        for j in range(i + 1, i + n - 1):
-                            out[j] |= 1 << (3 * k + 1)
+                begin = spread[types]  # the B bits of its types; I bits are one higher, E bits two
+                out[i] |= begin
+                out[i + n - 1] |= begin << 2
+                for j in range(i + 1, i + n - 1):
+                    out[j] |= begin << 1
         return out
 
     def token_features(

@@ -25,6 +25,7 @@ ZOO_DIR = Path(__file__).resolve().parent
 SHIPPED_MODELS = (
     "ernie-zoo-mini-sentiment",
     "ernie-zoo-mini-ner",
+    "ernie-zoo-mini-ner-fast",
     "ernie-zoo-mini-poetry",
     "ernie-zoo-mini-zh",
     "ernie-zoo-mini-csc",

@@ -7,7 +7,8 @@
 #   4. fine-tune sentiment (after task-adaptive pretraining on the review train text), the two NER taggers of the
 #      shipped ensemble (A from stage 5, B from stage 7, both with the entity lexicon; B's last stage distilled)
 #      and train the poetry LM                                          -> runs/zoo/{sentiment-tapt-s5,ner-lex-3,ner-s7-kd,poetry-s5}
-#   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>
+#   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>; then
+#      distil the fast NER tagger (1 layer) from the shipped ensemble, ship it (int8) -> ernie_zoo/zoo/ernie-zoo-mini-ner-fast
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
 #   7. evaluate the shipped copies next to the baselines; write cards  -> bench/results/zoo_eval.json, model_cards/
 # On a machine that has the shipped models but not runs/zoo/, `python recipes/zoo/restore_shipped.py` writes the shipped
@@ -85,7 +86,15 @@ $PY -m ernie_zoo.evaluation.correction --baseline --out bench/results/correction
 echo "== 5. ship"
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.
 $PY recipes/zoo/poetry_decoding.py --model runs/zoo/poetry-s5
-$PY recipes/zoo/ship.py
+$PY recipes/zoo/ship.py ernie-zoo-mini-zh ernie-zoo-mini-sentiment ernie-zoo-mini-ner ernie-zoo-mini-poetry \
+    ernie-zoo-mini-csc
+# The fast NER tagger (Taskflow("ner", mode="fast")): tagger A cut to its first layer, distilled from the shipped
+# ensemble (its teacher, so it comes after the ensemble is shipped). ner-fast.yaml / ner-fast3.yaml (2 and 3
+# layers) are the other points of bench/results/ner_fast_frontier.json.
+[ -d runs/zoo/ner-fast-init-a0 ] ||
+    $PY recipes/zoo/ner_fast_init.py --member 0 --layers 0 --out runs/zoo/ner-fast-init-a0
+$PY -m ernie_zoo.training.finetune recipes/zoo/ner-fast1.yaml
+$PY recipes/zoo/ship.py ernie-zoo-mini-ner-fast
 
 echo "== 6. ablation"
 $PY recipes/zoo/ablation.py

@@ -1,8 +1,8 @@
 """Copy the zoo's trained models into the package (ernie_zoo/zoo/<name>/) as fp16 safetensors (an ensemble of
-taggers: int8 rows with per-row scales) + tokenizer + training.json (where and how long each stage trained) +
+taggers and the fast tagger: int8 rows with per-row scales) + tokenizer + training.json (where and how long each stage trained) +
 manifest.json (sha256 of every file).
 
-    python recipes/zoo/ship.py                      # all four, from the run directories below
+    python recipes/zoo/ship.py                      # all, from the run directories below
     python recipes/zoo/ship.py ernie-zoo-mini-ner   # one
 
 Each model directory is written to a temporary sibling and renamed into place (never half-written); a model over
@@ -118,6 +118,21 @@ MODELS = {
             ("recipes/zoo/ner-s7-kd.yaml", "runs/zoo/ner-s7-kd", "tagger B"),
         ],
     ),
+    # Tagger A's first layer, distilled from the ensemble above (#23: Taskflow("ner", mode="fast")); the fastest
+    # point of bench/results/ner_fast_frontier.json, the only one at LAC's single-thread speed.
+    "ernie-zoo-mini-ner-fast": (
+        "runs/zoo/ner-fast1",
+        None,
+        ["stage1", "stage2", "stage3", "stage4", "stage5"],
+        [
+            ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5", "tagger A"),
+            ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2", "tagger A"),
+            ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex", "tagger A"),
+            ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2", "tagger A"),
+            ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3", "tagger A"),
+            ("recipes/zoo/ner-fast1.yaml", "runs/zoo/ner-fast1", "fast tagger (layer 0 of tagger A)"),
+        ],
+    ),
     "ernie-zoo-mini-poetry": (
         "runs/zoo/poetry-s5",
         None,
@@ -135,6 +150,14 @@ MODELS = {
         ],
     ),
 }
+# name: the precision Taskflow runs the model at on CPU when the caller names none (config.json
+# `taskflow_cpu_precision`): int8 where bench/bench_ner_speed.py measured it lossless on dev (F1 within 0.001).
+CPU_PRECISION = {"ernie-zoo-mini-ner": "int8", "ernie-zoo-mini-ner-fast": "int8"}
+# name: the longest sequence the model was fine-tuned on (data.max_length of its recipes), config.json
+# `taskflow_max_seq_len`: Taskflow cuts longer texts into chunks of at most this many tokens.
+TRAINED_LENGTH = {"ernie-zoo-mini-ner": 128, "ernie-zoo-mini-ner-fast": 128}
+# Single models stored as int8 rows + scales (ensembles always are): the fast tagger must stay under 10 MB.
+INT8_STORED = {"ernie-zoo-mini-ner-fast"}
 # name: results file of the decoding defaults chosen on dev, written into the shipped generation_config.json.
 DECODING = {"ernie-zoo-mini-poetry": "bench/results/poetry_decoding_dev.json"}
 # name: Taskflow's poem_format default. A product choice, not a dev-tuned one: the model is a classical-verse model,
@@ -160,6 +183,13 @@ DATA = {
     "(loss 0.5 CRF NLL + 0.5 KL to the mean emissions of two teachers: its previous stage and a student of tagger A, "
     "itself distilled from A and B's second stage). Best checkpoint by dev entity F1 at each stage; the pair is the best of "
     "the 45 pairs of our 10 lexicon taggers by dev entity F1. MSRA test (5,000 sentences) only scored at the end.",
+    "ernie-zoo-mini-ner-fast": "The fast tagger: the embeddings, character features, lexicon projection, classifier, "
+    "CRF and the first of the four encoder layers of ernie-zoo-mini-ner's tagger A (recipes/zoo/ner_fast_init.py), "
+    "trained 2.5 more epochs on MSRA train (47,768 sentences; 2,521 held out as our dev split) with loss 0.5 CRF NLL + "
+    "0.5 KL to the mean emissions of the whole ernie-zoo-mini-ner ensemble (distillation; the teacher sees the batch "
+    "before token dropout 0.1), lr 3e-4, the same entity lexicon as input. Best checkpoint by dev entity F1. Chosen "
+    "among distilled taggers of 1, 2 and 3 layers as the one that runs at LAC's single-thread speed "
+    "(bench/results/ner_fast_frontier.json). MSRA test (5,000 sentences) only scored at the end.",
     "ernie-zoo-mini-csc": "Initialised from the shipped ernie-zoo-mini-zh (stage 7) and fine-tuned for spelling "
     "correction (detection + correction heads) on synthetic errors put into 194,799 sentences of clean offline text "
     "(MSRA news train text, review train text, Xinhua dictionary examples without Classical Chinese capped at 80,000, "
@@ -385,8 +415,12 @@ def ship(name: str, out_root: Path) -> Path:
             model.config.correction_min_prob = dev["best_min_prob"]
     info = training_info(name)
     target = out_root / name
+    if name in CPU_PRECISION:
+        model.config.taskflow_cpu_precision = CPU_PRECISION[name]
+    if name in TRAINED_LENGTH:
+        model.config.taskflow_max_seq_len = TRAINED_LENGTH[name]
     with atomic_directory(target) as tmp:
-        if members:  # int8 rows + scales, quantised from the fp32 weights
+        if members or name in INT8_STORED:  # int8 rows + scales, quantised from the fp32 weights
             model.save_pretrained(tmp, safe_serialization=True)
             save_int8_weights(model, tmp)
         else:
