@@ -250,8 +250,10 @@ def _arch(r: dict[str, Any]) -> list[str]:
         for n, k in (("pinyin", "use_pinyin"), ("radical", "use_radical"), ("strokes", "use_strokes"))
         if a.get(k)
     ]
+    layers = a.get("num_hidden_layers")
     text = (
-        f"{a.get('num_hidden_layers')} layers, hidden {a.get('hidden_size')}, {a.get('num_attention_heads')} heads, "
+        f"{layers} layer{'' if layers == 1 else 's'}, hidden {a.get('hidden_size')}, "
+        f"{a.get('num_attention_heads')} heads, "
         f"FFN {a.get('intermediate_size')}, vocabulary {a.get('vocab_size'):,}, "
         f"up to {a.get('max_position_embeddings')} positions; character features: {', '.join(feats) or 'none'} "
         f"({a.get('feature_fusion')} fusion)"
