@@ -34,6 +34,7 @@ width; a rounding step can amplify that, so whole-model scores move by up to ~1e
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -129,14 +130,11 @@ class RowwiseInt8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
-        import warnings
-
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float()
         scale = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12).double()
-        with (
-            warnings.catch_warnings()
-        ):  # quantized tensors are deprecated in favour of torchao (not shipped here)
+        # quantized tensors are deprecated in favour of torchao, which this stack does not ship
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             q = torch.quantize_per_channel(
                 weight, scale, torch.zeros_like(scale, dtype=torch.long), axis=0, dtype=torch.qint8

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
+from ernie_zoo.models.int8 import quantize_linear_int8
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.utils import (
     atomic_write_json,
@@ -291,14 +292,6 @@ def default_precision(source: ModelSource, device: torch.device) -> str:
     return value
 
 
-def _quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
-    """int8 compute for every Linear, inputs quantised per row so that a text's output does not depend on the
-    texts batched with it (`ernie_zoo.models.int8.RowwiseInt8Linear`)."""
-    from ernie_zoo.models.int8 import quantize_linear_int8
-
-    return quantize_linear_int8(model)
-
-
 def _check_config(directory: Path) -> None:
     """A local model directory's config.json must exist and be a JSON object: a broken one otherwise surfaces
     as a misleading tokenizer error (transformers reads the config while loading the tokenizer)."""
@@ -381,7 +374,9 @@ def load_model(
             )
         model.eval()
         if precision == "int8":
-            model = _quantize_int8(model)
+            # int8 compute for every Linear, inputs quantised per token so that a text's output does not depend
+            # on the texts batched with it
+            model = quantize_linear_int8(model)
         elif precision in ("fp16", "bf16"):
             model = model.to(torch.float16 if precision == "fp16" else torch.bfloat16)
         model = model.to(device)
