@@ -24,7 +24,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench/results/sentiment_skep_ablation.json"
-REVIEW_DEV = Path.home() / ".cache/ernie_zoo/datasets/sentiment/dev.jsonl"
 ARMS = {
     "skep_on_silver": ("sentiment-silver-skep", "sentiment-silver-skep-seed7"),
     "skep_off_silver": ("sentiment-silver-base", "sentiment-silver-base-seed7"),
@@ -68,6 +67,7 @@ def summarise(runs: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     import torch
 
+    from ernie_zoo.data.labelled import load_split
     from ernie_zoo.evaluation.baselines import MULTIDOMAIN_DIR, load_sentiment_multidomain
     from ernie_zoo.utils import atomic_write_json
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     md_dev = load_sentiment_multidomain(MULTIDOMAIN_DIR / "dev.jsonl")
-    review_dev = [json.loads(x) for x in REVIEW_DEV.read_text(encoding="utf-8").splitlines()]
+    review_dev = load_split("sentiment", "dev")
     result: dict = {
         "command": "python bench/sentiment_skep_ablation.py",
         "protocol": __doc__.split("\n\n")[1].replace("\n", " "),

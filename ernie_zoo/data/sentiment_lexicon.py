@@ -1035,15 +1035,13 @@ def weak_sentiment_label(
     if min_words < 1:
         raise ValueError(f"min_words must be >= 1, got {min_words}")
     found = lexicon_contributions(text, lexicon, segmenter)
-    if len(found) < min_words or any(c.value == 0 for c in found):
-        return None
-    if not allow_negation and any(c.negated for c in found):
+    if len(found) < min_words or (not allow_negation and any(c.negated for c in found)):
         return None
     if all(c.value > 0 for c in found):
         return "positive"
     if all(c.value < 0 for c in found):
         return "negative"
-    return None
+    return None  # mixed evidence (or a word whose value is 0)
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -31,12 +31,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ernie_zoo.data.labelled import load_split
 from ernie_zoo.data.sentiment_lexicon import DEFAULT_OUT, load_sentiment_lexicon, weak_sentiment_label
+from ernie_zoo.evaluation.baselines import MULTIDOMAIN_DIR, load_sentiment_multidomain
 from ernie_zoo.utils import atomic_write_text
 
 POOLS = Path("runs/zoo/data/corpora_skep")
-MULTIDOMAIN = Path("data/eval/sentiment_multidomain")
-REVIEWS = Path.home() / ".cache/ernie_zoo/datasets/sentiment"
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # Xinhua idiom example: "作者《书名》sentence”" (the quote mark closes the example);
 EXAMPLE = re.compile(r"^[^《》\[\]]{0,20}《[^》]{1,30}》(?P<text>.+?)[”\"]?$")
@@ -124,13 +124,9 @@ def main() -> None:
 
     lexicon = load_sentiment_lexicon(args.lexicon, min_sources=args.min_sources)
     held = [
-        json.loads(x)["text"]
-        for s in ("dev", "test")
-        for x in open(MULTIDOMAIN / f"{s}.jsonl", encoding="utf-8")
+        r["text"] for s in ("dev", "test") for r in load_sentiment_multidomain(MULTIDOMAIN_DIR / f"{s}.jsonl")
     ]
-    review_held = {
-        json.loads(x)["text"] for s in ("dev", "test") for x in open(REVIEWS / f"{s}.jsonl", encoding="utf-8")
-    }
+    review_held = {r["text"] for s in ("dev", "test") for r in load_split("sentiment", s)}
     rng = random.Random(args.seed)
     silver: list[dict] = []
     counts: dict[str, dict[str, int]] = {}
@@ -166,14 +162,14 @@ def main() -> None:
             label: sum(r["label"] == label for r in framed) for label in ("positive", "negative")
         }
         silver += framed
-    gold = [{**json.loads(x), "source": "reviews"} for x in open(REVIEWS / "train.jsonl", encoding="utf-8")]
+    gold = [{**r, "source": "reviews"} for r in load_split("sentiment", "train")]
     train = gold + silver
     rng.shuffle(train)
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
         args.out / "train.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in train)
     )
-    dev = [json.loads(x) for x in open(MULTIDOMAIN / "dev.jsonl", encoding="utf-8")]
+    dev = load_sentiment_multidomain(MULTIDOMAIN_DIR / "dev.jsonl")
     atomic_write_text(
         args.out / "dev.jsonl",
         "".join(json.dumps({"text": r["text"], "label": r["label"]}, ensure_ascii=False) + "\n" for r in dev),
@@ -187,7 +183,7 @@ def main() -> None:
         "rule": "weak_sentiment_label: every sentiment word the same polarity, none negated",
         "sources": counts,
         "train": {"reviews": len(gold), "silver": len(silver), "total": len(train)},
-        "dev": {"file": str(MULTIDOMAIN / "dev.jsonl"), "size": len(dev)},
+        "dev": {"file": "data/eval/sentiment_multidomain/dev.jsonl", "size": len(dev)},
     }
     atomic_write_text(args.out / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=2) + "\n")
     print(json.dumps(manifest, ensure_ascii=False, indent=2))

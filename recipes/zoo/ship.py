@@ -84,6 +84,14 @@ PRETRAIN_STAGES = {
         "other training jobs used the other core; resumed once from step 1500",
     ),
 }
+# The fine-tuning stages of NER tagger A: the first member of ernie-zoo-mini-ner, and the start of the fast tagger.
+TAGGER_A = [
+    ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5", "tagger A"),
+    ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2", "tagger A"),
+    ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex", "tagger A"),
+    ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2", "tagger A"),
+    ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3", "tagger A"),
+]
 # name: (source directory, tokenizer directory or None, masked-LM stages, fine-tuning stages as (recipe, run dir)).
 # A list of source directories ships their mean-emission ensemble (ErnieZooEnsembleForTokenClassificationCRF) with
 # int8 weight storage; its fine-tuning stages are (recipe, run dir, tagger) so the card numbers each tagger's own.
@@ -110,11 +118,7 @@ MODELS = {
         None,
         ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
         [
-            ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5", "tagger A"),
-            ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2", "tagger A"),
-            ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex", "tagger A"),
-            ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2", "tagger A"),
-            ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3", "tagger A"),
+            *TAGGER_A,
             ("recipes/zoo/ner-s7-lex.yaml", "runs/zoo/ner-s7-lex", "tagger B"),
             ("recipes/zoo/ner-s7-lex-stage2.yaml", "runs/zoo/ner-s7-lex-2", "tagger B"),
             ("recipes/zoo/ner-s7-lex-stage3.yaml", "runs/zoo/ner-s7-lex-3", "tagger B"),
@@ -129,11 +133,7 @@ MODELS = {
         None,
         ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [
-            ("recipes/zoo/ner-s5.yaml", "runs/zoo/ner-s5", "tagger A"),
-            ("recipes/zoo/ner-s5-stage2.yaml", "runs/zoo/ner-s5-2", "tagger A"),
-            ("recipes/zoo/ner-lex.yaml", "runs/zoo/ner-lex", "tagger A"),
-            ("recipes/zoo/ner-lex-2.yaml", "runs/zoo/ner-lex-2", "tagger A"),
-            ("recipes/zoo/ner-lex-3.yaml", "runs/zoo/ner-lex-3", "tagger A"),
+            *TAGGER_A,
             ("recipes/zoo/ner-fast1.yaml", "runs/zoo/ner-fast1", "fast tagger (layer 0 of tagger A)"),
         ],
     ),
