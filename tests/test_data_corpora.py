@@ -243,6 +243,22 @@ def test_exclude_list_lines_are_held_out(built, tmp_path):
     )
 
 
+def test_held_out_quotes_finds_an_excluded_text_inside_a_longer_line():
+    """`quotes`: a line that holds an exclude-list text anywhere (a dictionary entry quoting an example sentence,
+    with no clause pair in common) is caught; labelled dev/test texts added without `quotable` are not looked for
+    inside other lines; texts shorter than the 4-character index key work too."""
+    held = HeldOut()
+    held.add("好得很", quotable=True)  # shorter than the index key
+    held.add("一朝被蛇咬，十年怕井绳", quotable=True)
+    held.add("这部手机很好用", quotable=False)
+    entry = normalize_text("【成语】比喻受过一次伤害以后就变得胆小。例：一朝被蛇咬，十年怕井绳嘛")
+    assert held.quotes(entry) and not held.contains(entry)  # no exact match, no shared clause pair
+    assert held.quotes(normalize_text("他的字写得好得很。"))
+    assert not held.quotes(normalize_text("我觉得这部手机很好用。"))  # not quotable: only exact / pairs
+    assert not held.quotes(normalize_text("一朝被蛇咬，十年怕草绳"))  # one character off
+    assert not held.quotes("好得") and not HeldOut().quotes(entry)
+
+
 def test_repository_exclude_list_is_applied_by_default(built, monkeypatch, caplog):
     from ernie_zoo.data import corpora
 

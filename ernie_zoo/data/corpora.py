@@ -247,6 +247,7 @@ def iter_classics(archive: Path, *, progress: bool = False) -> Iterator[str]:
 #: this project builds itself, whose sentences come from the same sources as the corpus (the multi-domain
 #: sentiment test holds MSRA training sentences and reviews) and so must be kept out of it.
 EXCLUDE_FILES: tuple[str, ...] = ("data/eval/sentiment_multidomain/exclude.txt",)
+_QUOTE_KEY = 4  # characters that index an exclude-file text for HeldOut.quotes
 
 
 def repo_root() -> Path | None:
@@ -267,24 +268,43 @@ class HeldOut:
     exact: Deduper = field(default_factory=Deduper)
     pairs: set[str] = field(default_factory=set)
     n_texts: int = 0
+    #: The texts of the exclude files, by their first ``_QUOTE_KEY`` characters, for :meth:`quotes`.
+    quoted: dict[str, list[str]] = field(default_factory=dict)
+    quoted_key_sizes: set[int] = field(default_factory=set)  # a text shorter than the key is its own key
 
-    def add(self, text: str) -> None:
+    def add(self, text: str, *, quotable: bool = False) -> None:
+        """Hold ``text`` out; ``quotable``: also match lines that quote it (:meth:`quotes`)."""
         text = normalize_text(text)
         self.exact.add(text)
         self.pairs |= clause_pairs(text)
         self.n_texts += 1
+        if quotable and text:
+            self.quoted.setdefault(text[:_QUOTE_KEY], []).append(text)
+            self.quoted_key_sizes.add(min(len(text), _QUOTE_KEY))
 
     def contains(self, line: str) -> bool:
         """True if ``line`` (already normalised) is a held-out text or shares a clause pair with one."""
         return line in self.exact or not self.pairs.isdisjoint(clause_pairs(line))
 
+    def quotes(self, line: str) -> bool:
+        """True if ``line`` holds an exclude-file text anywhere inside it: a dictionary entry that quotes a
+        held-out example sentence, say, which neither the exact text nor a clause pair catches. Looks up each
+        window of the line's characters, so it costs the line's length, not the number of texts."""
+        for size in self.quoted_key_sizes:
+            for i in range(len(line) - size + 1):
+                for text in self.quoted.get(line[i : i + size], ()):
+                    if line.startswith(text, i):
+                        return True
+        return False
+
     def add_file(self, path: Path) -> int:
-        """Add every non-empty line of the UTF-8 text file ``path``; returns how many were added."""
+        """Add every non-empty line of the UTF-8 text file ``path`` (quotable: an exclude list); returns how
+        many were added."""
         n = 0
         with open(path, encoding="utf-8") as f:
             for line in f:
                 if line.strip():
-                    self.add(line)
+                    self.add(line, quotable=True)
                     n += 1
         return n
 

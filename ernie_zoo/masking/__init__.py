@@ -50,6 +50,8 @@ Design
   the masked sentiment-word tokens, -100 elsewhere) for the word-polarity head of `ernie-pretrain`.
 """
 
+from ernie_zoo.text.segment import ENTITY_POS_TAGS, Segmenter
+
 from .collator import KnowledgeMaskingCollator
 from .lexicon import AhoCorasick, EntityLexicon, SentimentWords
 from .prepare import (
@@ -64,7 +66,6 @@ from .prepare import (
     split_long_text,
 )
 from .schedule import STRATEGIES, MaskingSchedule, MaskingStage
-from .segment import ENTITY_POS_TAGS, Segmenter
 
 __all__ = [
     "AhoCorasick",

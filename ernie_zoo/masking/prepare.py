@@ -48,11 +48,11 @@ import numpy as np
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from ernie_zoo.text.segment import Segmenter
 from ernie_zoo.text.sentences import chunk_text, sentence_spans
 from ernie_zoo.utils import atomic_directory
 
 from .lexicon import EntityLexicon, SentimentWords
-from .segment import Segmenter
 
 logger = logging.getLogger(__name__)
 

@@ -43,12 +43,12 @@ from typing import Any
 
 import torch
 
+from ernie_zoo.text.segment import read_user_dict
 from ernie_zoo.text.tags import parse_tag, tags_to_spans
 from ernie_zoo.tokenization.lexicon import JIEBA_NAME_TYPES, LEXICON_FILE
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
-from .word_segmentation import read_user_dict
 
 
 @dataclass

@@ -34,10 +34,10 @@ import torch
 
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.text.confusion import is_cjk
+from ernie_zoo.text.segment import read_user_dict
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
-from .word_segmentation import read_user_dict
 
 
 @dataclass

@@ -20,11 +20,11 @@ Options: `backend` ("rjieba" or "jieba"), `hmm`, `keep_whitespace`.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
+
+from ernie_zoo.text.segment import Segmenter
 
 from .task import Result, Task, register_task
 from .text import clean_surrogates
@@ -47,73 +47,9 @@ class SegmentationOptions:
     keep_whitespace: bool = False
 
 
-def read_user_dict(user_dict: Any) -> list[tuple[str, int | None, str | None]]:
-    """Parse a jieba user dictionary (path or list of `word [freq] [tag]` lines) into (word, freq, tag)."""
-    if isinstance(user_dict, (str, os.PathLike)):
-        path = Path(user_dict)
-        if not path.is_file():
-            raise ValueError(f"user_dict {str(user_dict)!r} is not a file (pass a path or a list of words)")
-        lines = path.read_text(encoding="utf-8").splitlines()
-    elif isinstance(user_dict, (list, tuple)):
-        lines = list(user_dict)
-    else:
-        raise TypeError(
-            f"user_dict must be a file path or a list of 'word [freq] [tag]' lines, got {type(user_dict).__name__}"
-        )
-    entries = []
-    for n, line in enumerate(lines, 1):
-        if not isinstance(line, str):
-            raise TypeError(f"user_dict line {n} is {type(line).__name__}, expected str")
-        parts = line.strip().lstrip("\ufeff").split()
-        if not parts:
-            continue
-        word, freq, tag = parts[0], None, None
-        for extra in parts[1:]:
-            if extra.isdigit() and freq is None:
-                freq = int(extra)
-            elif tag is None:
-                tag = extra
-            else:
-                raise ValueError(f"user_dict line {n} is not 'word [freq] [tag]': {line!r}")
-        entries.append((word, freq, tag))
-    return entries
-
-
-class Segmenter:
-    """A jieba or rjieba segmenter with an optional user dictionary; `cut` and `tag` return word lists."""
-
-    def __init__(self, backend: str, user_dict: Any = None, hmm: bool = True):
-        self.backend = backend
-        self.hmm = hmm
-        entries = read_user_dict(user_dict) if user_dict is not None else []
-        if backend == "rjieba":
-            import rjieba
-
-            self.impl = rjieba.Jieba()
-            for word, freq, tag in entries:
-                self.impl.add_word(word, freq, tag)
-        else:
-            import jieba
-            import jieba.posseg
-
-            self.impl = jieba.Tokenizer()
-            for word, freq, tag in entries:
-                self.impl.add_word(word, freq, tag)
-            self.pos = jieba.posseg.POSTokenizer(self.impl)
-
-    def cut(self, text: str) -> list[str]:
-        if self.backend == "rjieba":
-            return list(self.impl.cut(text, self.hmm))
-        return list(self.impl.cut(text, HMM=self.hmm))
-
-    def tag(self, text: str) -> list[tuple[str, str]]:
-        if self.backend == "rjieba":
-            return [(w, t or "x") for w, t in self.impl.tag(text, self.hmm)]
-        return [(p.word, p.flag) for p in self.pos.cut(text, HMM=self.hmm)]
-
-
 def get_segmenter(backend: str, user_dict: Any, hmm: bool) -> Segmenter:
-    """A shared segmenter per (backend, hmm) without a user dictionary; a private one with it."""
+    """A shared segmenter per (backend, hmm) without a user dictionary; a private one with it
+    (`ernie_zoo.text.segment.Segmenter`, the one knowledge masking uses)."""
     if user_dict is not None:
         return Segmenter(backend, user_dict, hmm)
     with _DEFAULT_LOCK:

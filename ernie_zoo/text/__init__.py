@@ -1,20 +1,25 @@
-"""Chinese-text building blocks, the lowest layer of ernie_zoo (imports only the standard library):
+"""Chinese-text building blocks, the lowest layer of ernie_zoo (imports nothing else from the package, and only the
+standard library at import time):
 
 - `tags`: `Span` and the BIO/BIOES/BMES tag codec (`tags_to_spans`, `spans_to_tags`, `parse_tag`, ...);
 - `metrics`: entity-span precision/recall/F1 (`span_scores`, `prf`);
 - `sentences`: the sentence splitter that cuts long texts into chunks (`chunk_spans`, `chunk_text`);
 - `confusion`: confusion sets of spelling correction (`ConfusionSets`);
-- `correction`: spelling-correction scores, sentence level as pycorrector defines them (`correction_scores`).
+- `correction`: spelling-correction scores, sentence level as pycorrector defines them (`correction_scores`);
+- `segment`: word segmentation and user dictionaries (`Segmenter`, `read_user_dict`; rjieba or jieba, loaded on
+  first use), shared by knowledge masking and the segmentation, POS, NER and correction Taskflows.
 """
 
 from .confusion import ConfusionSets
 from .correction import correction_scores
 from .metrics import prf, span_scores
+from .segment import Segmenter, read_user_dict
 from .sentences import chunk_spans, chunk_text, sentence_spans
 from .tags import Span, as_span, parse_tag, spans_to_tags, tags_to_spans
 
 __all__ = [
     "ConfusionSets",
+    "Segmenter",
     "Span",
     "as_span",
     "chunk_spans",
@@ -22,6 +27,7 @@ __all__ = [
     "correction_scores",
     "parse_tag",
     "prf",
+    "read_user_dict",
     "sentence_spans",
     "span_scores",
     "spans_to_tags",

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from ernie_zoo.data.corpora import HeldOut
 from ernie_zoo.data.labelled import load_split
 from ernie_zoo.data.sentiment_lexicon import DEFAULT_OUT, load_sentiment_lexicon, weak_sentiment_label
 from ernie_zoo.evaluation.baselines import MULTIDOMAIN_DIR, load_sentiment_multidomain
@@ -123,9 +124,12 @@ def main() -> None:
     args = ap.parse_args()
 
     lexicon = load_sentiment_lexicon(args.lexicon, min_sources=args.min_sources)
-    held = [
-        r["text"] for s in ("dev", "test") for r in load_sentiment_multidomain(MULTIDOMAIN_DIR / f"{s}.jsonl")
-    ]
+    held = (
+        HeldOut()
+    )  # the multi-domain dev/test, also where a longer sentence quotes one; the review dev/test
+    for split in ("dev", "test"):
+        for r in load_sentiment_multidomain(MULTIDOMAIN_DIR / f"{split}.jsonl"):
+            held.add(r["text"], quotable=True)
     review_held = {r["text"] for s in ("dev", "test") for r in load_split("sentiment", s)}
     rng = random.Random(args.seed)
     silver: list[dict] = []
@@ -146,11 +150,7 @@ def main() -> None:
         for label, texts in by_label.items():
             for text in rng.sample(texts, n):
                 silver.append({"text": text, "label": label, "source": f"silver:{source}"})
-    leaks = [
-        r["text"]
-        for r in silver
-        if r["text"] in review_held or any(t in r["text"] for t in held if t[:4] in r["text"])
-    ]
+    leaks = [r["text"] for r in silver if r["text"] in review_held or held.quotes(r["text"])]
     if leaks:
         raise SystemExit(
             f"{len(leaks)} silver sentences hold an evaluation text, e.g. {leaks[0]!r}: rebuild the pools"

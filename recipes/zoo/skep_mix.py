@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ernie_zoo.data.corpora import EXCLUDE_FILES, HeldOut
+from ernie_zoo.data.corpora import HeldOut
 from ernie_zoo.data.mix import mix_corpus
 
 BUDGETS = {
@@ -37,15 +37,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     held = HeldOut.from_datasets(args.datasets)  # labelled dev/test + exclude.txt
-    excluded = [
-        t for f in EXCLUDE_FILES for t in Path(f).read_text(encoding="utf-8").splitlines() if t.strip()
-    ]
     args.clean.mkdir(parents=True, exist_ok=True)
     for source in BUDGETS:
         lines = (args.src / f"{source}.txt").read_text(encoding="utf-8").splitlines()
-        lines = [x for x in lines if not held.contains(x)]
         # also lines that hold an excluded text (a Xinhua entry quoting an idiom example)
-        lines = [x for x in lines if not any(t in x for t in excluded if t[:4] in x)]
+        lines = [x for x in lines if not held.contains(x) and not held.quotes(x)]
         (args.clean / f"{source}.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     print(mix_corpus(args.clean, BUDGETS, args.out, seed=args.seed))
 
