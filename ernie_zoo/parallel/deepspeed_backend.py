@@ -91,7 +91,35 @@ def build_config(
     tp_plan: dict[str, str] | None = None,
     on_cuda: bool | None = None,
 ) -> dict[str, Any]:
-    """The DeepSpeed config for a recipe: `base` with the recipe's batch, precision and clipping written in.
+    """The DeepSpeed config for a pretraining recipe: `make_config` with the recipe's micro batch, accumulation
+    steps, gradient clipping and precision."""
+    return make_config(
+        base,
+        micro_batch_size=recipe.micro_batch_size,
+        grad_accum_steps=recipe.grad_accum_steps,
+        grad_clip=recipe.optim.grad_clip,
+        precision=recipe.precision,
+        tp_size=tp_size,
+        zero_stage=zero_stage,
+        tp_plan=tp_plan,
+        on_cuda=on_cuda,
+    )
+
+
+def make_config(
+    base: str | os.PathLike | dict[str, Any] | None = None,
+    *,
+    micro_batch_size: int,
+    grad_accum_steps: int,
+    grad_clip: float | None,
+    precision: str = "fp32",
+    tp_size: int | None = None,
+    zero_stage: int | None = None,
+    tp_plan: dict[str, str] | None = None,
+    on_cuda: bool | None = None,
+) -> dict[str, Any]:
+    """`base` (a json path, a dict, or None: `DEFAULT_CONFIG`) with the run's batch, precision and clipping
+    written in; `grad_clip` None or 0 is written as 0.0 (no clipping), never left to DeepSpeed's default.
 
     `tp_size` (default: the json's `tensor_parallel.autotp_size`, else 1) > 1 adds AutoTP layer specs from
     `tp_plan` (keys as paths in the module DeepSpeed wraps). `zero_stage` overrides the json's stage.
@@ -105,10 +133,10 @@ def build_config(
             )
     on_cuda = torch.cuda.is_available() if on_cuda is None else on_cuda
     wanted = {
-        "train_micro_batch_size_per_gpu": int(recipe.micro_batch_size),
-        "gradient_accumulation_steps": int(recipe.grad_accum_steps),
+        "train_micro_batch_size_per_gpu": int(micro_batch_size),
+        "gradient_accumulation_steps": int(grad_accum_steps),
         # Always explicit: DeepSpeed would otherwise apply its own default clipping.
-        "gradient_clipping": float(recipe.optim.grad_clip or 0.0),
+        "gradient_clipping": float(grad_clip or 0.0),
     }
     for key in _RECIPE_KEYS:
         if key in cfg and cfg[key] != wanted[key]:
@@ -116,7 +144,6 @@ def build_config(
     cfg.pop("train_batch_size", None)
     cfg.update(wanted)
 
-    precision = recipe.precision
     if precision not in ("fp32", "bf16", "fp16"):
         raise ValueError(f"recipe key 'precision' = {precision!r}: must be fp32, bf16 or fp16")
     if precision == "fp16" and not on_cuda:
@@ -173,7 +200,8 @@ class _MaskedLMStep(nn.Module):
         return masked_lm_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
 
 
-def _init_deepspeed_distributed() -> tuple[int, int, int]:
+def init_deepspeed_distributed() -> tuple[int, int, int]:
+    """Start torch.distributed from the launcher's environment and DeepSpeed on it; (rank, world, local rank)."""
     import deepspeed
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR))
@@ -223,7 +251,7 @@ def build_model_zero3(
 
     dist_args = getattr(recipe, "distributed", None)
     tp_size = tp_size if tp_size is not None else getattr(dist_args, "tp_size", None)
-    _init_deepspeed_distributed()
+    init_deepspeed_distributed()
     ds_config = build_config(
         recipe,
         config if config is not None else _recipe_config(recipe),
@@ -275,7 +303,7 @@ class DeepSpeedEngine:
         import torch.distributed as dist
         from deepspeed.utils import groups
 
-        from ernie_zoo.training.engine import lr_lambda, param_groups
+        from ernie_zoo.training.engine import optimizer_and_schedule
 
         dist_args = getattr(recipe, "distributed", None)
         config = config if config is not None else _recipe_config(recipe)
@@ -285,7 +313,7 @@ class DeepSpeedEngine:
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute must be 'none' or 'full', got {recompute!r}")
         self.recipe = recipe
-        rank, world, local_rank = _init_deepspeed_distributed()
+        rank, world, local_rank = init_deepspeed_distributed()
         self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
         plan = {WRAPPER_PREFIX + key: style for key, style in tp_plan_for(model).items()}
@@ -299,11 +327,7 @@ class DeepSpeedEngine:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
         wrapper = _MaskedLMStep(model, sparse, polarity_weight)
-        o = recipe.optim
-        optimizer = torch.optim.AdamW(
-            param_groups(model, o.weight_decay), lr=o.lr, betas=tuple(o.betas), eps=o.eps
-        )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o, recipe.max_steps))
+        optimizer, scheduler = optimizer_and_schedule(recipe, model)
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=wrapper, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
         )
@@ -569,6 +593,8 @@ __all__ = [
     "build_config",
     "build_model_zero3",
     "engine_factory",
+    "init_deepspeed_distributed",
     "load_config",
+    "make_config",
     "model_factory",
 ]
