@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         settings: dict = {}
         deepspeed_path = args.deepspeed
         if args.recipe is not None:
-            from ernie_zoo.parallel.recipe_bridge import planner_inputs_from_recipe
+            from ernie_zoo.training.recipe_bridge import planner_inputs_from_recipe
 
             config, recipe_settings, warnings = planner_inputs_from_recipe(args.recipe)
             for warning in warnings:

@@ -444,7 +444,9 @@ class DeepSpeedEngine:
         from safetensors.torch import save_file
 
         from ernie_zoo.training.checkpoint import save_json_state, write_json
-        from ernie_zoo.training.engine import MODEL_FILE, _tied_names
+        from ernie_zoo.utils import tied_names
+
+        from .consolidate import MODEL_FILE
 
         directory = Path(directory)
         (directory / ZERO_DIR).mkdir(parents=True, exist_ok=True)
@@ -455,7 +457,7 @@ class DeepSpeedEngine:
         state = self.consolidated_state_dict()
         if self.is_main:
             self.model.config.save_pretrained(directory)
-            tied = _tied_names(self.model)
+            tied = tied_names(self.model)
             weights = {k: v.detach().contiguous().cpu() for k, v in state.items() if k not in tied}
             save_file(weights, str(directory / MODEL_FILE), metadata={"format": "pt"})
             save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")

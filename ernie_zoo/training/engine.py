@@ -31,6 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
 from ernie_zoo.models.presets import preset_config
+from ernie_zoo.utils import tied_names
 
 from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
 from .core import adamw, warmup_decay
@@ -282,7 +283,7 @@ def save_model_weights(model: torch.nn.Module, directory: str | Path) -> None:
     their first name), so `ErnieZooForMaskedLM.from_pretrained(checkpoint_dir)` loads a checkpoint."""
     directory = Path(directory)
     model.config.save_pretrained(directory)
-    tied = _tied_names(model)
+    tied = tied_names(model)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
     save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
 
@@ -291,24 +292,11 @@ def load_model_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Load a save_pretrained safetensors file into `model`; only tied weights may be absent from the file."""
     state = load_file(str(path))
     result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if k not in _tied_names(model)]
+    missing = [k for k in result.missing_keys if k not in tied_names(model)]
     if missing or result.unexpected_keys:
         raise ValueError(
             f"{path} does not match the model: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
         )
-
-
-def _tied_names(model: torch.nn.Module) -> set[str]:
-    """State-dict names whose tensor is shared with an earlier name (tied weights)."""
-    seen: dict[int, str] = {}
-    tied = set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        key = id(tensor)
-        if key in seen:
-            tied.add(name)
-        else:
-            seen[key] = name
-    return tied
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
