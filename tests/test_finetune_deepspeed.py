@@ -219,7 +219,8 @@ def test_zero3_two_ranks_match_one_process(tmp_path, references, method):
     # a plain output directory: merged from_pretrained model (+ peft adapter for LoRA), no ZeRO files
     model, tokenizer = load_finetuned(out)
     assert not any(hasattr(p, "ds_id") for p in model.parameters())
-    assert not list(out.rglob("*.pt")) and not list(out.rglob("zero"))
+    assert not list(out.rglob("*.pt"))  # no pickles; ZeRO partitions only in the (resumable) checkpoints
+    assert [p.relative_to(out).parts[0] for p in out.rglob("zero")] == ["checkpoints"]
     if method == "lora":
         assert (out / "adapter" / "adapter_config.json").is_file()
     texts = ["房间很干净，服务很好", "质量太差，非常失望"]
@@ -323,23 +324,76 @@ def test_flat_keys_reach_the_distributed_section():
     assert args.distributed.backend == "deepspeed" and args.distributed.zero_stage == 2
 
 
-def test_a_deepspeed_run_refuses_to_resume(tmp_path):
-    """A resumable checkpoint in output_dir is refused before any process group starts."""
+def test_a_checkpoint_resumes_only_on_its_own_backend(tmp_path):
+    """A one-process checkpoint is refused by a deepspeed run before any process group starts (and the other
+    way round, in test_zero3_resume_continues_exactly)."""
     from ernie_zoo.finetune import run_finetune
 
     args = _args(tmp_path, "out", "lora", "single")
     args.train.max_steps = 1
     run_finetune(args)
     args.distributed.backend = "deepspeed"
-    with pytest.raises(ValueError, match="resuming is implemented for distributed.backend single only"):
+    with pytest.raises(
+        ValueError, match="laid out as {'backend': 'single'}, this run's distributed.backend is"
+    ):
         run_finetune(args)
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_resume_continues_exactly(tmp_path, references):
+    """2 ranks stopped right after the step-3 checkpoint (every rank's ZeRO-3 partition: fp32 masters and Adam
+    moments, its RNG state), then resumed to step 6: the numbers of one process, and of the run that was never
+    stopped; a one-process run refuses the checkpoint."""
+    from ernie_zoo.finetune import run_finetune
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs["lora"]
+    out = root / "ds2-resumed"
+    with pytest.raises(RuntimeError, match="stopped after the first checkpoint"):
+        run_local_ranks(
+            [__file__, "--worker", str(root), out.name, "lora", "3", "stop"], nproc=2, timeout=900
+        )
+    saved = next((out / "checkpoints").glob("checkpoint-*"))
+    assert saved.name == "checkpoint-3" and not (out / "eval_results.json").exists()
+    assert {p.name for p in (saved / "zero").iterdir()} == {
+        f"rank0000{r}.{e}" for r in (0, 1) for e in ("json", "safetensors")
+    }
+    assert (saved / "rng.json").is_file() and (saved / "rng-rank00001.json").is_file()
+    single = _args(root, out.name, "lora", "single")
+    with pytest.raises(
+        ValueError, match="laid out as {'backend': 'deepspeed', 'world_size': 2, 'zero_stage': 3}"
+    ):
+        run_finetune(single)
+    run_local_ranks(
+        [__file__, "--worker", str(root), out.name, "lora", "3"], nproc=2, timeout=900
+    )  # resume: auto
+    _compare(out, ref_out, ref, "lora", world=2)
+    never_stopped = root / "ds2-lora"  # test_zero3_two_ranks_match_one_process[lora], when it ran first
+    if never_stopped.is_dir():
+        a = _weights(out / "adapter" / "adapter_model.safetensors")
+        b = _weights(never_stopped / "adapter" / "adapter_model.safetensors")
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+        assert _state(out)["state"]["train_losses"] == _state(never_stopped)["state"]["train_losses"]
+
+
 # ----------------------------------------------------------------------------------------------- worker
-def _worker(root: str, out: str, method: str, zero_stage: str) -> None:
+def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run") -> None:
     import os
 
     from ernie_zoo.finetune import run_finetune
+
+    if mode == "stop":  # stop every rank right after the first checkpoint, as a crash would
+        from ernie_zoo.finetune.loop import Trainer
+
+        save_last = Trainer.save_last
+
+        def save_then_stop(self):
+            save_last(self)
+            raise KeyboardInterrupt("stopped after the first checkpoint")
+
+        Trainer.save_last = save_then_stop
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
@@ -349,5 +403,5 @@ def _worker(root: str, out: str, method: str, zero_stage: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--worker":
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--worker":
         _worker(*sys.argv[2:])

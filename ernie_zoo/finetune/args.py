@@ -246,8 +246,8 @@ class DistributedArgs:
         "single",
         "single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher "
         "such as torchrun or deepspeed starts; gloo on CPU). Under deepspeed every batch of train.batch_size "
-        "examples is split over the ranks, method must be full or lora, train.device is each rank's own, and "
-        "runs start afresh (no resume).",
+        "examples is split over the ranks, method must be full or lora, and train.device is each rank's own; a "
+        "run resumes with the same number of ranks under ZeRO stage 3.",
     )
     deepspeed_config: str | None = arg(
         None,

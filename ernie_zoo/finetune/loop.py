@@ -11,8 +11,9 @@
 Checkpoints hold only the trainable parameters (safetensors), the optimizer (safetensors + json), the
 scheduler and the RNG states (json): no pickle. Data order is a seeded permutation per epoch, so a resumed run
 replays exactly the batches the interrupted one would have seen. Under DeepSpeed, every rank reads its share of
-each of those batches, rank 0 alone writes, and after training rank 0 rebuilds the model whole from the base
-and the best trainable weights (the ZeRO shards consolidated) to score and export it as one process would.
+each of those batches, rank 0 writes (each rank adds its ZeRO-3 optimizer partition and RNG state to the
+checkpoints), and after training rank 0 rebuilds the model whole from the base and the best trainable weights
+(the ZeRO shards consolidated) to score and export it as one process would.
 """
 
 from __future__ import annotations
@@ -37,14 +38,12 @@ from ernie_zoo.training.checkpoint import (
     latest_valid_checkpoint,
     list_checkpoints,
     load_json_state,
-    load_optimizer_state,
     load_rng_state,
     read_json,
     remove_stale_temporaries,
     rotate_checkpoints,
     save_checkpoint,
     save_json_state,
-    save_optimizer_state,
     save_rng_state,
     verify_checkpoint,
     write_json,
@@ -347,35 +346,42 @@ class Trainer:
             self.state["train_seconds"] = clock[0] + time.perf_counter() - clock[1]
 
     def save_last(self) -> None:
-        """checkpoints/checkpoint-<step> (atomic, with a manifest); only the newest is kept."""
+        """checkpoints/checkpoint-<step> (atomic, with a manifest); only the newest is kept. Under DeepSpeed every
+        rank adds its optimizer partition and RNG state to the shared directory; rank 0 publishes it."""
 
         self._update_train_seconds()
         weights = self.engine.trainable_state()
-        single = self.engine.backend == "single"
+        engine = self.engine
+        layout = engine.layout()
 
         def write(tmp: Path) -> None:
-            save_file(_cpu(weights), str(tmp / TRAINABLE))
-            if (
-                single
-            ):  # a ZeRO optimizer is partitioned over the ranks: not resumable (yet), see run_finetune
-                save_optimizer_state(self.optimizer, tmp)
-            save_json_state(self.scheduler, tmp / "scheduler.json", "LR scheduler")
-            save_rng_state(tmp)
-            write_json(
-                tmp / "trainer_state.json",
-                {
-                    "state": self.state,
-                    "method": self.method.name,
-                    "total_steps": self.total_steps,
-                    "data_order": self._data_order(),
-                    **({} if single else {"backend": self.engine.backend}),
-                },
-            )
+            if engine.is_main:
+                save_file(_cpu(weights), str(tmp / TRAINABLE))
+                save_json_state(self.scheduler, tmp / "scheduler.json", "LR scheduler")
+                write_json(
+                    tmp / "trainer_state.json",
+                    {
+                        "state": self.state,
+                        "method": self.method.name,
+                        "total_steps": self.total_steps,
+                        "data_order": self._data_order(),
+                        **({} if layout == {"backend": "single"} else {"layout": layout}),
+                    },
+                )
+            engine.save_optimizer_state(tmp)
+            save_rng_state(tmp, rank=engine.rank)
 
-        if self.engine.is_main:
-            save_checkpoint(self.ckpt_dir, self.state["global_step"], write)
+        distributed = engine.backend != "single"
+        save_checkpoint(
+            self.ckpt_dir,
+            self.state["global_step"],
+            write,
+            is_main=engine.is_main,
+            barrier=engine.barrier if distributed else None,
+        )
+        if engine.is_main:
             rotate_checkpoints(self.ckpt_dir, keep_last=1, required=CHECKPOINT_FILES)
-        self.engine.barrier()
+        engine.barrier()
 
     def _data_order(self) -> dict[str, Any]:
         """The settings that fix which batches each step sees (a resume must keep them)."""
@@ -395,11 +401,12 @@ class Trainer:
 
     def resume(self, checkpoint: Path) -> None:
         saved = read_json(checkpoint / "trainer_state.json")
-        if saved.get("backend", "single") != "single" or self.engine.backend != "single":
+        layout = saved.get("layout", {"backend": "single"})
+        if layout != self.engine.layout():
             raise ValueError(
-                f"{checkpoint} cannot be resumed: resuming is implemented for distributed.backend single only "
-                f"(the checkpoint's is {saved.get('backend', 'single')!r}, this run's {self.engine.backend!r}); "
-                "start afresh with train.overwrite true"
+                f"{checkpoint} was written by a run laid out as {layout}, this run is {self.engine.layout()}: its "
+                "optimizer state only fits the same backend, ranks and ZeRO stage; run it that way, or start afresh "
+                "with train.overwrite true"
             )
         if saved["method"] != self.method.name:
             raise ValueError(
@@ -413,10 +420,11 @@ class Trainer:
                     "resumed run would see a different data order; set it back, or start afresh with "
                     "train.overwrite true"
                 )
-        self.engine.load_trainable_state(load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
-        load_optimizer_state(self.optimizer, checkpoint)
+        if self.engine.backend == "single":  # under ZeRO-3 the partitions' fp32 masters are the weights
+            self.engine.load_trainable_state(load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
+        self.engine.load_optimizer_state(checkpoint)
         load_json_state(self.scheduler, checkpoint / "scheduler.json")
-        load_rng_state(checkpoint)
+        load_rng_state(checkpoint, rank=self.engine.rank)
         self.state = saved["state"]
         logger.info("resumed from %s at step %d", checkpoint, self.state["global_step"])
 
@@ -667,12 +675,15 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     resume_from, wipe = _resume_point(output_dir, t)
     distributed = args.distributed.backend != "single"
     is_main = True
-    if distributed:
-        if resume_from is not None:
+    if resume_from is not None:  # the full layout (ranks, ZeRO stage) is checked by Trainer.resume
+        layout = read_json(resume_from / "trainer_state.json").get("layout", {"backend": "single"})
+        if layout.get("backend") != args.distributed.backend:
             raise ValueError(
-                f"{resume_from} cannot be resumed: resuming is implemented for distributed.backend single only; "
+                f"{resume_from} was written by a run laid out as {layout}, this run's distributed.backend is "
+                f"{args.distributed.backend!r}: its optimizer state only fits the same layout; run it that way, or "
                 "start afresh with train.overwrite true"
             )
+    if distributed:
         from ernie_zoo.parallel.deepspeed_backend import init_deepspeed_distributed
 
         is_main = init_deepspeed_distributed()[0] == 0

@@ -274,7 +274,141 @@ def _recipe_config(recipe: Any) -> str | None:
     return getattr(getattr(recipe, "distributed", None), "deepspeed_config", None)
 
 
-class DeepSpeedEngine:
+class ZeroPartitionIO:
+    """Pickle-free save / load of one rank's ZeRO-3 optimizer partition (fp32 master weights + Adam moments) as
+    `zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout `consolidate` reads), for an engine
+    with `optimizer` (DeepSpeed's ZeRO-3 optimizer), `model`, `rank`, `world_size`, `tp_size`, `zero_stage`.
+    Resuming needs the same ranks, TP size and ZeRO stage."""
+
+    def save_zero_partition(self, directory: str | os.PathLike) -> None:
+        from safetensors.torch import save_file
+
+        from ernie_zoo.training.checkpoint import write_json
+
+        (Path(directory) / ZERO_DIR).mkdir(parents=True, exist_ok=True)
+        tensors, meta = self._zero_state()
+        stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
+        save_file(tensors, str(stem.with_suffix(".safetensors")))
+        write_json(stem.with_suffix(".json"), meta)
+
+    def load_zero_partition(self, directory: str | os.PathLike) -> None:
+        from safetensors.torch import load_file
+
+        from ernie_zoo.training.checkpoint import read_json
+
+        stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
+        if not stem.with_suffix(".json").is_file():
+            raise FileNotFoundError(
+                f"{stem}.json not found: was the checkpoint written with {self.world_size} ranks?"
+            )
+        meta = read_json(stem.with_suffix(".json"))
+        layout = {"world_size": self.world_size, "tp_size": self.tp_size, "zero_stage": self.zero_stage}
+        saved = {k: meta.get(k) for k in layout}
+        if saved != layout:
+            raise ValueError(
+                f"checkpoint layout {saved} differs from this run's {layout}; resume with the same ranks, TP size "
+                "and ZeRO stage (or load the consolidated model.safetensors as new weights)"
+            )
+        self._load_zero_state(load_file(str(stem.with_suffix(".safetensors"))), meta)
+
+    def _zero_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """This rank's optimizer partition as (tensors, JSON metadata)."""
+        if self.zero_stage != 3:
+            raise NotImplementedError("sharded checkpoints are implemented for ZeRO stage 3")
+        sd = self.optimizer.state_dict()
+        tensors: dict[str, torch.Tensor] = {}
+        for i, flat in enumerate(sd["fp32_flat_groups"]):
+            tensors[f"fp32_flat.{i}"] = flat.detach().contiguous().cpu()
+        inner = sd["optimizer_state_dict"]
+        scalars: dict[str, dict[str, Any]] = {}
+        for index, entries in inner["state"].items():
+            for key, value in entries.items():
+                if isinstance(value, torch.Tensor):
+                    tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+                else:
+                    scalars.setdefault(str(index), {})[key] = value
+        groups = [
+            {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
+            for g in inner["param_groups"]
+        ]
+        for g in groups:
+            if isinstance(g.get("betas"), tuple):
+                g["betas"] = list(g["betas"])
+        meta = {
+            "world_size": self.world_size,
+            "tp_size": self.tp_size,
+            "zero_stage": self.zero_stage,
+            "partition_count": [int(c) for c in sd["partition_count"]]
+            if isinstance(sd["partition_count"], list)
+            else int(sd["partition_count"]),
+            "n_flat_groups": len(sd["fp32_flat_groups"]),
+            "param_groups": groups,
+            "scalars": scalars,
+            "layout": self._partition_layout(),
+        }
+        return tensors, meta
+
+    def _partition_layout(self) -> dict[str, Any]:
+        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
+        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
+        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
+        TP index (the order AutoTP split the weights in).
+
+        ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
+        (the last one zero-padded); the flat group is those partitions back to back.
+        """
+        import torch.distributed as dist
+
+        opt = self.optimizer
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        groups = []
+        for params, group in zip(opt.fp16_groups, opt.sub_group_process_groups):
+            groups.append(
+                {
+                    "partition_rank": dist.get_rank(group=group),
+                    "partition_count": dist.get_world_size(group=group),
+                    "params": [
+                        [
+                            names[id(p)],
+                            [int(d) for d in p.ds_shape],
+                            int(p.ds_numel),
+                            int(p.partition_numel()),
+                        ]
+                        for p in params
+                    ],
+                }
+            )
+        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
+        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
+        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
+
+    def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        current = self.optimizer.state_dict()
+        flats = [tensors[f"fp32_flat.{i}"] for i in range(meta["n_flat_groups"])]
+        if len(flats) != len(current["fp32_flat_groups"]) or any(
+            a.shape != b.shape for a, b in zip(flats, current["fp32_flat_groups"])
+        ):
+            raise ValueError("ZeRO partition shapes differ from the checkpoint's: was the model changed?")
+        state: dict[int, dict[str, Any]] = {}
+        for key, value in tensors.items():
+            if key.startswith("state."):
+                _, index, field = key.split(".", 2)
+                state.setdefault(int(index), {})[field] = value
+        for index, entries in meta["scalars"].items():
+            state.setdefault(int(index), {}).update(entries)
+        groups = []
+        for g in meta["param_groups"]:
+            g = dict(g)
+            if isinstance(g.get("betas"), list):
+                g["betas"] = tuple(g["betas"])
+            groups.append(g)
+        sd = dict(current)
+        sd["optimizer_state_dict"] = {"state": state, "param_groups": groups}
+        sd["fp32_flat_groups"] = flats
+        self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
+
+
+class DeepSpeedEngine(ZeroPartitionIO):
     """ZeRO + AutoTP training engine with the `SingleDeviceEngine` interface (see the module docstring).
 
     Args:
@@ -443,17 +577,13 @@ class DeepSpeedEngine:
         import torch.distributed as dist
         from safetensors.torch import save_file
 
-        from ernie_zoo.training.checkpoint import save_json_state, write_json
+        from ernie_zoo.training.checkpoint import save_json_state
         from ernie_zoo.utils import tied_names
 
         from .consolidate import MODEL_FILE
 
         directory = Path(directory)
-        (directory / ZERO_DIR).mkdir(parents=True, exist_ok=True)
-        tensors, meta = self._zero_state()
-        stem = directory / ZERO_DIR / f"rank{self.rank:05d}"
-        save_file(tensors, str(stem.with_suffix(".safetensors")))
-        write_json(stem.with_suffix(".json"), meta)
+        self.save_zero_partition(directory)
         state = self.consolidated_state_dict()
         if self.is_main:
             self.model.config.save_pretrained(directory)
@@ -465,123 +595,11 @@ class DeepSpeedEngine:
 
     def load(self, directory: str | os.PathLike) -> None:
         """Restore what `save` wrote: this rank's fp32 master weights, Adam moments and the LR schedule."""
-        from safetensors.torch import load_file
-
-        from ernie_zoo.training.checkpoint import load_json_state, read_json
+        from ernie_zoo.training.checkpoint import load_json_state
 
         directory = Path(directory)
-        stem = directory / ZERO_DIR / f"rank{self.rank:05d}"
-        if not stem.with_suffix(".json").is_file():
-            raise FileNotFoundError(
-                f"{stem}.json not found: was the checkpoint written with {self.world_size} ranks?"
-            )
-        meta = read_json(stem.with_suffix(".json"))
-        layout = {"world_size": self.world_size, "tp_size": self.tp_size, "zero_stage": self.zero_stage}
-        saved = {k: meta.get(k) for k in layout}
-        if saved != layout:
-            raise ValueError(
-                f"checkpoint layout {saved} differs from this run's {layout}; resume with the same ranks, TP size "
-                "and ZeRO stage (or load the consolidated model.safetensors as new weights)"
-            )
-        tensors = load_file(str(stem.with_suffix(".safetensors")))
-        self._load_zero_state(tensors, meta)
+        self.load_zero_partition(directory)
         load_json_state(self.scheduler, directory / "scheduler.json")
-
-    def _zero_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """This rank's optimizer partition as (tensors, JSON metadata)."""
-        if self.zero_stage != 3:
-            raise NotImplementedError("sharded checkpoints are implemented for ZeRO stage 3")
-        sd = self.optimizer.state_dict()
-        tensors: dict[str, torch.Tensor] = {}
-        for i, flat in enumerate(sd["fp32_flat_groups"]):
-            tensors[f"fp32_flat.{i}"] = flat.detach().contiguous().cpu()
-        inner = sd["optimizer_state_dict"]
-        scalars: dict[str, dict[str, Any]] = {}
-        for index, entries in inner["state"].items():
-            for key, value in entries.items():
-                if isinstance(value, torch.Tensor):
-                    tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
-                else:
-                    scalars.setdefault(str(index), {})[key] = value
-        groups = [
-            {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
-            for g in inner["param_groups"]
-        ]
-        for g in groups:
-            if isinstance(g.get("betas"), tuple):
-                g["betas"] = list(g["betas"])
-        meta = {
-            "world_size": self.world_size,
-            "tp_size": self.tp_size,
-            "zero_stage": self.zero_stage,
-            "partition_count": [int(c) for c in sd["partition_count"]]
-            if isinstance(sd["partition_count"], list)
-            else int(sd["partition_count"]),
-            "n_flat_groups": len(sd["fp32_flat_groups"]),
-            "param_groups": groups,
-            "scalars": scalars,
-            "layout": self._partition_layout(),
-        }
-        return tensors, meta
-
-    def _partition_layout(self) -> dict[str, Any]:
-        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
-        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
-        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
-        TP index (the order AutoTP split the weights in).
-
-        ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
-        (the last one zero-padded); the flat group is those partitions back to back.
-        """
-        import torch.distributed as dist
-
-        opt = self.optimizer
-        names = {id(p): name for name, p in self.model.named_parameters()}
-        groups = []
-        for params, group in zip(opt.fp16_groups, opt.sub_group_process_groups):
-            groups.append(
-                {
-                    "partition_rank": dist.get_rank(group=group),
-                    "partition_count": dist.get_world_size(group=group),
-                    "params": [
-                        [
-                            names[id(p)],
-                            [int(d) for d in p.ds_shape],
-                            int(p.ds_numel),
-                            int(p.partition_numel()),
-                        ]
-                        for p in params
-                    ],
-                }
-            )
-        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
-        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
-        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
-
-    def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        current = self.optimizer.state_dict()
-        flats = [tensors[f"fp32_flat.{i}"] for i in range(meta["n_flat_groups"])]
-        if len(flats) != len(current["fp32_flat_groups"]) or any(
-            a.shape != b.shape for a, b in zip(flats, current["fp32_flat_groups"])
-        ):
-            raise ValueError("ZeRO partition shapes differ from the checkpoint's: was the model changed?")
-        state: dict[int, dict[str, Any]] = {}
-        for key, value in tensors.items():
-            if key.startswith("state."):
-                _, index, field = key.split(".", 2)
-                state.setdefault(int(index), {})[field] = value
-        for index, entries in meta["scalars"].items():
-            state.setdefault(int(index), {}).update(entries)
-        groups = []
-        for g in meta["param_groups"]:
-            g = dict(g)
-            if isinstance(g.get("betas"), list):
-                g["betas"] = tuple(g["betas"])
-            groups.append(g)
-        sd = dict(current)
-        sd["optimizer_state_dict"] = {"state": state, "param_groups": groups}
-        sd["fp32_flat_groups"] = flats
-        self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
 
 
 def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepSpeedEngine:
@@ -592,6 +610,7 @@ def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepS
 __all__ = [
     "DEFAULT_CONFIG",
     "DeepSpeedEngine",
+    "ZeroPartitionIO",
     "build_config",
     "build_model_zero3",
     "engine_factory",

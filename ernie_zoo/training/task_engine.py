@@ -10,6 +10,8 @@ what `ernie_zoo.finetune.loop.Trainer` calls, so that the loop never touches the
     engine.dp_mean(x), agree(x)      a float averaged over the data-parallel ranks / rank 0's float on every rank
     engine.trainable_state()         the trainable parameters, whole (gathered from the ZeRO shards) on rank 0
     engine.load_trainable_state(s)   copy them back in
+    engine.save_optimizer_state(d)   into a checkpoint directory (every rank: its ZeRO-3 partition), and back:
+    engine.load_optimizer_state(d)   the weights, Adam moments and step counts an exact resume needs
 
 `PlainEngine` is one process on one device. `DeepSpeedTaskEngine` wraps the model in DeepSpeed ZeRO (stage 0-3,
 gloo on CPU, NCCL on GPUs): the optimizer and the warm-up/decay schedule are the run's own (`training.core`),
@@ -26,6 +28,10 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from ernie_zoo.parallel.deepspeed_backend import ZeroPartitionIO
+
+from .checkpoint import load_optimizer_state, save_optimizer_state
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +54,7 @@ class PlainEngine:
     """One process, one device: `optimizer` and `scheduler` as given, clipping at `max_grad_norm` (0: none)."""
 
     is_main = True
+    rank = 0
     dp_rank = 0
     dp_world_size = 1
     backend = "single"
@@ -113,8 +120,18 @@ class PlainEngine:
     def shard_report(self) -> dict[str, list[int]]:
         return {n: [p.numel(), p.numel()] for n, p in self.model.named_parameters()}
 
+    def layout(self) -> dict[str, Any]:
+        """What a checkpoint's optimizer state depends on (a resume must match it)."""
+        return {"backend": self.backend}
 
-class DeepSpeedTaskEngine(PlainEngine):
+    def save_optimizer_state(self, directory: str | os.PathLike) -> None:
+        save_optimizer_state(self.optimizer, directory)
+
+    def load_optimizer_state(self, directory: str | os.PathLike) -> None:
+        load_optimizer_state(self.optimizer, directory)
+
+
+class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
     """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
     started. `micro_batch_size` is the rows one rank reads per micro batch; TP is not supported here.
 
@@ -159,6 +176,7 @@ class DeepSpeedTaskEngine(PlainEngine):
         self.model = self.ds.module
         self.max_grad_norm = max_grad_norm
         self.zero_stage = int(self.ds_config["zero_optimization"].get("stage", 0))
+        self.tp_size = 1
         self.rank, self.world_size = rank, world
         self.dp_rank = groups._get_data_parallel_rank()
         self.dp_world_size = groups._get_data_parallel_world_size()
@@ -245,6 +263,22 @@ class DeepSpeedTaskEngine(PlainEngine):
             with self._gathered([p], modifier_rank=0), torch.no_grad():
                 if self.is_main or self.zero_stage != 3:
                     p.copy_(value.to(p.device))
+
+    def layout(self) -> dict[str, Any]:
+        return {"backend": self.backend, "world_size": self.world_size, "zero_stage": self.zero_stage}
+
+    def save_optimizer_state(self, directory: str | os.PathLike) -> None:
+        """This rank's ZeRO-3 partition (fp32 master weights and Adam moments); other stages keep none."""
+        if self.zero_stage == 3:
+            self.save_zero_partition(directory)
+
+    def load_optimizer_state(self, directory: str | os.PathLike) -> None:
+        if self.zero_stage != 3:
+            raise ValueError(
+                f"resuming a distributed.backend deepspeed run needs ZeRO stage 3 (this run's is {self.zero_stage}): "
+                "only its checkpoints hold each rank's optimizer partition; start afresh with train.overwrite true"
+            )
+        self.load_zero_partition(directory)
 
     def shard_report(self) -> dict[str, list[int]]:
         """name -> [whole numel, numel this rank holds] for every parameter (ZeRO-3: its partition)."""
