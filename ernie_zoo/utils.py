@@ -78,6 +78,49 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+#: The file a checkpoint writes last: the size and sha256 of every other file in it.
+MANIFEST = "manifest.json"
+
+
+def verify_manifest(path: str | os.PathLike, required: tuple[str, ...] = ()) -> str | None:
+    """None if the directory `path` matches its `MANIFEST` (every file present, same size and sha256), else a
+    sentence saying what is wrong. `required`: files that must be listed in the manifest."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        return f"no {MANIFEST} (the save did not finish)"
+    try:
+        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"unreadable {MANIFEST}: {e}"
+    for name in required:
+        if name not in files:
+            return f"{name} is not in the manifest"
+    for name, meta in files.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        size = file.stat().st_size
+        if size != meta["size"]:
+            return f"{name} has {size} bytes, the manifest says {meta['size']} (truncated or overwritten)"
+        if sha256_file(file) != meta["sha256"]:
+            return f"{name} does not match its sha256 in the manifest (corrupted)"
+    return None
+
+
+def tied_names(module) -> set[str]:
+    """State-dict names of `module` whose tensor is shared with an earlier name (tied weights): what
+    `save_pretrained` stores once."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            tied.add(name)
+        else:
+            seen[id(tensor)] = name
+    return tied
+
+
 def looks_like_local_path(name: str) -> bool:
     """Whether a model source can only be a local path, never a hub id (`name` or `namespace/name`): it starts
     with `.`, `/` or `~`, holds the OS's own separator, or has more than one `/`. Such a name that is not a

@@ -74,9 +74,13 @@ def test_rotation_hashes_only_what_changed(tmp_path, monkeypatch):
     to any of them is seen."""
     for step in (1, 2, 3):
         _save(tmp_path, step)
+    import ernie_zoo.utils
+
     calls = []
-    real = ckpt.sha256_file
-    monkeypatch.setattr(ckpt, "sha256_file", lambda p, *a: calls.append(Path(p)) or real(p, *a))
+    real = (
+        ernie_zoo.utils.sha256_file
+    )  # what verify_checkpoint's manifest check (utils.verify_manifest) hashes with
+    monkeypatch.setattr(ernie_zoo.utils, "sha256_file", lambda p, *a: calls.append(Path(p)) or real(p, *a))
     assert ckpt.rotate_checkpoints(tmp_path, keep_last=3) == []
     assert calls == []  # the saves computed the manifests from these very files
     data = bytearray((tmp_path / "checkpoint-3" / "model.safetensors").read_bytes())

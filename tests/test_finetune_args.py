@@ -29,8 +29,14 @@ def test_recipe_loads_and_repeats_every_help_text(path):
     assert isinstance(args, FinetuneArgs)
     text = path.read_text(encoding="utf-8")
     data = yaml.safe_load(text)
-    assert set(data) == {"task", "data", "model", "method", "train"}  # complete recipes, litgpt style
+    sections = {"task", "data", "model", "method", "train", "distributed"}
+    # The zoo's recipes record how the shipped models were built, before the distributed section existed
+    # (issue #21): complete up to it, and without it they run on one process, as they did.
+    zoo = path.parent == ZOO
+    assert set(data) == (sections - {"distributed"} if zoo else sections)  # complete recipes, litgpt style
     for key, _, field in iter_fields(FinetuneArgs):
+        if zoo and key.startswith("distributed."):
+            continue
         first_words = " ".join(field.metadata["help"].split()[:4])
         assert first_words in " ".join(text.replace("#", " ").split()), (path.name, key)
 

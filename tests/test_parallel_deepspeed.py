@@ -126,7 +126,7 @@ def _check_against_reference(out: Path, reference: dict, world: int) -> list[dic
         assert torch.allclose(value, ref[name], rtol=0, atol=1e-4), (name, (value - ref[name]).abs().max())
     # the 100B path: a model born partitioned (zero.Init) with our own weight init applied under ZeRO-3
     # (and AutoTP applied to it when TP > 1); one step trains
-    from ernie_zoo.training.engine import param_groups
+    from ernie_zoo.training.core import param_groups
 
     model = _model()
     groups = param_groups(model, 0.01)
@@ -253,7 +253,7 @@ def test_build_config_takes_the_recipe_values():
 def test_param_groups_read_the_true_shape_of_zero3_partitions():
     """Under ZeRO-3 a parameter's data is an empty 1-D shard and its shape lives in `ds_shape`: the decay
     groups must be those of the whole model (no decay for biases, LayerNorm and embeddings only)."""
-    from ernie_zoo.training.engine import param_groups
+    from ernie_zoo.training.core import param_groups
 
     whole = _model()
     expected = [

@@ -197,7 +197,7 @@ def test_checkpoint_contents_and_from_pretrained(tiny_run):
 
 def test_optimizer_state_round_trip_without_pickle(tmp_path, make_config):
     from ernie_zoo import ErnieZooForMaskedLM
-    from ernie_zoo.training.engine import param_groups
+    from ernie_zoo.training.core import param_groups
 
     model = ErnieZooForMaskedLM(make_config())
     opt = torch.optim.AdamW(param_groups(model, 0.01), lr=1e-3, betas=(0.9, 0.98))
@@ -493,15 +493,16 @@ def test_split_seed_keeps_the_held_out_examples_of_an_earlier_seed(tmp_path, tok
 
 
 def test_lr_schedule():
-    from ernie_zoo.training.engine import lr_lambda
-    from ernie_zoo.training.recipe import OptimArgs
+    from ernie_zoo.training.core import lr_lambda
 
-    f = lr_lambda(OptimArgs(warmup_steps=4, decay="cosine", min_lr_ratio=0.1), max_steps=24)
+    f = lr_lambda(warmup_steps=4, total_steps=24, decay="cosine", min_lr_ratio=0.1)
     assert [f(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert f(4) == pytest.approx(1.0) and f(14) == pytest.approx(0.55) and f(24) == pytest.approx(0.1)
-    g = lr_lambda(OptimArgs(warmup_steps=0, decay="linear"), max_steps=10)
+    g = lr_lambda(warmup_steps=0, total_steps=10, decay="linear")
     assert g(0) == 1.0 and g(5) == pytest.approx(0.5) and g(10) == 0.0
-    assert lr_lambda(OptimArgs(decay="constant"), 10)(9) == 1.0
+    assert lr_lambda(0, 10, decay="constant")(9) == 1.0
+    with pytest.raises(ValueError, match="decay must be one of"):
+        lr_lambda(0, 10, decay="step")
 
 
 def test_training_flops_and_mfu(make_config):

@@ -1,11 +1,14 @@
-"""`ernie-zoo plan`: per-GPU memory, communication and MFU plan for pretraining a model on a GPU cluster.
+"""`ernie-zoo plan`: per-GPU memory, communication and MFU plan for pretraining or fine-tuning a model on a GPU cluster.
 
     ernie-zoo plan --preset 100b --cluster nodes=64,gpus_per_node=8,gpu=h100-80gb \\
         --tp 8 --zero 3 --micro-batch 8 --seq-len 2048 --recompute full --global-batch 2048
+    ernie-zoo plan --recipe recipes/finetune/scale/lora-10b-zero3.yaml --cluster nodes=1,gpus_per_node=8
 
 Settings are taken, later winning: built-in defaults, the recipe (`--recipe`: model, sequence length, micro
 batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / deepspeed_config), the
-DeepSpeed config (`--deepspeed`, or the one the recipe names), then the flags given here.
+DeepSpeed config (`--deepspeed`, or the one the recipe names), then the flags given here. An ernie-finetune
+recipe also gives the fraction of parameters its method trains (frozen ones have no gradients or optimizer
+state) and its train.batch_size, split over the data-parallel ranks.
 Exit status: 0 fits, 1 does not fit, 2 bad input.
 Formulas and their sources: `ernie_zoo.parallel.planner`.
 """
@@ -22,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = __doc__.splitlines()[0]
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument(
-        "--recipe", type=Path, help="pretraining recipe YAML (model preset, batch, distributed section)"
+        "--recipe",
+        type=Path,
+        help="ernie-pretrain or ernie-finetune recipe YAML (model, batch, method, distributed section)",
     )
     src.add_argument("--preset", help="model preset name (see `ernie-zoo info`)")
     parser.add_argument(
@@ -79,10 +84,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings: dict = {}
         deepspeed_path = args.deepspeed
+        split_batch = None  # an ernie-finetune recipe's train.batch_size, shared by the data-parallel ranks
         if args.recipe is not None:
-            from ernie_zoo.parallel.recipe_bridge import planner_inputs_from_recipe
+            from ernie_zoo.finetune.plan import is_finetune_recipe, planner_inputs_from_finetune_recipe
+            from ernie_zoo.training.recipe_bridge import planner_inputs_from_recipe
 
-            config, recipe_settings, warnings = planner_inputs_from_recipe(args.recipe)
+            if not Path(args.recipe).is_file():
+                raise FileNotFoundError(f"recipe {args.recipe} not found")
+            if is_finetune_recipe(args.recipe):
+                config, recipe_settings, warnings = planner_inputs_from_finetune_recipe(args.recipe)
+                split_batch = recipe_settings.pop("batch_size")
+            else:
+                config, recipe_settings, warnings = planner_inputs_from_recipe(args.recipe)
             for warning in warnings:
                 print(f"ernie-zoo plan: note: {warning}", file=sys.stderr)
             recipe_ds = recipe_settings.pop("deepspeed", None)
@@ -123,6 +136,13 @@ def run(args: argparse.Namespace) -> int:
                 "grad_accum_steps", None
             )  # an explicit global batch replaces the recipe's accumulation
         cluster = parse_cluster(args.cluster or "nodes=1,gpus_per_node=8,gpu=h100-80gb")
+        if split_batch is not None and "micro_batch" not in settings and not auto_micro:
+            from ernie_zoo.finetune.plan import micro_batch_for
+
+            dp = cluster.world_size // int(settings.get("tp", 1))
+            settings["micro_batch"], note = micro_batch_for(split_batch, max(1, dp))
+            if note:
+                print(f"ernie-zoo plan: note: {note}", file=sys.stderr)
         model = ModelShape.from_config(config, name=name)
         parallel = ParallelSettings(**settings)
         if auto_micro:

@@ -175,7 +175,11 @@ class TrainArgs:
     learning_rate: float | None = arg(
         None, "Peak learning rate; default: 5e-5 full fine-tuning, 1e-3 LoRA/adapters, 3e-2 prompt methods."
     )
-    weight_decay: float = arg(0.01, "AdamW weight decay (not on biases and LayerNorm weights).")
+    weight_decay: float = arg(
+        0.01,
+        "AdamW weight decay (not on biases, LayerNorm weights or the embedding block: the rule pretraining "
+        "uses, ernie_zoo.training.core).",
+    )
     warmup_ratio: float = arg(0.06, "Fraction of the steps with linear learning-rate warm-up.")
     max_grad_norm: float = arg(1.0, "Gradient clipping norm (0 disables).")
     token_dropout: float = arg(
@@ -229,6 +233,35 @@ class TrainArgs:
     num_threads: int | None = arg(None, "torch CPU threads; null: torch's default.")
 
 
+#: Methods the deepspeed backend runs (tested under ZeRO-3 against one process). AdaLoRA re-allocates ranks from
+#: whole weights between steps, the others are untested under ZeRO partitioning: refused rather than guessed.
+DEEPSPEED_METHODS = ("full", "lora")
+
+
+@dataclass
+class DistributedArgs:
+    """How training is spread over processes (mirrors ernie-pretrain's distributed section)."""
+
+    backend: str = arg(
+        "single",
+        "single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher "
+        "such as torchrun or deepspeed starts; gloo on CPU). Under deepspeed every batch of train.batch_size "
+        "examples is split over the ranks, method must be full or lora, and train.device is each rank's own; a "
+        "run resumes with the same number of ranks under ZeRO stage 3.",
+    )
+    deepspeed_config: str | None = arg(
+        None,
+        "deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch split, grad_accum and "
+        "max_grad_norm (as gradient_clipping) are written over it. null: the built-in ZeRO-3 default.",
+    )
+    zero_stage: int | None = arg(None, "deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's.")
+    tp_size: int | None = arg(
+        None,
+        "deepspeed backend: tensor-parallel size; only null or 1 for fine-tuning (AutoTP would replace the Linear "
+        "layers that LoRA wraps).",
+    )
+
+
 @dataclass
 class FinetuneArgs:
     """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
@@ -238,6 +271,7 @@ class FinetuneArgs:
     model: ModelArgs = arg(help="", default_factory=ModelArgs)
     method: MethodArgs = arg(help="", default_factory=MethodArgs)
     train: TrainArgs = arg(help="", default_factory=TrainArgs)
+    distributed: DistributedArgs = arg(help="", default_factory=DistributedArgs)
 
     def validate(self) -> None:
         """Check what types alone cannot; raises ValueError naming the key."""
@@ -322,6 +356,49 @@ class FinetuneArgs:
             t.resume,
             "must be auto, latest, never or an existing checkpoint directory",
         )
+        self._validate_distributed(check)
+
+    def _validate_distributed(self, check) -> None:
+        d = self.distributed
+        check(
+            d.backend in ("single", "deepspeed"),
+            "distributed.backend",
+            d.backend,
+            "must be single or deepspeed",
+        )
+        if d.backend == "single":
+            for key in ("deepspeed_config", "zero_stage", "tp_size"):
+                value = getattr(d, key)
+                check(
+                    value is None,
+                    f"distributed.{key}",
+                    value,
+                    "applies to distributed.backend deepspeed only",
+                )
+            return
+        check(
+            self.method.method in DEEPSPEED_METHODS,
+            "method.method",
+            self.method.method,
+            f"distributed.backend deepspeed runs {' and '.join(DEEPSPEED_METHODS)} only (others are untested "
+            "under ZeRO partitioning); use distributed.backend single",
+        )
+        check(
+            not self.train.distill_from,
+            "train.distill_from",
+            self.train.distill_from,
+            "distillation runs with distributed.backend single only",
+        )
+        check(d.tp_size in (None, 1), "distributed.tp_size", d.tp_size, "fine-tuning supports null or 1 only")
+        check(
+            d.zero_stage in (None, 0, 1, 2, 3), "distributed.zero_stage", d.zero_stage, "must be 0-3 or null"
+        )
+        check(
+            d.deepspeed_config is None or Path(d.deepspeed_config).expanduser().is_file(),
+            "distributed.deepspeed_config",
+            d.deepspeed_config,
+            "no such file",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -353,7 +430,7 @@ class FinetuneArgs:
         )
 
 
-SECTIONS = ("data", "model", "method", "train")
+SECTIONS = ("data", "model", "method", "train", "distributed")
 
 
 def _flat_aliases() -> dict[str, str]:
@@ -427,7 +504,9 @@ def dump_recipe(args: FinetuneArgs) -> str:
 
 
 __all__ = [
+    "DEEPSPEED_METHODS",
     "DataArgs",
+    "DistributedArgs",
     "FinetuneArgs",
     "MethodArgs",
     "ModelArgs",

@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError, FloatingPointError) as e:
         print(f"ernie-finetune: error: {e}", file=sys.stderr)
         return 2
+    if "task" not in result:  # a DeepSpeed rank other than 0: rank 0 evaluates, exports and reports
+        return 0
     summary = {k: result[k] for k in ("task", "method", "trainable_fraction", "steps", "best_step")}
     for split in ("dev", "test"):
         if split in result:

@@ -2,13 +2,18 @@
 
     read splits ─ tokenizer (given, or trained on the training texts) ─ encode
         ─ model (from_pretrained, or a seeded preset) ─ apply_method (full / peft / bottleneck)
-        ─ train: AdamW + linear warm-up/decay, grad accumulation, clipping (+ distillation from teachers)
+        ─ train: AdamW + linear warm-up/decay (training.core, shared with pretraining), grad accumulation,
+             clipping (+ distillation from teachers), on an engine (training.task_engine): one process, or
+             DeepSpeed ZeRO over the launched ranks (distributed.backend)
              every eval_every steps: dev metric → best checkpoint? → last checkpoint → early stop?
         ─ restore best ─ dev/test scores ─ export (merged or full model dir / adapter) ─ eval_results.json
 
 Checkpoints hold only the trainable parameters (safetensors), the optimizer (safetensors + json), the
 scheduler and the RNG states (json): no pickle. Data order is a seeded permutation per epoch, so a resumed run
-replays exactly the batches the interrupted one would have seen.
+replays exactly the batches the interrupted one would have seen. Under DeepSpeed, every rank reads its share of
+each of those batches, rank 0 writes (each rank adds its ZeRO-3 optimizer partition and RNG state to the
+checkpoints), and after training rank 0 rebuilds the model whole from the base and the best trainable weights
+(the ZeRO shards consolidated) to score and export it as one process would.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import shutil
 import time
 from pathlib import Path
@@ -34,18 +38,18 @@ from ernie_zoo.training.checkpoint import (
     latest_valid_checkpoint,
     list_checkpoints,
     load_json_state,
-    load_optimizer_state,
     load_rng_state,
     read_json,
     remove_stale_temporaries,
     rotate_checkpoints,
     save_checkpoint,
     save_json_state,
-    save_optimizer_state,
     save_rng_state,
     verify_checkpoint,
     write_json,
 )
+from ernie_zoo.training.core import adamw, resolve_device, seed_everything, warmup_decay
+from ernie_zoo.training.task_engine import DeepSpeedTaskEngine, PlainEngine, check_trainable_state
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path
 from ernie_zoo.zoo import SHIPPED_MODELS
 
@@ -76,23 +80,6 @@ ARCH_FIELDS = {
     "type_vocab_size",
     "use_task_id",
 }
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:  # pragma: no cover
-        pass
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 # ===================================================================== building
@@ -230,39 +217,45 @@ def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    params = dict(model.named_parameters())
-    missing = sorted(n for n, p in params.items() if p.requires_grad and n not in state)
-    unknown = sorted(set(state) - set(params))
-    if missing or unknown:
-        raise ValueError(f"checkpoint does not fit the model: missing {missing[:5]}, unknown {unknown[:5]}")
+    params = check_trainable_state(model, state)
     with torch.no_grad():
         for name, value in state.items():
             params[name].copy_(value)
 
 
-def _optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.dim() < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(p)
-    groups = [
-        g
-        for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
-        if g["params"]
-    ]
-    if not groups:
-        raise ValueError("the model has no trainable parameters")
-    return torch.optim.AdamW(groups, lr=lr)
+def make_engine(
+    args: FinetuneArgs,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    device: torch.device,
+    n_train: int,
+) -> PlainEngine:
+    """The engine of `distributed.backend`: one process (`PlainEngine`), or DeepSpeed ZeRO over the launched
+    ranks, each reading its contiguous share of every batch of `train.batch_size` examples."""
+    t, d = args.train, args.distributed
+    if d.backend == "single":
+        return PlainEngine(model, optimizer, scheduler, t.max_grad_norm, device)
+    import torch.distributed as dist
 
-
-def _schedule(optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    world = dist.get_world_size()
+    last = n_train % t.batch_size
+    if t.batch_size < world or 0 < last < world:
+        raise ValueError(
+            f"recipe key 'train.batch_size' = {t.batch_size}: with {n_train} training examples an epoch's last "
+            f"batch has {last or t.batch_size} examples, fewer than the {world} data-parallel ranks that share "
+            "every batch; choose a batch size (or data.max_train_samples) that leaves none or at least that many"
+        )
+    return DeepSpeedTaskEngine(
+        model,
+        optimizer,
+        scheduler,
+        t.max_grad_norm,
+        micro_batch_size=math.ceil(t.batch_size / world),
+        grad_accum_steps=t.grad_accum,
+        config=d.deepspeed_config,
+        zero_stage=d.zero_stage,
+    )
 
 
 class Trainer:
@@ -281,20 +274,30 @@ class Trainer:
         teachers: Teachers | None = None,
     ):
         self.args, self.t = args, args.train
-        self.task, self.model, self.tokenizer = task, model, tokenizer
+        self.task, self.tokenizer = task, tokenizer
         self.features = features
         self.output_dir = output_dir
-        self.device = device
         self.method = method
         n_batches = math.ceil(len(features["train"]) / self.t.batch_size)
         self.steps_per_epoch = max(1, math.ceil(n_batches / self.t.grad_accum))
         self.total_steps = self.t.max_steps or max(1, math.ceil(self.t.epochs * self.steps_per_epoch))
         self.eval_every = self.t.eval_every or self.steps_per_epoch
         lr = self.t.learning_rate or default_learning_rate(method.name)
-        self.optimizer = _optimizer(model, lr, self.t.weight_decay)
-        self.scheduler = _schedule(
-            self.optimizer, int(self.t.warmup_ratio * self.total_steps), self.total_steps
+        optimizer = adamw(model, lr, self.t.weight_decay)
+        scheduler = warmup_decay(
+            optimizer,
+            warmup_steps=int(self.t.warmup_ratio * self.total_steps),
+            total_steps=self.total_steps,
+            decay="linear",
         )
+        self.engine = make_engine(args, model, optimizer, scheduler, device, len(features["train"]))
+        # the engine's: under DeepSpeed the wrapped optimizer / scheduler and each rank's own device
+        self.model, self.optimizer, self.scheduler = (
+            self.engine.model,
+            self.engine.optimizer,
+            self.engine.scheduler,
+        )
+        self.device = self.engine.device
         self.state: dict[str, Any] = {
             "global_step": 0,
             "epoch": 0,
@@ -315,7 +318,7 @@ class Trainer:
             self._drop_ids = (tokenizer.mask_token_id, tokenizer.all_special_ids)
         self.teachers = teachers  # train.distill_from, loaded (and checked) by the caller
         self.writer = None
-        if self.t.tensorboard:
+        if self.t.tensorboard and self.engine.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(output_dir / "runs"))
@@ -326,11 +329,16 @@ class Trainer:
         return self.output_dir / "checkpoints"
 
     def save_best(self) -> None:
-        with atomic_directory(self.ckpt_dir / "best") as tmp:
-            save_file(_cpu(trainable_state(self.model)), str(tmp / TRAINABLE))
-            write_json(
-                tmp / "best.json", {"step": self.state["global_step"], "metric": self.state["best_metric"]}
-            )
+        """checkpoints/best: the trainable weights (every rank takes part; rank 0 writes)."""
+        weights = self.engine.trainable_state()
+        if self.engine.is_main:
+            with atomic_directory(self.ckpt_dir / "best") as tmp:
+                save_file(_cpu(weights), str(tmp / TRAINABLE))
+                write_json(
+                    tmp / "best.json",
+                    {"step": self.state["global_step"], "metric": self.state["best_metric"]},
+                )
+        self.engine.barrier()
 
     def _update_train_seconds(self) -> None:
         clock = getattr(self, "_clock", None)
@@ -338,27 +346,42 @@ class Trainer:
             self.state["train_seconds"] = clock[0] + time.perf_counter() - clock[1]
 
     def save_last(self) -> None:
-        """checkpoints/checkpoint-<step> (atomic, with a manifest); only the newest is kept."""
+        """checkpoints/checkpoint-<step> (atomic, with a manifest); only the newest is kept. Under DeepSpeed every
+        rank adds its optimizer partition and RNG state to the shared directory; rank 0 publishes it."""
 
         self._update_train_seconds()
+        weights = self.engine.trainable_state()
+        engine = self.engine
+        layout = engine.layout()
 
         def write(tmp: Path) -> None:
-            save_file(_cpu(trainable_state(self.model)), str(tmp / TRAINABLE))
-            save_optimizer_state(self.optimizer, tmp)
-            save_json_state(self.scheduler, tmp / "scheduler.json", "LR scheduler")
-            save_rng_state(tmp)
-            write_json(
-                tmp / "trainer_state.json",
-                {
-                    "state": self.state,
-                    "method": self.method.name,
-                    "total_steps": self.total_steps,
-                    "data_order": self._data_order(),
-                },
-            )
+            if engine.is_main:
+                save_file(_cpu(weights), str(tmp / TRAINABLE))
+                save_json_state(self.scheduler, tmp / "scheduler.json", "LR scheduler")
+                write_json(
+                    tmp / "trainer_state.json",
+                    {
+                        "state": self.state,
+                        "method": self.method.name,
+                        "total_steps": self.total_steps,
+                        "data_order": self._data_order(),
+                        **({} if layout == {"backend": "single"} else {"layout": layout}),
+                    },
+                )
+            engine.save_optimizer_state(tmp)
+            save_rng_state(tmp, rank=engine.rank)
 
-        save_checkpoint(self.ckpt_dir, self.state["global_step"], write)
-        rotate_checkpoints(self.ckpt_dir, keep_last=1, required=CHECKPOINT_FILES)
+        distributed = engine.backend != "single"
+        save_checkpoint(
+            self.ckpt_dir,
+            self.state["global_step"],
+            write,
+            is_main=engine.is_main,
+            barrier=engine.barrier if distributed else None,
+        )
+        if engine.is_main:
+            rotate_checkpoints(self.ckpt_dir, keep_last=1, required=CHECKPOINT_FILES)
+        engine.barrier()
 
     def _data_order(self) -> dict[str, Any]:
         """The settings that fix which batches each step sees (a resume must keep them)."""
@@ -378,6 +401,13 @@ class Trainer:
 
     def resume(self, checkpoint: Path) -> None:
         saved = read_json(checkpoint / "trainer_state.json")
+        layout = saved.get("layout", {"backend": "single"})
+        if layout != self.engine.layout():
+            raise ValueError(
+                f"{checkpoint} was written by a run laid out as {layout}, this run is {self.engine.layout()}: its "
+                "optimizer state only fits the same backend, ranks and ZeRO stage; run it that way, or start afresh "
+                "with train.overwrite true"
+            )
         if saved["method"] != self.method.name:
             raise ValueError(
                 f"{checkpoint} was trained with method {saved['method']!r}, not {self.method.name!r}"
@@ -390,10 +420,11 @@ class Trainer:
                     "resumed run would see a different data order; set it back, or start afresh with "
                     "train.overwrite true"
                 )
-        load_trainable_state(self.model, load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
-        load_optimizer_state(self.optimizer, checkpoint)
+        if self.engine.backend == "single":  # under ZeRO-3 the partitions' fp32 masters are the weights
+            self.engine.load_trainable_state(load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
+        self.engine.load_optimizer_state(checkpoint)
         load_json_state(self.scheduler, checkpoint / "scheduler.json")
-        load_rng_state(checkpoint)
+        load_rng_state(checkpoint, rank=self.engine.rank)
         self.state = saved["state"]
         logger.info("resumed from %s at step %d", checkpoint, self.state["global_step"])
 
@@ -426,7 +457,7 @@ class Trainer:
                     f"train.metric {metric!r} is not among the dev scores "
                     f"{sorted(k for k, v in scores.items() if isinstance(v, float))}"
                 )
-            value = float(scores[metric])
+            value = self.engine.agree(float(scores[metric]))  # every rank takes rank 0's decisions
             self.state["history"].append(
                 {"step": step, **{k: v for k, v in scores.items() if isinstance(v, (int, float))}}
             )
@@ -466,16 +497,15 @@ class Trainer:
         return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
 
     def train(self) -> dict[str, Any]:
-        model, t = self.model, self.t
+        model, t, engine = self.model, self.t, self.engine
         train = self.features["train"]
         pad_id = self.tokenizer.pad_token_id
-        model.to(self.device)
         model.train()
         is_adalora = type(getattr(model, "base_model", None)).__name__ == "AdaLoraModel"
         bar = tqdm(
             total=self.total_steps,
             initial=self.state["global_step"],
-            disable=not t.progress,
+            disable=not (t.progress and engine.is_main),
             desc=f"finetune ({self.method.name})",
             dynamic_ncols=True,
         )
@@ -491,8 +521,10 @@ class Trainer:
                 chunk = [train[i] for i in batches[b]]
                 clean = collate(chunk, pad_id)
                 inputs = self._drop_tokens(clean, self.state["epoch"], b) if t.token_dropout > 0 else clean
-                inputs = {k: v.to(self.device) for k, v in inputs.items()}
-                out = model(**inputs)
+                inputs = engine.shard({k: v.to(self.device) for k, v in inputs.items()})
+                # the last micro batch of an optimizer step (an epoch's last step may have fewer)
+                boundary = (micro + 1) % t.grad_accum == 0 or b + 1 == len(batches)
+                out = engine.forward(inputs)
                 loss = out.loss
                 if self.teachers is not None:
                     # train.distill_from: the teachers read the batch as it was before token dropout
@@ -505,29 +537,27 @@ class Trainer:
                     raise FloatingPointError(
                         f"loss is {loss.item()} at step {self.state['global_step']}; lower the learning rate"
                     )
-                (loss / t.grad_accum).backward()
+                engine.backward(loss / t.grad_accum, boundary)
                 running += float(loss.detach()) / t.grad_accum
                 micro += 1
                 self.state["batch_in_epoch"] = b + 1
-                if micro % t.grad_accum and b + 1 < len(batches):
+                if not boundary:
                     continue
-                if t.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(
-                        [p for p in model.parameters() if p.requires_grad], t.max_grad_norm
-                    )
-                self.optimizer.step()
-                self.scheduler.step()
+                grad_norm = engine.step()  # clip (train.max_grad_norm), update, schedule
+                running = engine.dp_mean(running)  # the mean over the data-parallel ranks' rows
                 self.state["global_step"] += 1
                 step = self.state["global_step"]
                 if is_adalora:
-                    model.base_model.update_and_allocate(step)
-                self.optimizer.zero_grad(set_to_none=True)
+                    model.base_model.update_and_allocate(step)  # reads this step's gradients
+                engine.zero_grad()
                 bar.update(1)
                 bar.set_postfix(loss=f"{running:.4f}")
                 if self.writer is not None:
                     self.writer.add_scalar("train/loss", running, step)
-                    self.writer.add_scalar("train/lr", self.scheduler.get_last_lr()[0], step)
+                    self.writer.add_scalar("train/grad_norm", grad_norm, step)
+                    self.writer.add_scalar("train/lr", engine.lr, step)
                 self.state.setdefault("train_losses", []).append(running)
+                self.state.setdefault("grad_norms", []).append(grad_norm)
                 running, micro = 0.0, 0
                 if step % self.eval_every == 0 or step >= self.total_steps:
                     stop = self._eval_and_checkpoint()
@@ -544,7 +574,7 @@ class Trainer:
             self.writer.close()
         self._update_train_seconds()
         best = self.ckpt_dir / "best" / TRAINABLE
-        load_trainable_state(model, load_file(str(best), device=str(self.device)))
+        engine.load_trainable_state(load_file(str(best), device=str(self.device)))
         logger.info("restored the best checkpoint (step %s)", self.state["best_step"])
         return self.state
 
@@ -643,8 +673,22 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             "base model: a randomly initialised %r preset (model_name_or_path is null)", args.model.preset
         )
     resume_from, wipe = _resume_point(output_dir, t)
+    distributed = args.distributed.backend != "single"
+    is_main = True
+    if resume_from is not None:  # the full layout (ranks, ZeRO stage) is checked by Trainer.resume
+        layout = read_json(resume_from / "trainer_state.json").get("layout", {"backend": "single"})
+        if layout.get("backend") != args.distributed.backend:
+            raise ValueError(
+                f"{resume_from} was written by a run laid out as {layout}, this run's distributed.backend is "
+                f"{args.distributed.backend!r}: its optimizer state only fits the same layout; run it that way, or "
+                "start afresh with train.overwrite true"
+            )
+    if distributed:
+        from ernie_zoo.parallel.deepspeed_backend import init_deepspeed_distributed
+
+        is_main = init_deepspeed_distributed()[0] == 0
     seed_everything(t.seed)
-    device = resolve_device(t.device)
+    device = resolve_device(t.device, key="train.device")
 
     task = make_task(args)
     task.read()
@@ -659,11 +703,19 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
         else None
     )
 
-    out = _OutputDir(output_dir, wipe)  # from here on, a failure removes what this run created
+    if distributed:
+        import torch.distributed as dist
+
+        dist.barrier()  # every rank has checked output_dir before rank 0 changes it
+    # from here on, a failure removes what this run created; only rank 0 writes to output_dir
+    out = _OutputDir(output_dir, wipe) if is_main else None
     try:
         if base_path is None:
             # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
-            _save_base(model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full")
+            if is_main:
+                _save_base(
+                    model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full"
+                )
             base_path = str(output_dir / "base_model") if args.method.method != "full" else None
 
         n_batches = math.ceil(len(features["train"]) / t.batch_size)
@@ -671,13 +723,35 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
         seed_everything(t.seed)
         model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
         model.to(device)
-        atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(recipe))
+        if is_main:
+            atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(recipe))
         logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
 
         trainer = Trainer(args, task, model, tokenizer, features, output_dir, device, info, teachers)
         if resume_from is not None:
             trainer.resume(resume_from)
         state = trainer.train()
+        layout: dict[str, Any] = {}
+        if distributed:
+            engine = trainer.engine
+            layout = {"shards": engine.shard_report()}
+            if not is_main:  # rank 0 evaluates and exports
+                return {"rank": engine.rank, "steps": state["global_step"], **layout}
+            # The ZeRO shards consolidated: the same model built whole on rank 0, given the best trainable
+            # weights (gathered by save_best); frozen weights never changed, so base + trainable is the model.
+            model, _, _ = build_model(args, task, tokenizer, output_dir / "base_model")
+            task.attach(model)
+            seed_everything(t.seed)
+            model, _ = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
+            load_trainable_state(model, load_file(str(trainer.ckpt_dir / "best" / TRAINABLE)))
+            model.to(device)
+            model.eval()
+            trainer.model, trainer.device = model, device
+            layout["distributed"] = {
+                "backend": engine.backend,
+                "zero_stage": engine.zero_stage,
+                "world_size": engine.world_size,
+            }
 
         results: dict[str, Any] = {
             "task": task.name,
@@ -696,6 +770,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
                 "preset": None if args.model.model_name_or_path else args.model.preset,
             },
             "data": {split: task.where[split] for split in task.splits},
+            **({"distributed": layout["distributed"]} if distributed else {}),
         }
         for split in ("dev", "test"):
             if split in features:
@@ -713,9 +788,10 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
         )
         results["export"] = {k: v for k, v in exported.items() if k != "model"}
         atomic_write_text(output_dir / "eval_results.json", json.dumps(results, indent=2, ensure_ascii=False))
-        return {**results, "model": exported["model"], "tokenizer": tokenizer, "task_object": task}
+        return {**results, **layout, "model": exported["model"], "tokenizer": tokenizer, "task_object": task}
     except BaseException:
-        out.clean_up_after_failure()
+        if out is not None:
+            out.clean_up_after_failure()
         raise
 
 
@@ -724,6 +800,7 @@ __all__ = [
     "build_model",
     "build_tokenizer",
     "load_trainable_state",
+    "make_engine",
     "run_finetune",
     "trainable_state",
 ]

@@ -123,7 +123,7 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
     corrupt shard, or a checkpoint whose manifest does not match its files.
     """
     from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
-    from ernie_zoo.training.checkpoint import MANIFEST, verify_checkpoint
+    from ernie_zoo.utils import MANIFEST, verify_manifest
 
     path = Path(checkpoint_dir)
     if not path.is_dir():
@@ -137,7 +137,7 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} has no config.json: not a checkpoint of the DeepSpeed backend")
     if (path / MANIFEST).is_file():  # written by ernie-pretrain: sizes and sha256 of every file
-        problem = verify_checkpoint(path)
+        problem = verify_manifest(path)
         if problem is not None:
             raise ValueError(f"{path}: {problem}")
     metas = _load_rank_meta(zero)
@@ -243,8 +243,7 @@ def consolidate_checkpoint(
     from safetensors.torch import save_file
 
     from ernie_zoo.models import ErnieZooForMaskedLM
-    from ernie_zoo.training.engine import _tied_names
-    from ernie_zoo.utils import atomic_directory
+    from ernie_zoo.utils import atomic_directory, tied_names
 
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -279,7 +278,7 @@ def consolidate_checkpoint(
     # Buffers (the character tables): the run's own, from rank 0's export; else from the tokenizer.
     with torch.device("meta"):
         skeleton = ErnieZooForMaskedLM(config)
-    tied = _tied_names(skeleton)
+    tied = tied_names(skeleton)
     param_names = {name for name, _ in skeleton.named_parameters()}
     buffer_names = [k for k in skeleton.state_dict() if k not in param_names and k not in tied]
     export = path / MODEL_FILE

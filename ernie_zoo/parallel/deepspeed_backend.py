@@ -91,7 +91,35 @@ def build_config(
     tp_plan: dict[str, str] | None = None,
     on_cuda: bool | None = None,
 ) -> dict[str, Any]:
-    """The DeepSpeed config for a recipe: `base` with the recipe's batch, precision and clipping written in.
+    """The DeepSpeed config for a pretraining recipe: `make_config` with the recipe's micro batch, accumulation
+    steps, gradient clipping and precision."""
+    return make_config(
+        base,
+        micro_batch_size=recipe.micro_batch_size,
+        grad_accum_steps=recipe.grad_accum_steps,
+        grad_clip=recipe.optim.grad_clip,
+        precision=recipe.precision,
+        tp_size=tp_size,
+        zero_stage=zero_stage,
+        tp_plan=tp_plan,
+        on_cuda=on_cuda,
+    )
+
+
+def make_config(
+    base: str | os.PathLike | dict[str, Any] | None = None,
+    *,
+    micro_batch_size: int,
+    grad_accum_steps: int,
+    grad_clip: float | None,
+    precision: str = "fp32",
+    tp_size: int | None = None,
+    zero_stage: int | None = None,
+    tp_plan: dict[str, str] | None = None,
+    on_cuda: bool | None = None,
+) -> dict[str, Any]:
+    """`base` (a json path, a dict, or None: `DEFAULT_CONFIG`) with the run's batch, precision and clipping
+    written in; `grad_clip` None or 0 is written as 0.0 (no clipping), never left to DeepSpeed's default.
 
     `tp_size` (default: the json's `tensor_parallel.autotp_size`, else 1) > 1 adds AutoTP layer specs from
     `tp_plan` (keys as paths in the module DeepSpeed wraps). `zero_stage` overrides the json's stage.
@@ -105,10 +133,10 @@ def build_config(
             )
     on_cuda = torch.cuda.is_available() if on_cuda is None else on_cuda
     wanted = {
-        "train_micro_batch_size_per_gpu": int(recipe.micro_batch_size),
-        "gradient_accumulation_steps": int(recipe.grad_accum_steps),
+        "train_micro_batch_size_per_gpu": int(micro_batch_size),
+        "gradient_accumulation_steps": int(grad_accum_steps),
         # Always explicit: DeepSpeed would otherwise apply its own default clipping.
-        "gradient_clipping": float(recipe.optim.grad_clip or 0.0),
+        "gradient_clipping": float(grad_clip or 0.0),
     }
     for key in _RECIPE_KEYS:
         if key in cfg and cfg[key] != wanted[key]:
@@ -116,7 +144,6 @@ def build_config(
     cfg.pop("train_batch_size", None)
     cfg.update(wanted)
 
-    precision = recipe.precision
     if precision not in ("fp32", "bf16", "fp16"):
         raise ValueError(f"recipe key 'precision' = {precision!r}: must be fp32, bf16 or fp16")
     if precision == "fp16" and not on_cuda:
@@ -173,7 +200,8 @@ class _MaskedLMStep(nn.Module):
         return masked_lm_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
 
 
-def _init_deepspeed_distributed() -> tuple[int, int, int]:
+def init_deepspeed_distributed() -> tuple[int, int, int]:
+    """Start torch.distributed from the launcher's environment and DeepSpeed on it; (rank, world, local rank)."""
     import deepspeed
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR))
@@ -223,7 +251,7 @@ def build_model_zero3(
 
     dist_args = getattr(recipe, "distributed", None)
     tp_size = tp_size if tp_size is not None else getattr(dist_args, "tp_size", None)
-    _init_deepspeed_distributed()
+    init_deepspeed_distributed()
     ds_config = build_config(
         recipe,
         config if config is not None else _recipe_config(recipe),
@@ -246,7 +274,141 @@ def _recipe_config(recipe: Any) -> str | None:
     return getattr(getattr(recipe, "distributed", None), "deepspeed_config", None)
 
 
-class DeepSpeedEngine:
+class ZeroPartitionIO:
+    """Pickle-free save / load of one rank's ZeRO-3 optimizer partition (fp32 master weights + Adam moments) as
+    `zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout `consolidate` reads), for an engine
+    with `optimizer` (DeepSpeed's ZeRO-3 optimizer), `model`, `rank`, `world_size`, `tp_size`, `zero_stage`.
+    Resuming needs the same ranks, TP size and ZeRO stage."""
+
+    def save_zero_partition(self, directory: str | os.PathLike) -> None:
+        from safetensors.torch import save_file
+
+        from ernie_zoo.training.checkpoint import write_json
+
+        (Path(directory) / ZERO_DIR).mkdir(parents=True, exist_ok=True)
+        tensors, meta = self._zero_state()
+        stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
+        save_file(tensors, str(stem.with_suffix(".safetensors")))
+        write_json(stem.with_suffix(".json"), meta)
+
+    def load_zero_partition(self, directory: str | os.PathLike) -> None:
+        from safetensors.torch import load_file
+
+        from ernie_zoo.training.checkpoint import read_json
+
+        stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
+        if not stem.with_suffix(".json").is_file():
+            raise FileNotFoundError(
+                f"{stem}.json not found: was the checkpoint written with {self.world_size} ranks?"
+            )
+        meta = read_json(stem.with_suffix(".json"))
+        layout = {"world_size": self.world_size, "tp_size": self.tp_size, "zero_stage": self.zero_stage}
+        saved = {k: meta.get(k) for k in layout}
+        if saved != layout:
+            raise ValueError(
+                f"checkpoint layout {saved} differs from this run's {layout}; resume with the same ranks, TP size "
+                "and ZeRO stage (or load the consolidated model.safetensors as new weights)"
+            )
+        self._load_zero_state(load_file(str(stem.with_suffix(".safetensors"))), meta)
+
+    def _zero_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """This rank's optimizer partition as (tensors, JSON metadata)."""
+        if self.zero_stage != 3:
+            raise NotImplementedError("sharded checkpoints are implemented for ZeRO stage 3")
+        sd = self.optimizer.state_dict()
+        tensors: dict[str, torch.Tensor] = {}
+        for i, flat in enumerate(sd["fp32_flat_groups"]):
+            tensors[f"fp32_flat.{i}"] = flat.detach().contiguous().cpu()
+        inner = sd["optimizer_state_dict"]
+        scalars: dict[str, dict[str, Any]] = {}
+        for index, entries in inner["state"].items():
+            for key, value in entries.items():
+                if isinstance(value, torch.Tensor):
+                    tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+                else:
+                    scalars.setdefault(str(index), {})[key] = value
+        groups = [
+            {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
+            for g in inner["param_groups"]
+        ]
+        for g in groups:
+            if isinstance(g.get("betas"), tuple):
+                g["betas"] = list(g["betas"])
+        meta = {
+            "world_size": self.world_size,
+            "tp_size": self.tp_size,
+            "zero_stage": self.zero_stage,
+            "partition_count": [int(c) for c in sd["partition_count"]]
+            if isinstance(sd["partition_count"], list)
+            else int(sd["partition_count"]),
+            "n_flat_groups": len(sd["fp32_flat_groups"]),
+            "param_groups": groups,
+            "scalars": scalars,
+            "layout": self._partition_layout(),
+        }
+        return tensors, meta
+
+    def _partition_layout(self) -> dict[str, Any]:
+        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
+        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
+        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
+        TP index (the order AutoTP split the weights in).
+
+        ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
+        (the last one zero-padded); the flat group is those partitions back to back.
+        """
+        import torch.distributed as dist
+
+        opt = self.optimizer
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        groups = []
+        for params, group in zip(opt.fp16_groups, opt.sub_group_process_groups):
+            groups.append(
+                {
+                    "partition_rank": dist.get_rank(group=group),
+                    "partition_count": dist.get_world_size(group=group),
+                    "params": [
+                        [
+                            names[id(p)],
+                            [int(d) for d in p.ds_shape],
+                            int(p.ds_numel),
+                            int(p.partition_numel()),
+                        ]
+                        for p in params
+                    ],
+                }
+            )
+        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
+        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
+        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
+
+    def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        current = self.optimizer.state_dict()
+        flats = [tensors[f"fp32_flat.{i}"] for i in range(meta["n_flat_groups"])]
+        if len(flats) != len(current["fp32_flat_groups"]) or any(
+            a.shape != b.shape for a, b in zip(flats, current["fp32_flat_groups"])
+        ):
+            raise ValueError("ZeRO partition shapes differ from the checkpoint's: was the model changed?")
+        state: dict[int, dict[str, Any]] = {}
+        for key, value in tensors.items():
+            if key.startswith("state."):
+                _, index, field = key.split(".", 2)
+                state.setdefault(int(index), {})[field] = value
+        for index, entries in meta["scalars"].items():
+            state.setdefault(int(index), {}).update(entries)
+        groups = []
+        for g in meta["param_groups"]:
+            g = dict(g)
+            if isinstance(g.get("betas"), list):
+                g["betas"] = tuple(g["betas"])
+            groups.append(g)
+        sd = dict(current)
+        sd["optimizer_state_dict"] = {"state": state, "param_groups": groups}
+        sd["fp32_flat_groups"] = flats
+        self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
+
+
+class DeepSpeedEngine(ZeroPartitionIO):
     """ZeRO + AutoTP training engine with the `SingleDeviceEngine` interface (see the module docstring).
 
     Args:
@@ -275,7 +437,7 @@ class DeepSpeedEngine:
         import torch.distributed as dist
         from deepspeed.utils import groups
 
-        from ernie_zoo.training.engine import lr_lambda, param_groups
+        from ernie_zoo.training.engine import optimizer_and_schedule
 
         dist_args = getattr(recipe, "distributed", None)
         config = config if config is not None else _recipe_config(recipe)
@@ -285,7 +447,7 @@ class DeepSpeedEngine:
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute must be 'none' or 'full', got {recompute!r}")
         self.recipe = recipe
-        rank, world, local_rank = _init_deepspeed_distributed()
+        rank, world, local_rank = init_deepspeed_distributed()
         self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
         plan = {WRAPPER_PREFIX + key: style for key, style in tp_plan_for(model).items()}
@@ -299,11 +461,7 @@ class DeepSpeedEngine:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
         wrapper = _MaskedLMStep(model, sparse, polarity_weight)
-        o = recipe.optim
-        optimizer = torch.optim.AdamW(
-            param_groups(model, o.weight_decay), lr=o.lr, betas=tuple(o.betas), eps=o.eps
-        )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o, recipe.max_steps))
+        optimizer, scheduler = optimizer_and_schedule(recipe, model)
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=wrapper, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
         )
@@ -419,19 +577,17 @@ class DeepSpeedEngine:
         import torch.distributed as dist
         from safetensors.torch import save_file
 
-        from ernie_zoo.training.checkpoint import save_json_state, write_json
-        from ernie_zoo.training.engine import MODEL_FILE, _tied_names
+        from ernie_zoo.training.checkpoint import save_json_state
+        from ernie_zoo.utils import tied_names
+
+        from .consolidate import MODEL_FILE
 
         directory = Path(directory)
-        (directory / ZERO_DIR).mkdir(parents=True, exist_ok=True)
-        tensors, meta = self._zero_state()
-        stem = directory / ZERO_DIR / f"rank{self.rank:05d}"
-        save_file(tensors, str(stem.with_suffix(".safetensors")))
-        write_json(stem.with_suffix(".json"), meta)
+        self.save_zero_partition(directory)
         state = self.consolidated_state_dict()
         if self.is_main:
             self.model.config.save_pretrained(directory)
-            tied = _tied_names(self.model)
+            tied = tied_names(self.model)
             weights = {k: v.detach().contiguous().cpu() for k, v in state.items() if k not in tied}
             save_file(weights, str(directory / MODEL_FILE), metadata={"format": "pt"})
             save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
@@ -439,123 +595,11 @@ class DeepSpeedEngine:
 
     def load(self, directory: str | os.PathLike) -> None:
         """Restore what `save` wrote: this rank's fp32 master weights, Adam moments and the LR schedule."""
-        from safetensors.torch import load_file
-
-        from ernie_zoo.training.checkpoint import load_json_state, read_json
+        from ernie_zoo.training.checkpoint import load_json_state
 
         directory = Path(directory)
-        stem = directory / ZERO_DIR / f"rank{self.rank:05d}"
-        if not stem.with_suffix(".json").is_file():
-            raise FileNotFoundError(
-                f"{stem}.json not found: was the checkpoint written with {self.world_size} ranks?"
-            )
-        meta = read_json(stem.with_suffix(".json"))
-        layout = {"world_size": self.world_size, "tp_size": self.tp_size, "zero_stage": self.zero_stage}
-        saved = {k: meta.get(k) for k in layout}
-        if saved != layout:
-            raise ValueError(
-                f"checkpoint layout {saved} differs from this run's {layout}; resume with the same ranks, TP size "
-                "and ZeRO stage (or load the consolidated model.safetensors as new weights)"
-            )
-        tensors = load_file(str(stem.with_suffix(".safetensors")))
-        self._load_zero_state(tensors, meta)
+        self.load_zero_partition(directory)
         load_json_state(self.scheduler, directory / "scheduler.json")
-
-    def _zero_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """This rank's optimizer partition as (tensors, JSON metadata)."""
-        if self.zero_stage != 3:
-            raise NotImplementedError("sharded checkpoints are implemented for ZeRO stage 3")
-        sd = self.optimizer.state_dict()
-        tensors: dict[str, torch.Tensor] = {}
-        for i, flat in enumerate(sd["fp32_flat_groups"]):
-            tensors[f"fp32_flat.{i}"] = flat.detach().contiguous().cpu()
-        inner = sd["optimizer_state_dict"]
-        scalars: dict[str, dict[str, Any]] = {}
-        for index, entries in inner["state"].items():
-            for key, value in entries.items():
-                if isinstance(value, torch.Tensor):
-                    tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
-                else:
-                    scalars.setdefault(str(index), {})[key] = value
-        groups = [
-            {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
-            for g in inner["param_groups"]
-        ]
-        for g in groups:
-            if isinstance(g.get("betas"), tuple):
-                g["betas"] = list(g["betas"])
-        meta = {
-            "world_size": self.world_size,
-            "tp_size": self.tp_size,
-            "zero_stage": self.zero_stage,
-            "partition_count": [int(c) for c in sd["partition_count"]]
-            if isinstance(sd["partition_count"], list)
-            else int(sd["partition_count"]),
-            "n_flat_groups": len(sd["fp32_flat_groups"]),
-            "param_groups": groups,
-            "scalars": scalars,
-            "layout": self._partition_layout(),
-        }
-        return tensors, meta
-
-    def _partition_layout(self) -> dict[str, Any]:
-        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
-        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
-        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
-        TP index (the order AutoTP split the weights in).
-
-        ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
-        (the last one zero-padded); the flat group is those partitions back to back.
-        """
-        import torch.distributed as dist
-
-        opt = self.optimizer
-        names = {id(p): name for name, p in self.model.named_parameters()}
-        groups = []
-        for params, group in zip(opt.fp16_groups, opt.sub_group_process_groups):
-            groups.append(
-                {
-                    "partition_rank": dist.get_rank(group=group),
-                    "partition_count": dist.get_world_size(group=group),
-                    "params": [
-                        [
-                            names[id(p)],
-                            [int(d) for d in p.ds_shape],
-                            int(p.ds_numel),
-                            int(p.partition_numel()),
-                        ]
-                        for p in params
-                    ],
-                }
-            )
-        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
-        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
-        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
-
-    def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        current = self.optimizer.state_dict()
-        flats = [tensors[f"fp32_flat.{i}"] for i in range(meta["n_flat_groups"])]
-        if len(flats) != len(current["fp32_flat_groups"]) or any(
-            a.shape != b.shape for a, b in zip(flats, current["fp32_flat_groups"])
-        ):
-            raise ValueError("ZeRO partition shapes differ from the checkpoint's: was the model changed?")
-        state: dict[int, dict[str, Any]] = {}
-        for key, value in tensors.items():
-            if key.startswith("state."):
-                _, index, field = key.split(".", 2)
-                state.setdefault(int(index), {})[field] = value
-        for index, entries in meta["scalars"].items():
-            state.setdefault(int(index), {}).update(entries)
-        groups = []
-        for g in meta["param_groups"]:
-            g = dict(g)
-            if isinstance(g.get("betas"), list):
-                g["betas"] = tuple(g["betas"])
-            groups.append(g)
-        sd = dict(current)
-        sd["optimizer_state_dict"] = {"state": state, "param_groups": groups}
-        sd["fp32_flat_groups"] = flats
-        self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
 
 
 def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepSpeedEngine:
@@ -566,9 +610,12 @@ def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepS
 __all__ = [
     "DEFAULT_CONFIG",
     "DeepSpeedEngine",
+    "ZeroPartitionIO",
     "build_config",
     "build_model_zero3",
     "engine_factory",
+    "init_deepspeed_distributed",
     "load_config",
+    "make_config",
     "model_factory",
 ]

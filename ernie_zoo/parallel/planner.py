@@ -29,6 +29,12 @@ First-order formulas, each from the paper that introduced it:
   all-gathers the updated parameters once per step. TP: one all-reduce of s*b*h bf16 values per block in
   forward and one in backward, 4 per layer per micro-batch, 6 with full recompute (Korthikanti sec. 4.2).
 
+Fine-tuning (`trainable_fraction` f < 1, e.g. LoRA, counted by `ernie_zoo.finetune.plan`): frozen parameters
+carry no gradients and no optimizer state, so the gradient and optimizer bytes, the gradient reduction and
+ZeRO-2's all-gather of updated parameters scale by f, while ZeRO-3 still all-gathers every parameter. Backward
+computes input gradients everywhere but weight gradients only for what trains: (4 + 2f) N instead of 6N model
+FLOPs per token (+ 12*L*h*s).
+
 Time model (assumptions printed with every plan): compute runs at `efficiency` x peak bf16 dense FLOPS;
 ZeRO/DP communication overlaps compute (DeepSpeed `overlap_comm`) so only what exceeds compute is exposed;
 TP all-reduces sit on the critical path and are not overlapped.
@@ -188,6 +194,9 @@ class ParallelSettings:
     head_fraction: float = (
         1.0  # positions the MLM head computes logits for (ernie-pretrain: masked ones only)
     )
+    trainable_fraction: float = (
+        1.0  # parameters that train (fine-tuning: LoRA factors + head); the rest are frozen
+    )
     zero3_max_live_parameters: float = 1e9  # DeepSpeed stage3_max_live_parameters (elements)
     reduce_bucket_size: float = 5e8  # DeepSpeed reduce_bucket_size (elements)
     allgather_bucket_size: float = 5e8  # DeepSpeed allgather_bucket_size, stages 1-2 (elements)
@@ -209,6 +218,8 @@ class ParallelSettings:
             raise ValueError(f"reserve_gib must be >= 0, got {self.reserve_gib}")
         if not 0 < self.head_fraction <= 1:
             raise ValueError(f"head_fraction must be in (0, 1], got {self.head_fraction}")
+        if not 0 < self.trainable_fraction <= 1:
+            raise ValueError(f"trainable_fraction must be in (0, 1], got {self.trainable_fraction}")
         if self.global_batch is not None and self.grad_accum_steps is not None:
             raise ValueError("give global_batch or grad_accum_steps, not both")
         if self.grad_accum_steps is not None and self.grad_accum_steps < 1:
@@ -218,20 +229,23 @@ class ParallelSettings:
 # ── formulas (pure arithmetic, tested against hand-computed numbers) ──────────────────────────────────────
 
 
-def model_state_bytes(params_per_rank: float, zero_stage: int, dp: int) -> dict[str, float]:
+def model_state_bytes(
+    params_per_rank: float, zero_stage: int, dp: int, trainable_fraction: float = 1.0
+) -> dict[str, float]:
     """Bytes per GPU of bf16 parameters, bf16 gradients and fp32 Adam states under ZeRO (Rajbhandari et al.).
 
-    `params_per_rank` is what one TP rank holds before ZeRO (sharded/t + replicated).
+    `params_per_rank` is what one TP rank holds before ZeRO (sharded/t + replicated); gradients and Adam states
+    exist for the `trainable_fraction` of them only (fine-tuning: frozen weights have neither).
     """
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage!r}")
     if dp < 1:
         raise ValueError(f"dp must be >= 1, got {dp}")
-    n = params_per_rank
+    n, trained = params_per_rank, params_per_rank * trainable_fraction
     return {
         "parameters": BYTES_PARAM * n / (dp if zero_stage >= 3 else 1),
-        "gradients": BYTES_GRAD * n / (dp if zero_stage >= 2 else 1),
-        "optimizer": BYTES_OPTIM * n / (dp if zero_stage >= 1 else 1),
+        "gradients": BYTES_GRAD * trained / (dp if zero_stage >= 2 else 1),
+        "optimizer": BYTES_OPTIM * trained / (dp if zero_stage >= 1 else 1),
     }
 
 
@@ -263,9 +277,12 @@ def logits_bytes(seq: int, micro_batch: int, vocab: int) -> float:
     return 10 * seq * micro_batch * vocab
 
 
-def model_flops_per_token(n_params: int, layers: int, hidden: int, seq: int) -> float:
-    """Forward + backward model FLOPs per token: 6N + 12*L*h*s (PaLM appendix B)."""
-    return 6 * n_params + 12 * layers * hidden * seq
+def model_flops_per_token(
+    n_params: int, layers: int, hidden: int, seq: int, trainable_fraction: float = 1.0
+) -> float:
+    """Forward + backward model FLOPs per token: 6N + 12*L*h*s (PaLM appendix B); with only a fraction f of
+    the parameters training, (4 + 2f) N + 12*L*h*s (no weight gradients for frozen ones)."""
+    return (4 + 2 * trainable_fraction) * n_params + 12 * layers * hidden * seq
 
 
 def ring_bytes(collective: str, size_bytes: float, n: int) -> float:
@@ -401,12 +418,18 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     # ── memory ──
     per_rank = model.n_sharded / t + model.n_replicated
     memory = {}
-    states = model_state_bytes(per_rank, st.zero_stage, dp)
+    f = st.trainable_fraction
+    states = model_state_bytes(per_rank, st.zero_stage, dp, f)
+    trained = f", trainable {f:.2%}" if f < 1 else ""
     memory[f"parameters (bf16{', ZeRO-3 shard' if st.zero_stage >= 3 else ''})"] = states["parameters"]
-    memory[f"gradients (bf16{', ZeRO shard' if st.zero_stage >= 2 else ''})"] = states["gradients"]
-    memory[f"optimizer: fp32 master + Adam m, v{' (ZeRO shard)' if st.zero_stage >= 1 else ''}"] = states[
-        "optimizer"
-    ]
+    memory[f"gradients (bf16{', ZeRO shard' if st.zero_stage >= 2 else ''}{trained})"] = states["gradients"]
+    memory[f"optimizer: fp32 master + Adam m, v{' (ZeRO shard)' if st.zero_stage >= 1 else ''}{trained}"] = (
+        states["optimizer"]
+    )
+    if f < 1:
+        notes.append(
+            f"fine-tuning: {f:.3%} of the parameters train; frozen ones have no gradients and no optimizer state"
+        )
     if st.zero_stage == 3:
         live = min(st.zero3_max_live_parameters, per_rank)
         memory["ZeRO-3 gathered parameters + reduce bucket (bf16)"] = BYTES_PARAM * (
@@ -435,16 +458,18 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     # ── communication (bytes sent per GPU per optimizer step) ──
     comm = {}
     dp_bytes = BYTES_PARAM * per_rank
+    grad_bytes = dp_bytes * f  # gradients (and updated parameters) exist for what trains only
     if st.zero_stage == 3:
-        per_micro = ring_bytes("all_gather", dp_bytes, dp) * 2 + ring_bytes("reduce_scatter", dp_bytes, dp)
+        per_micro = ring_bytes("all_gather", dp_bytes, dp) * 2 + ring_bytes("reduce_scatter", grad_bytes, dp)
         comm[f"ZeRO-3: 2 all-gathers + 1 reduce-scatter per micro-batch, DP {dp}"] = grad_accum * per_micro
     elif st.zero_stage == 2:
         comm[f"ZeRO-2: reduce-scatter per micro-batch + all-gather per step, DP {dp}"] = (
-            grad_accum * ring_bytes("reduce_scatter", dp_bytes, dp) + ring_bytes("all_gather", dp_bytes, dp)
+            grad_accum * ring_bytes("reduce_scatter", grad_bytes, dp)
+            + ring_bytes("all_gather", grad_bytes, dp)
         )
     else:
         comm[f"ZeRO-{st.zero_stage}: gradient all-reduce per step, DP {dp}"] = ring_bytes(
-            "all_reduce", dp_bytes, dp
+            "all_reduce", grad_bytes, dp
         )
     tp_allreduces = 6 if st.recompute == "full" else 4
     tp_bytes_micro = (
@@ -473,9 +498,11 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
 
     # ── FLOPs and time ──
     n_layer_params = model.layers * (4 * model.hidden * model.hidden + 2 * model.hidden * model.ffn)
-    model_flops_tok = model_flops_per_token(model.n_params, model.layers, model.hidden, s)
+    model_flops_tok = model_flops_per_token(model.n_params, model.layers, model.hidden, s, f)
     # One GPU's work per token of its TP group: split layers / t, replicated parameters in full.
-    gpu_flops_tok = 6 * (model.n_sharded / t + model.n_replicated) + 12 * model.layers * model.hidden * s / t
+    gpu_flops_tok = (4 + 2 * f) * (
+        model.n_sharded / t + model.n_replicated
+    ) + 12 * model.layers * model.hidden * s / t
     if st.recompute == "full":
         gpu_flops_tok += (2 * n_layer_params + 4 * model.layers * model.hidden * s) / t
     elif st.recompute == "selective":
@@ -497,7 +524,8 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     tokens_per_s = tokens_step / step_s
     mfu = tokens_per_s * model_flops_tok / (cluster.world_size * gpu.peak_tflops * 1e12)
     notes.append(
-        f"model FLOPs per token 6N + 12*L*h*s = {model_flops_tok:.4g}; hardware FLOPs per GPU per token include "
+        f"model FLOPs per token {'6N' if f == 1 else f'(4 + 2 x {f:.4f}) N'} + 12*L*h*s = {model_flops_tok:.4g}; "
+        "hardware FLOPs per GPU per token include "
         f"recompute ({st.recompute}) and the TP-replicated layers (embeddings, MLM head) done on every TP rank"
     )
     notes.append(

@@ -38,11 +38,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ernie_zoo.utils import sha256_file
+from ernie_zoo.utils import MANIFEST, sha256_file, verify_manifest
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _TMP_RE = re.compile(r"^\.checkpoint-\d+\.tmp")
 
@@ -164,28 +163,7 @@ def save_checkpoint(
 def verify_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = ()) -> str | None:
     """None if the checkpoint matches its manifest (every file present, same size and sha256), else a
     sentence saying what is wrong. `required`: files that must be listed in the manifest."""
-    path = Path(path)
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        return f"no {MANIFEST} (the save did not finish)"
-    try:
-        manifest = read_json(manifest_path)
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return f"unreadable {MANIFEST}: {e}"
-    for name in required:
-        if name not in files:
-            return f"{name} is not in the manifest"
-    for name, meta in files.items():
-        file = path / name
-        if not file.is_file():
-            return f"{name} is missing"
-        size = file.stat().st_size
-        if size != meta["size"]:
-            return f"{name} has {size} bytes, the manifest says {meta['size']} (truncated or overwritten)"
-        if sha256_file(file) != meta["sha256"]:
-            return f"{name} does not match its sha256 in the manifest (corrupted)"
-    return None
+    return verify_manifest(path, required)
 
 
 def latest_valid_checkpoint(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,12 @@ from safetensors.torch import load_file, save_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
 from ernie_zoo.models.presets import preset_config
+from ernie_zoo.utils import tied_names
 
 from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
+from .core import adamw, warmup_decay
 from .mlm import masked_lm_loss
-from .recipe import ARCH_FIELDS, ModelArgs, OptimArgs, PretrainRecipe
+from .recipe import ARCH_FIELDS, ModelArgs, PretrainRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -164,43 +165,20 @@ def init_weights_from(model: torch.nn.Module, path: str) -> None:
         )
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups: matrices decayed; biases, LayerNorm weights and embeddings (the MLM decoder is
-    tied to the word embeddings) not decayed -- BERT's recipe."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        # A ZeRO-3-partitioned parameter's data is a flat (or empty) shard; `ds_shape` is its real shape.
-        ndim = len(getattr(p, "ds_shape", p.shape))
-        (no_decay if ndim < 2 or "embeddings" in name or "LayerNorm" in name else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def lr_lambda(optim: OptimArgs, max_steps: int):
-    """Multiplier of `optim.lr` after `s` optimizer steps: linear warmup over `warmup_steps` (the first step
-    gets lr/warmup), then cosine or linear decay to `min_lr_ratio`, or constant."""
-
-    def f(s: int) -> float:
-        if s < optim.warmup_steps:
-            return (s + 1) / optim.warmup_steps
-        if optim.decay == "constant":
-            return 1.0
-        progress = min(1.0, (s - optim.warmup_steps) / max(1, max_steps - optim.warmup_steps))
-        shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if optim.decay == "cosine" else 1.0 - progress
-        return optim.min_lr_ratio + (1.0 - optim.min_lr_ratio) * shape
-
-    return f
-
-
-def resolve_device(name: str) -> torch.device:
-    """The recipe's `device` as a torch.device ("auto": CUDA when available, else CPU)."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"recipe key 'device' = {name!r}, but CUDA is not available")
-    return device
+def optimizer_and_schedule(
+    recipe: PretrainRecipe, model: torch.nn.Module, fused: bool = False
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """The recipe's AdamW (parameter groups by `core.decays`) and its warm-up + decay schedule over max_steps."""
+    o = recipe.optim
+    optimizer = adamw(model, o.lr, o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=fused)
+    scheduler = warmup_decay(
+        optimizer,
+        warmup_steps=o.warmup_steps,
+        total_steps=recipe.max_steps,
+        decay=o.decay,
+        min_lr_ratio=o.min_lr_ratio,
+    )
+    return optimizer, scheduler
 
 
 # -------------------------------------------------------------------------------------------- engines
@@ -221,18 +199,12 @@ class SingleDeviceEngine:
         self.recipe = recipe
         self.device = device
         self.model = model.to(device)
-        o = recipe.optim
         if recipe.precision == "fp16" and device.type != "cuda":
             raise ValueError("recipe key 'precision' = 'fp16' needs a CUDA device; use fp32 or bf16 on CPU")
         # fused: one kernel per step over all parameters (CPU and CUDA); what HF Trainer uses by default too
-        self.optimizer = torch.optim.AdamW(
-            param_groups(self.model, o.weight_decay),
-            lr=o.lr,
-            betas=tuple(o.betas),
-            eps=o.eps,
-            fused=device.type in ("cpu", "cuda"),
+        self.optimizer, self.scheduler = optimizer_and_schedule(
+            recipe, self.model, fused=device.type in ("cpu", "cuda")
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(o, recipe.max_steps))
         self.scaler = torch.amp.GradScaler("cuda") if recipe.precision == "fp16" else None
         self._dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
 
@@ -311,7 +283,7 @@ def save_model_weights(model: torch.nn.Module, directory: str | Path) -> None:
     their first name), so `ErnieZooForMaskedLM.from_pretrained(checkpoint_dir)` loads a checkpoint."""
     directory = Path(directory)
     model.config.save_pretrained(directory)
-    tied = _tied_names(model)
+    tied = tied_names(model)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
     save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
 
@@ -320,24 +292,11 @@ def load_model_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Load a save_pretrained safetensors file into `model`; only tied weights may be absent from the file."""
     state = load_file(str(path))
     result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if k not in _tied_names(model)]
+    missing = [k for k in result.missing_keys if k not in tied_names(model)]
     if missing or result.unexpected_keys:
         raise ValueError(
             f"{path} does not match the model: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}"
         )
-
-
-def _tied_names(model: torch.nn.Module) -> set[str]:
-    """State-dict names whose tensor is shared with an earlier name (tied weights)."""
-    seen: dict[int, str] = {}
-    tied = set()
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        key = id(tensor)
-        if key in seen:
-            tied.add(name)
-        else:
-            seen[key] = name
-    return tied
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -392,8 +351,6 @@ __all__ = [
     "load_model_weights",
     "save_model_weights",
     "to_device",
-    "lr_lambda",
     "make_engine",
-    "param_groups",
-    "resolve_device",
+    "optimizer_and_schedule",
 ]

@@ -31,7 +31,6 @@ import dataclasses
 import logging
 import math
 import os
-import random
 import signal
 import sys
 import time
@@ -39,15 +38,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
 
 from ernie_zoo.utils import atomic_write_text, run_console
 
 from . import checkpoint as ckpt
+from .core import resolve_device, seed_everything
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
-from .engine import build_model_config, build_model_for, make_engine, resolve_device
+from .engine import build_model_config, build_model_for, make_engine
 from .logging_utils import MetricsLogger, format_count, progress_bar, write_json_atomic
 from .mfu import mfu, peak_flops_for, training_flops
 from .mlm import masked_lm_loss  # noqa: F401  (re-exported: the loop's loss lives in mlm.py)
@@ -97,12 +96,6 @@ def evaluate(engine, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]
 
 
 # ------------------------------------------------------------------------------------------- the run
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def _resume_dir(recipe: PretrainRecipe, output_dir: Path) -> Path | None:
     """The checkpoint to continue from, by `recipe.resume`."""
     mode = recipe.resume
@@ -203,7 +196,7 @@ def pretrain(
     eval_batches = _eval_batches(recipe, tokenizer, eval_ds)
 
     # ---- state (fresh or resumed)
-    _seed_everything(recipe.seed)
+    seed_everything(recipe.seed)
     state: dict[str, Any] = {
         "step": 0,
         "epoch": 0,

@@ -1,4 +1,6 @@
-"""Planner inputs from an `ernie-pretrain` recipe YAML: the model it builds and how it runs.
+"""Planner inputs (`ernie_zoo.parallel.planner`) from an `ernie-pretrain` recipe YAML: the model it builds and
+how it runs. It lives in training/ because it reads the recipe schema; the planner itself imports nothing above
+parallel/.
 
 Read as plain YAML with the recipe's own model-section dataclass, so the planner also reads the
 `distributed` keys of the DeepSpeed backend (`backend`, `deepspeed_config`, `tp_size`, `zero_stage`,
@@ -13,6 +15,9 @@ from typing import Any
 
 import yaml
 
+from .engine import build_model_config
+from .recipe import ModelArgs, from_dict
+
 #: distributed-section keys the planner understands -> ParallelSettings fields
 DISTRIBUTED_KEYS = {"tp_size": "tp", "zero_stage": "zero_stage", "recompute": "recompute"}
 
@@ -23,9 +28,6 @@ def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, 
     The settings carry `deepspeed` (the json path) when the recipe names one; the vocabulary is the recipe's
     `model.vocab_size`, else the saved tokenizer's size, else the preset's.
     """
-    from ernie_zoo.training.engine import build_model_config
-    from ernie_zoo.training.recipe import ModelArgs, from_dict
-
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

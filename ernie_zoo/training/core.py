@@ -1,0 +1,119 @@
+"""What every training run shares, pretraining (`ernie-pretrain`) and fine-tuning (`ernie-finetune`) alike:
+seeding, the device, AdamW's parameter groups and the learning-rate schedule.
+
+One weight-decay rule for every run (BERT's): **no decay on biases and other 1-D parameters, on LayerNorm
+weights, or on anything in the embedding block** -- the word, position and type tables, the pinyin / radical /
+stroke tables and their fusion projection (all under `embeddings.`), peft's prompt-encoder embedding. Every other
+trainable matrix (attention, feed-forward, heads, LoRA factors outside the embedding block) decays.
+
+One schedule: linear warm-up over `warmup_steps` (the first step gets lr / warmup_steps), then cosine or linear
+decay to `min_lr_ratio` x lr at `total_steps`, or constant.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+DECAY_SCHEDULES = ("cosine", "linear", "constant")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's global generators (torch's seeds CUDA too)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str, key: str = "device") -> torch.device:
+    """The recipe value `name` as a torch.device: "auto" is CUDA when available, else CPU; a CUDA device when
+    CUDA is not available is an error naming the recipe `key`."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"recipe key {key!r} = {name!r}: not a device ({e})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"recipe key {key!r} = {name!r}, but CUDA is not available")
+    return device
+
+
+def decays(name: str, param: torch.Tensor) -> bool:
+    """Whether AdamW decays the parameter `name` (the rule in the module docstring). A ZeRO-3-partitioned
+    parameter's data is a flat (or empty) shard: its real shape is `ds_shape`."""
+    ndim = len(getattr(param, "ds_shape", param.shape))
+    return not (ndim < 2 or "embedding" in name or "LayerNorm" in name or "layer_norm" in name)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups of the trainable parameters: [decayed (`weight_decay`), not decayed (0.0)], empty groups left
+    out. Raises ValueError when nothing is trainable."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if decays(name, p) else no_decay).append(p)
+    groups = [
+        g
+        for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
+    if not groups:
+        raise ValueError("the model has no trainable parameters")
+    return groups
+
+
+def adamw(
+    model: torch.nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    fused: bool = False,
+) -> torch.optim.AdamW:
+    """AdamW over `param_groups(model, weight_decay)`; `fused`: one kernel per step (CPU and CUDA)."""
+    kwargs: dict[str, Any] = {"fused": True} if fused else {}
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, **kwargs)
+
+
+def lr_lambda(
+    warmup_steps: int, total_steps: int, decay: str = "linear", min_lr_ratio: float = 0.0
+) -> Callable[[int], float]:
+    """Multiplier of the peak learning rate after `s` optimizer steps (for `LambdaLR`): linear warm-up over
+    `warmup_steps` (step s gets (s + 1) / warmup_steps), then `decay` (cosine, linear or constant) from 1 to
+    `min_lr_ratio` at `total_steps`."""
+    if decay not in DECAY_SCHEDULES:
+        raise ValueError(f"decay must be one of {DECAY_SCHEDULES}, got {decay!r}")
+
+    def f(s: int) -> float:
+        if s < warmup_steps:
+            return (s + 1) / warmup_steps
+        if decay == "constant":
+            return 1.0
+        progress = min(1.0, (s - warmup_steps) / max(1, total_steps - warmup_steps))
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if decay == "cosine" else 1.0 - progress
+        return min_lr_ratio + (1.0 - min_lr_ratio) * shape
+
+    return f
+
+
+def warmup_decay(optimizer: torch.optim.Optimizer, **schedule: Any) -> torch.optim.lr_scheduler.LambdaLR:
+    """`LambdaLR(optimizer, lr_lambda(**schedule))`."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(**schedule))
+
+
+__all__ = [
+    "DECAY_SCHEDULES",
+    "adamw",
+    "decays",
+    "lr_lambda",
+    "param_groups",
+    "resolve_device",
+    "seed_everything",
+    "warmup_decay",
+]

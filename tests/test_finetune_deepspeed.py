@@ -1,0 +1,407 @@
+"""`ernie-finetune` on the DeepSpeed engine: real gloo ranks on CPU against the single-process run.
+
+The same recipe (tiny model, dropout off so that every row's forward is the same wherever it runs) is run by
+`run_finetune` once with `distributed.backend: single` and once under torchrun with `backend: deepspeed`, ZeRO-3,
+every batch of 8 reviews split over the ranks: LoRA and full fine-tuning on 2 ranks, LoRA on 4, a CRF tagger
+(LoRA) on 2, and the documented `torchrun -m ernie_zoo.finetune.cli` command on ZeRO-2 with 2-batch
+accumulation (an epoch's last step has 1 batch). Compared: the per-step training losses (the mean over the ranks'
+rows), the per-step pre-clip gradient norms (clipping at 0.5 active), the final LoRA adapter / full weights, the
+dev scores; checked: each rank held only its ZeRO-3 partition of every parameter (frozen base weights included),
+and the output directory is the same plain `from_pretrained` / peft adapter directory as a one-process run's.
+
+Tolerances (fp32): a rank computes its rows in a smaller matmul and the collectives sum in another order than one
+process does, so nothing agrees bit for bit. Measured on 2 ranks: losses 1.3e-7 relative, grad norms 1.1e-6
+relative, LoRA adapter weights 8.6e-8 absolute, full fine-tuning weights 1.5e-6 absolute; asserted: 1e-5
+relative, 1e-5 relative, 1e-5 absolute. Left out of the weight comparison: the attention key biases under full
+fine-tuning, whose true gradient is zero (softmax ignores a shift shared by every key), so AdamW turns rounding
+noise into steps of about the learning rate, differently in every run (measured 2.9e-4).
+The worker is this file run under torchrun (`--worker`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+DATA = Path(__file__).parent / "data" / "finetune"
+LOSS_RTOL = 1e-5
+NORM_RTOL = 1e-5
+WEIGHT_ATOL = 1e-5
+#: zero true gradient (see the module docstring): rounding noise that AdamW normalises
+NOISE_ONLY = (".attention.self.key.bias",)
+SMALL = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "initializer_range": 0.2,
+    "hidden_dropout_prob": 0.0,
+    "attention_probs_dropout_prob": 0.0,
+}
+
+
+def _ner_rows(n: int, rng: random.Random) -> list[dict]:
+    """`n` sentences with PER / LOC / ORG spans (sentences of different lengths: ranks hold different numbers
+    of tagged tokens)."""
+    names = {
+        "PER": ["张伟", "李娜", "王芳", "欧阳明"],
+        "LOC": ["北京", "上海", "呼和浩特"],
+        "ORG": ["新华社", "中国银行"],
+    }
+    templates = [
+        "{PER}在{LOC}工作。",
+        "{PER}是{ORG}的老师。",
+        "{ORG}位于{LOC}。",
+        "昨天{PER}去了{LOC}，很开心。",
+    ]
+    rows = []
+    for _ in range(n):
+        text, entities = "", []
+        for piece in rng.choice(templates).replace("}", "{").split("{"):
+            if piece in names:
+                name = rng.choice(names[piece])
+                entities.append({"start": len(text), "end": len(text) + len(name), "type": piece})
+                piece = name
+            text += piece
+        rows.append({"text": text, "entities": entities})
+    return rows
+
+
+def _data(root: Path) -> dict[str, str]:
+    """56 / 12 / 12 reviews (7 batches of 8 per epoch), 48 / 16 NER sentences, and a tokenizer trained on their
+    texts, written once."""
+    splits = ("train", "dev", "test", "ner_train", "ner_dev")
+    paths = {"tokenizer": str(root / "tokenizer"), **{n: str(root / f"{n}.jsonl") for n in splits}}
+    if (root / "tokenizer").is_dir():
+        return paths
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
+    rows = [json.loads(line) for line in (DATA / "sentiment.jsonl").read_text(encoding="utf-8").splitlines()]
+    random.Random(0).shuffle(rows)
+    ner = _ner_rows(64, random.Random(0))
+    parts = {
+        "train": rows[:56],
+        "dev": rows[56:68],
+        "test": rows[68:80],
+        "ner_train": ner[:48],
+        "ner_dev": ner[48:],
+    }
+    for name, part in parts.items():
+        Path(paths[name]).write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8"
+        )
+    tokenizer = ErnieZooTokenizerFast.train_vocab(
+        [r["text"] for r in rows[:56] + ner], vocab_size=500, min_frequency=1, show_progress=False
+    )
+    tokenizer.save_pretrained(paths["tokenizer"])
+    return paths
+
+
+def _args(root: Path, out: str, method: str, backend: str, zero_stage: int | None = None):
+    from ernie_zoo.finetune import build_args
+
+    paths = _data(root)
+    crf = method == "lora-crf"  # NER: a CRF tagger (its transitions are read outside any module's forward)
+    data = {
+        "train_file": paths["train"],
+        "dev_file": paths["dev"],
+        "test_file": paths["test"],
+        "max_length": 32,
+    }
+    if crf:
+        data = {"train_file": paths["ner_train"], "dev_file": paths["ner_dev"], "tag_scheme": "bioes"}
+    return build_args(
+        {
+            "task": "token_classification" if crf else "sequence_classification",
+            "data": data,
+            "model": {"tokenizer": paths["tokenizer"], "config_overrides": SMALL, "use_crf": crf},
+            "method": {"method": "lora" if crf else method, "lora_r": 4, "lora_dropout": 0.0},
+            "train": {
+                "output_dir": str(root / out),
+                "batch_size": 8,
+                "max_steps": 6,
+                "eval_every": 3,
+                "learning_rate": 2e-3 if method == "full" else 1e-2,
+                "max_grad_norm": 0.5,
+                "warmup_ratio": 0.2,
+                "progress": False,
+                "tensorboard": False,
+                "num_threads": 1,
+            },
+            "distributed": {"backend": backend, "zero_stage": zero_stage},
+        }
+    )
+
+
+def _state(out: Path) -> dict:
+    ckpt = next((out / "checkpoints").glob("checkpoint-*"))
+    return json.loads((ckpt / "trainer_state.json").read_text())
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    """The single-process runs, LoRA and full, computed once."""
+    from ernie_zoo.finetune import run_finetune
+
+    root = tmp_path_factory.mktemp("ref")
+    results = {}
+    for method in ("lora", "full", "lora-crf"):
+        result = run_finetune(_args(root, f"single-{method}", method, "single"))
+        results[method] = (root / f"single-{method}", result)
+    return root, results
+
+
+def _compare(out: Path, ref_out: Path, ref: dict, method: str, world: int, stage: int = 3) -> dict:
+    state, ref_state = _state(out)["state"], _state(ref_out)["state"]
+    assert len(state["train_losses"]) == 6
+    assert state["train_losses"] == pytest.approx(ref_state["train_losses"], rel=LOSS_RTOL)
+    assert state["grad_norms"] == pytest.approx(ref_state["grad_norms"], rel=NORM_RTOL)
+    assert max(ref_state["grad_norms"]) > 0.5  # clipping at max_grad_norm was active, and the same
+    assert state["best_step"] == ref_state["best_step"]
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["distributed"] == {"backend": "deepspeed", "zero_stage": stage, "world_size": world}
+    assert results["dev"]["loss"] == pytest.approx(ref["dev"]["loss"], rel=1e-4)
+    for split in ("dev", "test"):  # the same predictions: accuracy / F1 agree exactly
+        for key in ("accuracy", "f1"):
+            if key in ref.get(split, {}):
+                assert results[split][key] == ref[split][key], (split, key)
+    # the exported weights: the adapter (LoRA) or the whole model (full), as a one-process run writes them
+    name = "model.safetensors" if method == "full" else "adapter/adapter_model.safetensors"
+    got, want = _weights(out / name), _weights(ref_out / name)
+    assert got.keys() == want.keys()
+    diffs = {k: (got[k] - want[k]).abs().max().item() for k in want if not k.endswith(NOISE_ONLY)}
+    if method != "full":  # lora_B starts at zero: how far training moved the adapter
+        assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1000 * WEIGHT_ATOL
+    assert max(diffs.values()) < WEIGHT_ATOL, sorted(diffs.items(), key=lambda kv: -kv[1])[:3]
+    return {**state, "max_weight_diff": max(diffs.values())}
+
+
+def _check_shards(out: Path, world: int, method: str) -> None:
+    for rank in range(world):
+        shards = json.loads((out / f"rank{rank}.json").read_text())["shards"]
+        # ZeRO-3: every parameter, frozen or trained, lives as a 1/world partition on each rank
+        for name, (full, local) in shards.items():
+            assert local == -(-full // world) < full or full < world, (rank, name, full, local)
+        query = [n for n in shards if n.endswith("layer.0.attention.self.query.weight")] or [
+            n for n in shards if n.endswith("layer.0.attention.self.query.base_layer.weight")
+        ]
+        assert shards[query[0]] == [32 * 32, 32 * 32 // world]
+        if method == "lora":
+            lora = [n for n in shards if "lora_A" in n]
+            assert lora and all(shards[n][1] < shards[n][0] for n in lora)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["lora", "full"])
+def test_zero3_two_ranks_match_one_process(tmp_path, references, method):
+    from ernie_zoo.finetune import load_finetuned
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs[method]
+    run_local_ranks([__file__, "--worker", str(root), "ds2-" + method, method, "3"], nproc=2, timeout=900)
+    out = root / ("ds2-" + method)
+    measured = _compare(out, ref_out, ref, method, world=2)
+    print(f"{method} on 2 ranks: max weight diff {measured['max_weight_diff']:.2e}")
+    _check_shards(out, 2, method)
+    # a plain output directory: merged from_pretrained model (+ peft adapter for LoRA), no ZeRO files
+    model, tokenizer = load_finetuned(out)
+    assert not any(hasattr(p, "ds_id") for p in model.parameters())
+    assert not list(out.rglob("*.pt"))  # no pickles; ZeRO partitions only in the (resumable) checkpoints
+    assert [p.relative_to(out).parts[0] for p in out.rglob("zero")] == ["checkpoints"]
+    if method == "lora":
+        assert (out / "adapter" / "adapter_config.json").is_file()
+    texts = ["房间很干净，服务很好", "质量太差，非常失望"]
+    ref_model, _ = load_finetuned(ref_out)
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(model(**enc).logits, ref_model(**enc).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_four_ranks_lora_match_one_process(tmp_path, references):
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs["lora"]
+    run_local_ranks([__file__, "--worker", str(root), "ds4-lora", "lora", "3"], nproc=4, timeout=900)
+    out = root / "ds4-lora"
+    measured = _compare(out, ref_out, ref, "lora", world=4)
+    print(f"lora on 4 ranks: max weight diff {measured['max_weight_diff']:.2e}")
+    _check_shards(out, 4, "lora")
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_the_documented_command_runs_zero2(tmp_path, references):
+    """`torchrun -m ernie_zoo.finetune.cli RECIPE --distributed.backend deepspeed` (docs/finetuning.md), ZeRO-2,
+    accumulating 2 batches per step (7 per epoch: steps of 2, 2, 2 and 1, the loop owning DeepSpeed's
+    accumulation boundary): the numbers of one process with the same recipe; only rank 0 prints the summary."""
+    import yaml
+
+    from ernie_zoo.finetune import run_finetune
+    from ernie_zoo.finetune.args import dump_recipe
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, _ = references
+    args = _args(root, "cli-zero2", "lora", "single")
+    args.train.grad_accum = 2
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(dump_recipe(args), encoding="utf-8")
+    assert yaml.safe_load(recipe.read_text())["distributed"]["backend"] == "single"
+    args.train.output_dir = str(root / "single-accum2")
+    ref = run_finetune(args)
+    cli = [
+        "-m",
+        "ernie_zoo.finetune.cli",
+        str(recipe),
+        "--distributed.backend",
+        "deepspeed",
+        "--zero_stage",
+        "2",
+    ]
+    proc = run_local_ranks(cli, nproc=2, timeout=900)
+    assert proc.stdout.count('"trainable_fraction"') == 1
+    state = _compare(root / "cli-zero2", root / "single-accum2", ref, "lora", world=2, stage=2)
+    assert state["epoch"] == 1 and state["batch_in_epoch"] == 4  # epoch 0: 4 steps of 2 + 2 + 2 + 1 batches
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_crf_tagger_matches_one_process(tmp_path, references):
+    """Token classification with a CRF layer under LoRA: ranks hold different numbers of tagged tokens (the
+    loss is a mean over each rank's sentences), the CRF's transition matrix is read outside any module's
+    forward when decoding, and both agree with one process."""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs["lora-crf"]
+    run_local_ranks([__file__, "--worker", str(root), "ds2-crf", "lora-crf", "3"], nproc=2, timeout=900)
+    measured = _compare(root / "ds2-crf", ref_out, ref, "lora-crf", world=2)
+    print(f"CRF tagger on 2 ranks: max weight diff {measured['max_weight_diff']:.2e}")
+    adapter = _weights(root / "ds2-crf" / "adapter" / "adapter_model.safetensors")
+    assert any("crf" in k and "transitions" in k for k in adapter)  # the CRF trains fully: compared above
+
+
+# ----------------------------------------------------------------------------------------- config errors
+@pytest.mark.parametrize(
+    ("distributed", "method", "message"),
+    [
+        ({"backend": "deepspeed"}, "prompt_tuning", "runs full and lora only"),
+        ({"backend": "deepspeed"}, "adalora", "runs full and lora only"),
+        ({"backend": "deepspeed", "tp_size": 2}, "lora", "null or 1 only"),
+        ({"backend": "deepspeed", "zero_stage": 4}, "lora", "must be 0-3"),
+        ({"backend": "deepspeed", "deepspeed_config": "no/such.json"}, "lora", "no such file"),
+        ({"backend": "fsdp"}, "lora", "must be single or deepspeed"),
+        ({"zero_stage": 3}, "lora", "applies to distributed.backend deepspeed only"),
+    ],
+)
+def test_bad_distributed_settings_are_named(distributed, method, message):
+    from ernie_zoo.finetune import build_args
+
+    recipe = {"method": {"method": method}, "distributed": distributed}
+    with pytest.raises(ValueError, match=message):
+        build_args(recipe)
+
+
+def test_flat_keys_reach_the_distributed_section():
+    from ernie_zoo.finetune import build_args
+
+    args = build_args({"method": {"method": "full"}}, {"backend": "deepspeed", "zero_stage": "2"})
+    assert args.distributed.backend == "deepspeed" and args.distributed.zero_stage == 2
+
+
+def test_a_checkpoint_resumes_only_on_its_own_backend(tmp_path):
+    """A one-process checkpoint is refused by a deepspeed run before any process group starts (and the other
+    way round, in test_zero3_resume_continues_exactly)."""
+    from ernie_zoo.finetune import run_finetune
+
+    args = _args(tmp_path, "out", "lora", "single")
+    args.train.max_steps = 1
+    run_finetune(args)
+    args.distributed.backend = "deepspeed"
+    with pytest.raises(
+        ValueError, match="laid out as {'backend': 'single'}, this run's distributed.backend is"
+    ):
+        run_finetune(args)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_resume_continues_exactly(tmp_path, references):
+    """2 ranks stopped right after the step-3 checkpoint (every rank's ZeRO-3 partition: fp32 masters and Adam
+    moments, its RNG state), then resumed to step 6: the numbers of one process, and of the run that was never
+    stopped; a one-process run refuses the checkpoint."""
+    from ernie_zoo.finetune import run_finetune
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs["lora"]
+    out = root / "ds2-resumed"
+    with pytest.raises(RuntimeError, match="stopped after the first checkpoint"):
+        run_local_ranks(
+            [__file__, "--worker", str(root), out.name, "lora", "3", "stop"], nproc=2, timeout=900
+        )
+    saved = next((out / "checkpoints").glob("checkpoint-*"))
+    assert saved.name == "checkpoint-3" and not (out / "eval_results.json").exists()
+    assert {p.name for p in (saved / "zero").iterdir()} == {
+        f"rank0000{r}.{e}" for r in (0, 1) for e in ("json", "safetensors")
+    }
+    assert (saved / "rng.json").is_file() and (saved / "rng-rank00001.json").is_file()
+    single = _args(root, out.name, "lora", "single")
+    with pytest.raises(
+        ValueError, match="laid out as {'backend': 'deepspeed', 'world_size': 2, 'zero_stage': 3}"
+    ):
+        run_finetune(single)
+    run_local_ranks(
+        [__file__, "--worker", str(root), out.name, "lora", "3"], nproc=2, timeout=900
+    )  # resume: auto
+    _compare(out, ref_out, ref, "lora", world=2)
+    never_stopped = root / "ds2-lora"  # test_zero3_two_ranks_match_one_process[lora], when it ran first
+    if never_stopped.is_dir():
+        a = _weights(out / "adapter" / "adapter_model.safetensors")
+        b = _weights(never_stopped / "adapter" / "adapter_model.safetensors")
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+        assert _state(out)["state"]["train_losses"] == _state(never_stopped)["state"]["train_losses"]
+
+
+# ----------------------------------------------------------------------------------------------- worker
+def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run") -> None:
+    import os
+
+    from ernie_zoo.finetune import run_finetune
+
+    if mode == "stop":  # stop every rank right after the first checkpoint, as a crash would
+        from ernie_zoo.finetune.loop import Trainer
+
+        save_last = Trainer.save_last
+
+        def save_then_stop(self):
+            save_last(self)
+            raise KeyboardInterrupt("stopped after the first checkpoint")
+
+        Trainer.save_last = save_then_stop
+
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    result = run_finetune(_args(Path(root), out, method, "deepspeed", int(zero_stage)))
+    (Path(root) / out).mkdir(parents=True, exist_ok=True)
+    (Path(root) / out / f"rank{rank}.json").write_text(json.dumps({"shards": result["shards"]}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) in (6, 7) and sys.argv[1] == "--worker":
+        _worker(*sys.argv[2:])
