@@ -4,7 +4,7 @@ single-device engine, bf16, one GPU, in one process one after the other.
 
 * baseline: `ernie_zoo.training.engine.SingleDeviceEngine` -- the `ernie-pretrain` reference engine (bf16
   autocast, torch AdamW, gradient clipping).
-* deepspeed: `ernie_zoo.parallel.deepspeed_backend.DeepSpeedEngine` -- ZeRO-3 (bf16 parameters, fp32 master
+* deepspeed: `ernie_zoo.training.deepspeed_engine.DeepSpeedEngine` -- ZeRO-3 (bf16 parameters, fp32 master
   weights and Adam states in the partition, overlapped communication), the backend the 100B recipe uses.
   On one GPU ZeRO-3 partitions nothing, so the ratio measures its bookkeeping overhead.
 
@@ -107,7 +107,7 @@ def run_backend(name: str, args, device: torch.device) -> dict:
 
         engine = SingleDeviceEngine(recipe, model, device)
     else:
-        from ernie_zoo.parallel.deepspeed_backend import DeepSpeedEngine
+        from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
 
         engine = DeepSpeedEngine(recipe, model, device, config=None, tp_size=1, zero_stage=3)
     n_params = engine.num_parameters()

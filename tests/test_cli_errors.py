@@ -20,8 +20,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ernie_zoo.cli import main as zoo_main
+from ernie_zoo.finetune.cli import console_main as finetune_main
 from ernie_zoo.taskflow.models import ZOO_DIR
-from ernie_zoo.training.finetune import main as finetune_main
 from ernie_zoo.training.pretrain import main as pretrain_main
 
 SENTIMENT = ZOO_DIR / "ernie-zoo-mini-sentiment"

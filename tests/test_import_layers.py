@@ -50,27 +50,9 @@ LAYERS = {
     "ernie_zoo": 9,
 }
 
-# (importing module, imported module) -> why it is still allowed. Every entry is an upward import to remove.
-_DEEPSPEED_ENGINE = (
-    "parallel/deepspeed_backend.py still holds ernie-pretrain's DeepSpeedEngine (it builds its optimizer and "
-    "schedule with training.engine, computes the masked-LM loss with training.mlm, writes JSON state with "
-    "training.checkpoint): bench/gpu_pretrain.py imports the class from here and bench/ was frozen while "
-    "issue #21 item 2 landed. It moves to training/ together with that one import; the DeepSpeed config "
-    "builder and the process-group start stay in parallel/. (Consolidation, the manifest check and tied "
-    "names no longer need training/; the recipe bridge moved to training/recipe_bridge.py.)"
-)
-ALLOWED: dict[tuple[str, str], str] = {
-    ("ernie_zoo.parallel.deepspeed_backend", "ernie_zoo.training.checkpoint"): _DEEPSPEED_ENGINE,
-    ("ernie_zoo.parallel.deepspeed_backend", "ernie_zoo.training.engine"): _DEEPSPEED_ENGINE,
-    ("ernie_zoo.parallel.deepspeed_backend", "ernie_zoo.training.mlm"): _DEEPSPEED_ENGINE,
-    ("ernie_zoo.training.finetune", "ernie_zoo.finetune.cli"): (
-        "the 16-line `ernie-finetune` shim that pyproject and build_all.sh call (issue #21 item 2: fine-tuning "
-        "becomes a task on the training core, the entry point finetune.cli)"
-    ),
-    ("ernie_zoo.evaluation.zoo", "ernie_zoo"): (
-        "`import ernie_zoo` for __version__ (ernie_zoo.version has it); the file is being edited elsewhere"
-    ),
-}
+# (importing module, imported module) -> why it is still allowed. Every entry is an upward import to remove; the
+# last ones went with issue #21 item 2 (the DeepSpeed engine moved to training/, the `ernie-finetune` shim left).
+ALLOWED: dict[tuple[str, str], str] = {}
 
 _MODULE_STRING = re.compile(r"ernie_zoo(\.[A-Za-z_]\w*)+(:[\w.]+)?")
 

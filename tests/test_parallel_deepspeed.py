@@ -276,7 +276,7 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
 
-    from ernie_zoo.parallel.deepspeed_backend import DeepSpeedEngine
+    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
 
     torch.set_num_threads(1)
     out = Path(out_dir)
@@ -349,7 +349,7 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
 def _zero_init_check(recipe, tp: int) -> dict:
     """Build the model already partitioned (zero.Init, the 100B path), shard it with AutoTP when tp > 1,
     and train one step on it."""
-    from ernie_zoo.parallel.deepspeed_backend import DeepSpeedEngine, build_model_zero3
+    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine, build_model_zero3
 
     reference = _model()  # only for its config and character tables
     features = reference.ernie.embeddings.char_features

@@ -565,14 +565,14 @@ def evaluate_zoo(
     """Evaluate each `{name: directory}` (names from `ZOO_MODELS`) and attach the baselines; returns the
     results dict that `ernie_zoo.evaluation.cards` turns into model cards. A sentiment model also gets the
     multi-domain baselines of ``multidomain_baselines_file`` when that file exists."""
-    import ernie_zoo
+    from ernie_zoo.version import __version__
 
     datasets = Path(datasets or DEFAULT_DATASETS).expanduser()
     base = _baselines(baselines_file, datasets)
     manifest = json.loads((datasets / "manifest.json").read_text(encoding="utf-8"))
     torch.manual_seed(0)
     results: dict[str, Any] = {
-        "ernie_zoo": getattr(ernie_zoo, "__version__", None),
+        "ernie_zoo": __version__,
         "versions": {p: _version(p) for p in ("torch", "transformers", "opencc")},
         "python": platform.python_version(),
         "datasets_sha256": {

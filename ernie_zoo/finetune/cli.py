@@ -95,5 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def console_main(argv: list[str] | None = None) -> int:
+    """Entry point of `ernie-finetune` (and `python -m ernie_zoo.finetune.cli`): `main` with any error as one
+    line (`--debug`: the traceback)."""
+    from ernie_zoo.utils import run_console
+
+    return run_console("ernie-finetune", main, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -1,4 +1,5 @@
-"""Scale-out: tensor-parallel plans as data, the memory/throughput planner, and the DeepSpeed backend.
+"""Scale-out: tensor-parallel plans as data, the memory/throughput planner, consolidation of sharded checkpoints,
+and DeepSpeed's config (the engines that train on it are in `ernie_zoo.training`, which imports this package).
 
 Nothing here is imported by the modeling code; parallelism is applied to a built model from the outside
 (torchtitan's rule). Submodules import `torch.distributed` and DeepSpeed lazily.

@@ -1,35 +1,19 @@
-"""DeepSpeed ZeRO (stage 1-3) + AutoTP tensor-parallel backend for the `ernie-pretrain` loop.
+"""DeepSpeed's side of `parallel/`: the config, the process-group start and the ZeRO checkpoint names.
 
-`DeepSpeedEngine` has the interface of `ernie_zoo.training.engine.SingleDeviceEngine` (`model`, `device`,
-`dp_rank`, `dp_world_size`, `is_main`, `autocast()`, `backward(loss)`, `step() -> grad norm`, `lr`,
-`save(dir)`, `load(dir)`) plus `loss(batch)`, which the loop must use instead of calling
-`masked_lm_loss(model, batch)` itself: DeepSpeed's ZeRO-3 bookkeeping (parameter-prefetch trace, backward
-prologue, accumulation boundary) hangs off the forward of the module it wraps, so the masked-LM loss runs
-as the forward of a thin root module here:
-
-    DeepSpeed engine ── _MaskedLMStep.forward(**batch) ── masked_lm_loss(mlm, batch)
-                              └── .mlm = ErnieZooForMaskedLM (AutoTP-sharded, ZeRO-partitioned)
-
-The DeepSpeed json supplies ZeRO and communication settings; the recipe supplies everything it already
-owns (micro batch, accumulation steps, precision, gradient clipping, AdamW + LR schedule), and those are
-written over the json's values -- DeepSpeed's own default would clip gradients at 1.0 unless told otherwise.
+The DeepSpeed json supplies ZeRO and communication settings; the recipe supplies everything it already owns
+(micro batch, accumulation steps, precision, gradient clipping), and those are written over the json's values
+(`build_config` / `make_config`) -- DeepSpeed's own default would clip gradients at 1.0 unless told otherwise.
 Tensor parallelism uses the TP plan of `tp_plan.py` as DeepSpeed AutoTP `partition_config` layer specs, so
-DTensor TP and DeepSpeed TP split exactly the same weights. TP ranks of one data-parallel replica must see
-the same batch: use `dp_rank` / `dp_world_size` (not the global rank) to shard the data.
+DTensor TP and DeepSpeed TP split exactly the same weights.
 
-Checkpoints are pickle-free: every rank writes its ZeRO partition (fp32 master weights + Adam moments) as
-`zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout), and rank 0 writes the consolidated
-16-bit model as `model.safetensors` + `config.json` (`from_pretrained` loads it). Resuming needs the same
-DP x TP layout; `ernie-zoo consolidate` (`ernie_zoo.parallel.consolidate`) rebuilds the fp32 model from the
-shards alone, in one process.
-
-Under ZeRO-3 the `ernie-pretrain` loop builds the model with `model_factory` -> `build_model_zero3`
-(partitioned at construction). The sparse last layer (`sparse_last_layer`) works on TP-sharded heads.
+The engines that train with it live in the training core, which imports this module and never the other way
+round: `ernie_zoo.training.deepspeed_engine` (`DeepSpeedEngine` of `ernie-pretrain`, the ZeRO-3 model builder,
+the pickle-free ZeRO partition checkpoints) and `ernie_zoo.training.task_engine` (fine-tuning).
+`ernie_zoo.parallel.consolidate` reads those checkpoints (`ZERO_DIR`, `WRAPPER_PREFIX`) without any ranks.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
@@ -38,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from .distributed import TORCH_EXTENSIONS_DIR, init_from_env
-from .tp_plan import check_tp_divisibility, deepspeed_partition_config, tp_plan_for
+from .tp_plan import deepspeed_partition_config
 
 logger = logging.getLogger(__name__)
 
@@ -184,22 +167,6 @@ def make_config(
     return cfg
 
 
-class _MaskedLMStep(nn.Module):
-    """Root module DeepSpeed wraps: forward(batch) = the loop's masked-LM loss on the inner model."""
-
-    def __init__(self, mlm: nn.Module, sparse_last_layer: bool = False, polarity_weight: float = 1.0):
-        super().__init__()
-        self.mlm = mlm
-        self.sparse_last_layer = sparse_last_layer
-        self.polarity_weight = polarity_weight  # the word-polarity loss of a sentiment stage (SKEP)
-
-    def forward(self, **batch: torch.Tensor):
-        # keyword tensors, not one dict argument: DeepSpeed's TP input-consistency check compares flat args
-        from ernie_zoo.training.mlm import masked_lm_loss
-
-        return masked_lm_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
-
-
 def init_deepspeed_distributed() -> tuple[int, int, int]:
     """Start torch.distributed from the launcher's environment and DeepSpeed on it; (rank, world, local rank)."""
     import deepspeed
@@ -210,412 +177,27 @@ def init_deepspeed_distributed() -> tuple[int, int, int]:
     return rank, world, local_rank
 
 
-def _recipe_zero_stage(recipe: Any, config: str | os.PathLike | dict[str, Any] | None = None) -> int:
+def recipe_zero_stage(recipe: Any, config: str | os.PathLike | dict[str, Any] | None = None) -> int:
     """The ZeRO stage a recipe runs with: `distributed.zero_stage`, else its DeepSpeed json's (default: 3)."""
     stage = getattr(getattr(recipe, "distributed", None), "zero_stage", None)
     if stage is not None:
         return int(stage)
-    cfg = load_config(config if config is not None else _recipe_config(recipe))
+    cfg = load_config(config if config is not None else recipe_config(recipe))
     return int(cfg.get("zero_optimization", {}).get("stage", 0))
 
 
-def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
-    """`MODEL_BUILDERS["deepspeed"]` of `ernie_zoo.training.engine`: under ZeRO-3 the model is built already
-    partitioned (`build_model_zero3`: at 100B no rank could hold the fp32 model); stages 0-2 keep full
-    parameters on every rank anyway, so it is built whole (`build_model`)."""
-    if _recipe_zero_stage(recipe) == 3:
-        return build_model_zero3(model_config, recipe, tokenizer)
-    from ernie_zoo.training.engine import build_model
-
-    return build_model(model_config, tokenizer, recipe.seed)
-
-
-def build_model_zero3(
-    model_config: Any,
-    recipe: Any,
-    tokenizer: Any = None,
-    *,
-    config: str | os.PathLike | dict[str, Any] | None = None,
-    tp_size: int | None = None,
-) -> nn.Module:
-    """An `ErnieZooForMaskedLM` built already partitioned (DeepSpeed `zero.Init` through transformers'
-    ZeRO-3 integration): no rank ever holds the full model, which is how a 100B model is created.
-
-    Weights are initialised on rank 0 module by module (gathered, initialised, re-partitioned), seeded by
-    `recipe.seed`; the result is deterministic but not bit-identical to a model built in one process.
-    `config` / `tp_size` default to the recipe's `distributed` section, as in `DeepSpeedEngine`.
-    """
-    from transformers.integrations import HfDeepSpeedConfig
-
-    from ernie_zoo.models import ErnieZooForMaskedLM
-
-    dist_args = getattr(recipe, "distributed", None)
-    tp_size = tp_size if tp_size is not None else getattr(dist_args, "tp_size", None)
-    init_deepspeed_distributed()
-    ds_config = build_config(
-        recipe,
-        config if config is not None else _recipe_config(recipe),
-        tp_size=tp_size,
-        zero_stage=getattr(dist_args, "zero_stage", None),
-    )
-    if ds_config["zero_optimization"].get("stage") != 3:
-        raise ValueError("build_model_zero3 needs zero_optimization.stage = 3")
-    hf_ds_config = HfDeepSpeedConfig(ds_config)  # transformers reads it through a weak reference: keep it
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(recipe.seed)
-        model = ErnieZooForMaskedLM._from_config(model_config)
-    model._ernie_zoo_hf_ds_config = hf_ds_config
-    if tokenizer is not None:
-        model.load_char_tables(tokenizer)  # buffers are not partitioned
-    return model
-
-
-def _recipe_config(recipe: Any) -> str | None:
+def recipe_config(recipe: Any) -> str | None:
     return getattr(getattr(recipe, "distributed", None), "deepspeed_config", None)
-
-
-class ZeroPartitionIO:
-    """Pickle-free save / load of one rank's ZeRO-3 optimizer partition (fp32 master weights + Adam moments) as
-    `zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout `consolidate` reads), for an engine
-    with `optimizer` (DeepSpeed's ZeRO-3 optimizer), `model`, `rank`, `world_size`, `tp_size`, `zero_stage`.
-    Resuming needs the same ranks, TP size and ZeRO stage."""
-
-    def save_zero_partition(self, directory: str | os.PathLike) -> None:
-        from safetensors.torch import save_file
-
-        from ernie_zoo.training.checkpoint import write_json
-
-        (Path(directory) / ZERO_DIR).mkdir(parents=True, exist_ok=True)
-        tensors, meta = self._zero_state()
-        stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
-        save_file(tensors, str(stem.with_suffix(".safetensors")))
-        write_json(stem.with_suffix(".json"), meta)
-
-    def load_zero_partition(self, directory: str | os.PathLike) -> None:
-        from safetensors.torch import load_file
-
-        from ernie_zoo.training.checkpoint import read_json
-
-        stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
-        if not stem.with_suffix(".json").is_file():
-            raise FileNotFoundError(
-                f"{stem}.json not found: was the checkpoint written with {self.world_size} ranks?"
-            )
-        meta = read_json(stem.with_suffix(".json"))
-        layout = {"world_size": self.world_size, "tp_size": self.tp_size, "zero_stage": self.zero_stage}
-        saved = {k: meta.get(k) for k in layout}
-        if saved != layout:
-            raise ValueError(
-                f"checkpoint layout {saved} differs from this run's {layout}; resume with the same ranks, TP size "
-                "and ZeRO stage (or load the consolidated model.safetensors as new weights)"
-            )
-        self._load_zero_state(load_file(str(stem.with_suffix(".safetensors"))), meta)
-
-    def _zero_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """This rank's optimizer partition as (tensors, JSON metadata)."""
-        if self.zero_stage != 3:
-            raise NotImplementedError("sharded checkpoints are implemented for ZeRO stage 3")
-        sd = self.optimizer.state_dict()
-        tensors: dict[str, torch.Tensor] = {}
-        for i, flat in enumerate(sd["fp32_flat_groups"]):
-            tensors[f"fp32_flat.{i}"] = flat.detach().contiguous().cpu()
-        inner = sd["optimizer_state_dict"]
-        scalars: dict[str, dict[str, Any]] = {}
-        for index, entries in inner["state"].items():
-            for key, value in entries.items():
-                if isinstance(value, torch.Tensor):
-                    tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
-                else:
-                    scalars.setdefault(str(index), {})[key] = value
-        groups = [
-            {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
-            for g in inner["param_groups"]
-        ]
-        for g in groups:
-            if isinstance(g.get("betas"), tuple):
-                g["betas"] = list(g["betas"])
-        meta = {
-            "world_size": self.world_size,
-            "tp_size": self.tp_size,
-            "zero_stage": self.zero_stage,
-            "partition_count": [int(c) for c in sd["partition_count"]]
-            if isinstance(sd["partition_count"], list)
-            else int(sd["partition_count"]),
-            "n_flat_groups": len(sd["fp32_flat_groups"]),
-            "param_groups": groups,
-            "scalars": scalars,
-            "layout": self._partition_layout(),
-        }
-        return tensors, meta
-
-    def _partition_layout(self) -> dict[str, Any]:
-        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
-        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
-        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
-        TP index (the order AutoTP split the weights in).
-
-        ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
-        (the last one zero-padded); the flat group is those partitions back to back.
-        """
-        import torch.distributed as dist
-
-        opt = self.optimizer
-        names = {id(p): name for name, p in self.model.named_parameters()}
-        groups = []
-        for params, group in zip(opt.fp16_groups, opt.sub_group_process_groups):
-            groups.append(
-                {
-                    "partition_rank": dist.get_rank(group=group),
-                    "partition_count": dist.get_world_size(group=group),
-                    "params": [
-                        [
-                            names[id(p)],
-                            [int(d) for d in p.ds_shape],
-                            int(p.ds_numel),
-                            int(p.partition_numel()),
-                        ]
-                        for p in params
-                    ],
-                }
-            )
-        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
-        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
-        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
-
-    def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        current = self.optimizer.state_dict()
-        flats = [tensors[f"fp32_flat.{i}"] for i in range(meta["n_flat_groups"])]
-        if len(flats) != len(current["fp32_flat_groups"]) or any(
-            a.shape != b.shape for a, b in zip(flats, current["fp32_flat_groups"])
-        ):
-            raise ValueError("ZeRO partition shapes differ from the checkpoint's: was the model changed?")
-        state: dict[int, dict[str, Any]] = {}
-        for key, value in tensors.items():
-            if key.startswith("state."):
-                _, index, field = key.split(".", 2)
-                state.setdefault(int(index), {})[field] = value
-        for index, entries in meta["scalars"].items():
-            state.setdefault(int(index), {}).update(entries)
-        groups = []
-        for g in meta["param_groups"]:
-            g = dict(g)
-            if isinstance(g.get("betas"), list):
-                g["betas"] = tuple(g["betas"])
-            groups.append(g)
-        sd = dict(current)
-        sd["optimizer_state_dict"] = {"state": state, "param_groups": groups}
-        sd["fp32_flat_groups"] = flats
-        self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
-
-
-class DeepSpeedEngine(ZeroPartitionIO):
-    """ZeRO + AutoTP training engine with the `SingleDeviceEngine` interface (see the module docstring).
-
-    Args:
-        recipe: the run's recipe (batch sizes, precision, optim, max_steps, seed).
-        model: an `ErnieZooForMaskedLM` (built normally, or partitioned by `build_model_zero3`).
-        device: ignored (kept for `make_engine`): each rank uses its LOCAL_RANK GPU, or the CPU without CUDA.
-        config: DeepSpeed json path or dict; default `recipe.distributed.deepspeed_config`, else `DEFAULT_CONFIG`.
-        tp_size: tensor-parallel size; default `recipe.distributed.tp_size`, else the json's autotp_size, else 1.
-        zero_stage: overrides the json's ZeRO stage; default `recipe.distributed.zero_stage` if present.
-        recompute: "full" recomputes every encoder layer in backward (activation checkpointing, non-reentrant),
-            "none" keeps activations; default `recipe.distributed.recompute`, else "none".
-    """
-
-    def __init__(
-        self,
-        recipe: Any,
-        model: nn.Module,
-        device: torch.device | None = None,
-        *,
-        config: str | os.PathLike | dict[str, Any] | None = None,
-        tp_size: int | None = None,
-        zero_stage: int | None = None,
-        recompute: str | None = None,
-    ):
-        import deepspeed
-        import torch.distributed as dist
-        from deepspeed.utils import groups
-
-        from ernie_zoo.training.engine import optimizer_and_schedule
-
-        dist_args = getattr(recipe, "distributed", None)
-        config = config if config is not None else _recipe_config(recipe)
-        tp_size = tp_size if tp_size is not None else getattr(dist_args, "tp_size", None)
-        zero_stage = zero_stage if zero_stage is not None else getattr(dist_args, "zero_stage", None)
-        recompute = recompute if recompute is not None else getattr(dist_args, "recompute", "none")
-        if recompute not in ("none", "full"):
-            raise ValueError(f"recompute must be 'none' or 'full', got {recompute!r}")
-        self.recipe = recipe
-        rank, world, local_rank = init_deepspeed_distributed()
-        self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-
-        plan = {WRAPPER_PREFIX + key: style for key, style in tp_plan_for(model).items()}
-        ds_config = build_config(recipe, config, tp_size=tp_size, zero_stage=zero_stage, tp_plan=plan)
-        tp = int((ds_config.get("tensor_parallel") or {}).get("autotp_size", 1))
-        check_tp_divisibility(model.config, tp)
-        if world % tp:
-            raise ValueError(f"tensor parallel size {tp} does not divide the world size {world}")
-        sparse = bool(getattr(recipe, "sparse_last_layer", False))
-        if recompute == "full":
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
-        wrapper = _MaskedLMStep(model, sparse, polarity_weight)
-        optimizer, scheduler = optimizer_and_schedule(recipe, model)
-        self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=wrapper, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
-        )
-        self.ds_config = ds_config
-        self.tp_size = tp
-        self.zero_stage = int(ds_config["zero_optimization"].get("stage", 0))
-        self.recompute = recompute
-        self.sparse_last_layer = sparse
-        self.model = self.ds.module.mlm
-        self.rank, self.world_size = rank, world
-        self.dp_world_size = groups._get_data_parallel_world_size()
-        self.dp_rank = groups._get_data_parallel_rank()
-        self.is_main = dist.get_rank() == 0
-        self._grad_accum = int(ds_config["gradient_accumulation_steps"])
-        self._micro = 0
-        self._forward_pending = False
-        logger.info(
-            "DeepSpeed ZeRO-%d, TP %d x DP %d, precision %s, micro batch %d x %d accumulation",
-            self.zero_stage,
-            tp,
-            self.dp_world_size,
-            recipe.precision,
-            recipe.micro_batch_size,
-            self._grad_accum,
-        )
-
-    # ---- the step
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """Nothing to do: DeepSpeed keeps bf16/fp16 parameters itself (the loss is computed in fp32)."""
-        return contextlib.nullcontext()
-
-    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
-        """(mean masked-LM loss, masked tokens, correct predictions) through DeepSpeed's forward."""
-        batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        out = self.ds(**batch)
-        self._forward_pending = self.ds.module.training and torch.is_grad_enabled()
-        return out
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward of one micro batch's loss (already divided by the accumulation steps, as the loop does);
-        DeepSpeed reduces the gradients and, on the last micro batch of a step, updates the weights."""
-        if not self._forward_pending:
-            raise RuntimeError(
-                "DeepSpeedEngine.backward needs a loss from engine.loss(batch): a forward that bypasses the "
-                "DeepSpeed engine skips ZeRO's gradient bookkeeping"
-            )
-        self._forward_pending = False
-        if self._micro >= self._grad_accum:
-            raise RuntimeError(f"more than grad_accum_steps={self._grad_accum} backward calls before step()")
-        self.ds.backward(loss, scale_wrt_gas=False)
-        self.ds.step()  # DeepSpeed counts micro steps; the optimizer and LR schedule move at the boundary
-        self._micro += 1
-
-    def step(self) -> float:
-        """Close the optimizer step (the update ran in the last `backward`); returns the pre-clip grad norm."""
-        if self._micro != self._grad_accum:
-            raise RuntimeError(
-                f"step() after {self._micro} backward calls; the recipe accumulates {self._grad_accum}"
-            )
-        self._micro = 0
-        norm = self.ds.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
-
-    @property
-    def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
-
-    def barrier(self) -> None:
-        """Wait for every rank (checkpoint writers synchronise on it)."""
-        import torch.distributed as dist
-
-        dist.barrier()
-
-    def dp_sum(self, values: list[float]) -> list[float]:
-        """`values` summed over the data-parallel ranks (one all-reduce, float64). TP ranks of a replica
-        hold the same values, so the sum runs over the data-parallel group only. Every rank must call it."""
-        import torch.distributed as dist
-        from deepspeed.utils import groups
-
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
-        if self.dp_world_size > 1:
-            dist.all_reduce(t, group=groups._get_data_parallel_group())
-        return t.tolist()
-
-    def num_parameters(self) -> int:
-        """Parameters of the whole model (tied weights once), whatever ZeRO and TP hold on this rank: counted
-        on the meta device from the config."""
-        from ernie_zoo.models.presets import count_parameters
-
-        return count_parameters(self.model.config)
-
-    # ---- checkpoints (pickle-free)
-    def consolidated_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """Full weights (16-bit under bf16/fp16) on rank 0, gathered over ZeRO and TP; None on other ranks.
-        Every rank must call it. Keys are the model's own (`ernie...`, `cls...`)."""
-        import torch.distributed as dist
-
-        if self.zero_stage == 3:
-            state = self.ds._zero3_consolidated_16bit_state_dict()
-        else:
-            if self.tp_size > 1:
-                raise NotImplementedError("consolidating AutoTP weights needs ZeRO stage 3 in this backend")
-            state = self.ds.module.state_dict() if dist.get_rank() == 0 else None
-        if state is None:
-            return None
-        return {k.removeprefix(WRAPPER_PREFIX): v for k, v in state.items()}
-
-    def save(self, directory: str | os.PathLike) -> None:
-        """Write this rank's ZeRO partition; rank 0 adds the consolidated model and the LR schedule.
-
-        Call it on every rank with the same (shared) directory.
-        """
-        import torch.distributed as dist
-        from safetensors.torch import save_file
-
-        from ernie_zoo.training.checkpoint import save_json_state
-        from ernie_zoo.utils import tied_names
-
-        from .consolidate import MODEL_FILE
-
-        directory = Path(directory)
-        self.save_zero_partition(directory)
-        state = self.consolidated_state_dict()
-        if self.is_main:
-            self.model.config.save_pretrained(directory)
-            tied = tied_names(self.model)
-            weights = {k: v.detach().contiguous().cpu() for k, v in state.items() if k not in tied}
-            save_file(weights, str(directory / MODEL_FILE), metadata={"format": "pt"})
-            save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
-        dist.barrier()
-
-    def load(self, directory: str | os.PathLike) -> None:
-        """Restore what `save` wrote: this rank's fp32 master weights, Adam moments and the LR schedule."""
-        from ernie_zoo.training.checkpoint import load_json_state
-
-        directory = Path(directory)
-        self.load_zero_partition(directory)
-        load_json_state(self.scheduler, directory / "scheduler.json")
-
-
-def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepSpeedEngine:
-    """`make_engine`-compatible constructor: `ENGINES["deepspeed"] = engine_factory`."""
-    return DeepSpeedEngine(recipe, model, device)
 
 
 __all__ = [
     "DEFAULT_CONFIG",
-    "DeepSpeedEngine",
-    "ZeroPartitionIO",
+    "WRAPPER_PREFIX",
+    "ZERO_DIR",
     "build_config",
-    "build_model_zero3",
-    "engine_factory",
     "init_deepspeed_distributed",
     "load_config",
     "make_config",
-    "model_factory",
+    "recipe_config",
+    "recipe_zero_stage",
 ]

@@ -1,6 +1,8 @@
-"""Training: the `ernie-pretrain` loop (pretrain.py), typed recipes (recipe.py), the engine a parallel backend
-replaces (engine.py), the masked-only MLM loss (mlm.py), atomic checkpoints with exact resume
-(checkpoint.py), data order and sharding (data.py), MFU (mfu.py) and logs (logging_utils.py).
+"""Training: the `ernie-pretrain` loop (pretrain.py), typed recipes (recipe.py), what every run shares (core.py:
+seeding, device, AdamW groups, schedule), the engine a parallel backend replaces (engine.py) and the DeepSpeed
+ZeRO + AutoTP one (deepspeed_engine.py), fine-tuning's engines (task_engine.py), the masked-only MLM loss
+(mlm.py), atomic checkpoints with exact resume (checkpoint.py), data order and sharding (data.py), MFU (mfu.py)
+and logs (logging_utils.py).
 
 Nothing is imported here; import the submodule you need.
 """

@@ -2,7 +2,7 @@
 checkpoint save/load of model + optimizer state.
 
 `SingleDeviceEngine` is the reference backend (one process, one device). A sharded backend (DeepSpeed
-ZeRO-3 + tensor parallelism: `ernie_zoo.parallel.deepspeed_backend`) implements the same small interface and
+ZeRO-3 + tensor parallelism: `ernie_zoo.training.deepspeed_engine`) implements the same small interface and
 is named in `ENGINES` under the recipe's `distributed.backend`:
 
     model                    the ErnieZooForMaskedLM being trained (train()/eval() are called on it)
@@ -312,13 +312,13 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 #: use (so a backend's heavy imports, e.g. deepspeed, happen only when it is selected).
 ENGINES: dict[str, Any] = {
     "single": SingleDeviceEngine,
-    "deepspeed": "ernie_zoo.parallel.deepspeed_backend:engine_factory",
+    "deepspeed": "ernie_zoo.training.deepspeed_engine:engine_factory",
 }
 
 #: distributed.backend -> model builder `(config, recipe, tokenizer)` for backends that build the model their
 #: own way (ZeRO-3: partitioned at construction, never whole on one rank); others use `build_model`.
 MODEL_BUILDERS: dict[str, Any] = {
-    "deepspeed": "ernie_zoo.parallel.deepspeed_backend:model_factory",
+    "deepspeed": "ernie_zoo.training.deepspeed_engine:model_factory",
 }
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ernie_zoo.parallel.deepspeed_backend import ZeroPartitionIO
+from ernie_zoo.training.deepspeed_engine import ZeroPartitionIO
 
 from .checkpoint import load_optimizer_state, save_optimizer_state
 

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                     [
                         py,
                         "-m",
-                        "ernie_zoo.training.finetune",
+                        "ernie_zoo.finetune.cli",
                         recipe,
                         "--model.model_name_or_path",
                         str(ckpt),

@@ -54,7 +54,7 @@ $PY -m ernie_zoo.data.lexicon --out runs/zoo/data/entity_lexicon.txt
 # (recipes/zoo/ner_ensemble.py --pairs); this rebuilds the picked pair.
 for recipe in ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 \
     ner-s7-lex ner-s7-lex-stage2 ner-s7-lex-stage3 ner-kd ner-s7-kd poetry-s5; do
-    $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
+    $PY -m ernie_zoo.finetune.cli "recipes/zoo/$recipe.yaml"
 done
 
 # Spelling correction (ernie-zoo-mini-csc): synthetic errors put into clean offline text, then three fine-tuning
@@ -65,13 +65,13 @@ $PY scripts/prepare_corpora.py --sources msra reviews xinhua fortunes manpages l
 $PY -m ernie_zoo.data.spelling --corpus $C/{msra,reviews,xinhua,fortunes,manpages,libreoffice}.txt \
     --tokenizer ernie_zoo/zoo/ernie-zoo-mini-zh --out ~/.cache/ernie_zoo/csc --train 200000 --dev 3000 \
     --max-per-corpus 80000
-$PY -m ernie_zoo.training.finetune recipes/zoo/csc.yaml
+$PY -m ernie_zoo.finetune.cli recipes/zoo/csc.yaml
 $PY recipes/zoo/csc_stage1.py --checkpoint "$(ls -d runs/zoo/csc/checkpoints/checkpoint-* | tail -1)"
 $PY -m ernie_zoo.data.spelling --corpus $C/{msra,reviews,xinhua,fortunes,manpages,libreoffice}.txt \
     --tokenizer ernie_zoo/zoo/ernie-zoo-mini-zh --out ~/.cache/ernie_zoo/csc --train 200000 --dev 3000 \
     --max-per-corpus 80000 --train-error-counts 0.1 0.3 0.3 0.2 0.1
 for recipe in csc-stage2 csc-stage3; do
-    $PY -m ernie_zoo.training.finetune "recipes/zoo/$recipe.yaml"
+    $PY -m ernie_zoo.finetune.cli "recipes/zoo/$recipe.yaml"
 done
 $PY -m ernie_zoo.evaluation.correction --baseline --out bench/results/correction_baselines.json
 
@@ -81,7 +81,7 @@ $PY -m ernie_zoo.data.sentiment_lexicon
 $PY recipes/zoo/skep_mix.py --src $C
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-skep-s7.yaml
 $PY recipes/zoo/sentiment_silver.py --out ~/.cache/ernie_zoo/datasets/sentiment_silver3 --frames 3000
-$PY -m ernie_zoo.training.finetune recipes/zoo/sentiment-frames-skep-seed7.yaml
+$PY -m ernie_zoo.finetune.cli recipes/zoo/sentiment-frames-skep-seed7.yaml
 
 echo "== 5. ship"
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.
@@ -93,7 +93,7 @@ $PY recipes/zoo/ship.py ernie-zoo-mini-zh ernie-zoo-mini-sentiment ernie-zoo-min
 # layers) are the other points of bench/results/ner_fast_frontier.json.
 [ -d runs/zoo/ner-fast-init-a0 ] ||
     $PY recipes/zoo/ner_fast_init.py --member 0 --layers 0 --out runs/zoo/ner-fast-init-a0
-$PY -m ernie_zoo.training.finetune recipes/zoo/ner-fast1.yaml
+$PY -m ernie_zoo.finetune.cli recipes/zoo/ner-fast1.yaml
 $PY recipes/zoo/ship.py ernie-zoo-mini-ner-fast
 
 echo "== 6. ablation"
