@@ -500,3 +500,17 @@ def test_model_soup_is_chosen_greedily_on_dev(tmp_path, tiny_tokenizer, make_con
     with pytest.raises(SystemExit, match="data.dev_file"):
         soup.main([str(recipes[0]), str(other), "--out", str(tmp_path / "bad")])
     assert not (tmp_path / "bad").exists()
+
+
+def test_sentiment_lexicon_licence_follows_what_a_stage_used():
+    """The card's sentiment-lexicon licence row comes from what a stage's recipe used (a lexicon for the
+    sentiment masking unit, or the lexicon-labelled silver sentences), not from the recipe's name."""
+    from ernie_zoo.evaluation.cards import _uses_sentiment_lexicon
+
+    assert _uses_sentiment_lexicon({"recipe": "recipes/zoo/pretrain-skep-s7.yaml"})  # data.sentiment_lexicon
+    assert _uses_sentiment_lexicon({"recipe": "recipes/pretrain/tiny-cpu-sentiment.yaml"})  # no "skep" in it
+    assert _uses_sentiment_lexicon({"recipe": "recipes/zoo/sentiment-frames-skep-seed7.yaml"})  # silver data
+    assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/pretrain-mini.yaml"})
+    assert not _uses_sentiment_lexicon({"recipe": "recipes/finetune/sentiment_full.yaml"})  # reviews only
+    assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/no-such-skep.yaml"})
+    assert not _uses_sentiment_lexicon({"name": "a stage without a recipe"})

@@ -57,6 +57,26 @@ _SENTIMENT_LEXICON_LICENCE = (
     "research lexicons whose terms the packages do not state: research use",
 )
 
+
+def _uses_sentiment_lexicon(stage: dict[str, Any]) -> bool:
+    """Whether a training stage (an entry of training.json's `stages`) used the sentiment lexicon: its recipe names
+    one for the sentiment masking unit (`data.sentiment_lexicon` of a pretraining recipe), or it trains on the
+    silver sentences the lexicon labelled (`recipes/zoo/sentiment_silver.py` writes them to a `sentiment_silver*`
+    dataset). Read from the recipe file in this checkout; a stage whose recipe is not here counts as not using it."""
+    import yaml
+
+    from ernie_zoo.data.corpora import repo_root
+
+    recipe, root = stage.get("recipe"), repo_root()
+    if not recipe or root is None or not (root / recipe).is_file():
+        return False
+    config = yaml.safe_load((root / recipe).read_text(encoding="utf-8")) or {}
+    data = config.get("data") or {}
+    return bool(data.get("sentiment_lexicon")) or any(
+        "sentiment_silver" in str(data.get(key) or "") for key in ("train_file", "dev_file")
+    )
+
+
 _META = {
     "mlm": {
         "pipeline_tag": "fill-mask",
@@ -780,7 +800,7 @@ def render_card(
     licences = list(_DATA_LICENCES)
     if (r.get("lexicon") or {}).get("words"):
         licences.append(_LEXICON_LICENCE)
-    if any("skep" in (stage.get("recipe") or "") for stage in t.get("stages") or []):
+    if any(_uses_sentiment_lexicon(stage) for stage in t.get("stages") or []):
         licences.append(_SENTIMENT_LEXICON_LICENCE)
     out += ["| source | licence |", "|---|---|"] + [f"| {s} | {lic} |" for s, lic in licences] + [""]
     out += [
