@@ -306,7 +306,8 @@ def test_zero3_crf_tagger_matches_one_process(tmp_path, references):
         ({"backend": "deepspeed", "zero_stage": 4}, "lora", "must be 0-3"),
         ({"backend": "deepspeed", "deepspeed_config": "no/such.json"}, "lora", "no such file"),
         ({"backend": "fsdp"}, "lora", "must be single or deepspeed"),
-        ({"zero_stage": 3}, "lora", "applies to distributed.backend deepspeed only"),
+        ({"zero_stage": 3}, "lora", "needs distributed.backend deepspeed"),
+        ({"backend": "deepspeed", "recompute": "full"}, "lora", "fine-tuning supports none only"),
     ],
 )
 def test_bad_distributed_settings_are_named(distributed, method, message):

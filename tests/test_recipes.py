@@ -162,7 +162,11 @@ def test_unknown_key_in_a_file_is_named(tmp_path):
         ({"data.dataset_dir": "x"}, ValueError, "exactly one of data.files or data.dataset_dir"),
         ({"optim.warmup_steps": "-1"}, ValueError, "'optim.warmup_steps' = -1"),
         ({"distributed.backend": "horovod"}, ValueError, "'distributed.backend'"),
-        ({"distributed.tp_size": "2"}, ValueError, "'distributed.tp_size' = 2: needs backend deepspeed"),
+        (
+            {"distributed.tp_size": "2"},
+            ValueError,
+            "'distributed.tp_size' = 2: needs distributed.backend deepspeed",
+        ),
         ({"model.preset": "null", "model.hidden_size": "64"}, ValueError, "model.num_hidden_layers"),
     ],
 )

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ernie_zoo.training.recipe import arg, iter_fields, load_recipe, recipe_help, recipe_to_yaml
+from ernie_zoo.training.recipe import (
+    DistributedArgs,
+    arg,
+    iter_fields,
+    load_recipe,
+    recipe_help,
+    recipe_to_yaml,
+)
 from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_source
 
 TASKS = ("sequence_classification", "token_classification", "generation", "text_correction")
@@ -239,30 +246,6 @@ DEEPSPEED_METHODS = ("full", "lora")
 
 
 @dataclass
-class DistributedArgs:
-    """How training is spread over processes (mirrors ernie-pretrain's distributed section)."""
-
-    backend: str = arg(
-        "single",
-        "single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher "
-        "such as torchrun or deepspeed starts; gloo on CPU). Under deepspeed every batch of train.batch_size "
-        "examples is split over the ranks, method must be full or lora, and train.device is each rank's own; a "
-        "run resumes with the same number of ranks under ZeRO stage 3.",
-    )
-    deepspeed_config: str | None = arg(
-        None,
-        "deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch split, grad_accum and "
-        "max_grad_norm (as gradient_clipping) are written over it. null: the built-in ZeRO-3 default.",
-    )
-    zero_stage: int | None = arg(None, "deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's.")
-    tp_size: int | None = arg(
-        None,
-        "deepspeed backend: tensor-parallel size; only null or 1 for fine-tuning (AutoTP would replace the Linear "
-        "layers that LoRA wraps).",
-    )
-
-
-@dataclass
 class FinetuneArgs:
     """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
 
@@ -359,22 +342,12 @@ class FinetuneArgs:
         self._validate_distributed(check)
 
     def _validate_distributed(self, check) -> None:
+        """The shared rules (`DistributedArgs.validate`), then fine-tuning's own."""
         d = self.distributed
-        check(
-            d.backend in ("single", "deepspeed"),
-            "distributed.backend",
-            d.backend,
-            "must be single or deepspeed",
-        )
+        d.validate()
+        check(d.tp_size in (None, 1), "distributed.tp_size", d.tp_size, "fine-tuning supports null or 1 only")
+        check(d.recompute == "none", "distributed.recompute", d.recompute, "fine-tuning supports none only")
         if d.backend == "single":
-            for key in ("deepspeed_config", "zero_stage", "tp_size"):
-                value = getattr(d, key)
-                check(
-                    value is None,
-                    f"distributed.{key}",
-                    value,
-                    "applies to distributed.backend deepspeed only",
-                )
             return
         check(
             self.method.method in DEEPSPEED_METHODS,
@@ -388,10 +361,6 @@ class FinetuneArgs:
             "train.distill_from",
             self.train.distill_from,
             "distillation runs with distributed.backend single only",
-        )
-        check(d.tp_size in (None, 1), "distributed.tp_size", d.tp_size, "fine-tuning supports null or 1 only")
-        check(
-            d.zero_stage in (None, 0, 1, 2, 3), "distributed.zero_stage", d.zero_stage, "must be 0-3 or null"
         )
         check(
             d.deepspeed_config is None or Path(d.deepspeed_config).expanduser().is_file(),

@@ -212,26 +212,60 @@ class LoggingArgs:
 
 @dataclass
 class DistributedArgs:
-    """How training is spread over devices."""
+    """How training is spread over processes and devices (ernie-pretrain and ernie-finetune alike)."""
 
     backend: str = arg(
         "single",
-        "Training backend: single (one process, one device) or deepspeed (ZeRO + tensor parallelism, "
-        "ernie_zoo.parallel.deepspeed_backend; start it with a launcher such as torchrun or deepspeed).",
+        "single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher "
+        "such as torchrun or deepspeed starts, ernie_zoo.parallel.deepspeed_backend; gloo on CPU). Fine-tuning "
+        "under deepspeed splits every batch of train.batch_size examples over the ranks, runs method full or "
+        "lora only, takes train.device as each rank's own, and resumes with the same number of ranks under ZeRO "
+        "stage 3.",
     )
     deepspeed_config: str | None = arg(
         None,
-        "deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the recipe's batch sizes, precision "
-        "and clipping are written over it. null: the backend's default (ZeRO-3).",
+        "deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch sizes, gradient "
+        "accumulation and clipping (and, pretraining, precision) are written over it. null: the built-in ZeRO-3 "
+        "default.",
     )
     tp_size: int | None = arg(
-        None, "deepspeed backend: tensor-parallel size; null: the json's autotp_size, else 1."
+        None,
+        "deepspeed backend: AutoTP tensor-parallel size; null: the json's autotp_size, else 1. Fine-tuning runs "
+        "at 1: null or 1 only (AutoTP would replace the Linear layers that LoRA wraps).",
     )
     zero_stage: int | None = arg(None, "deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's.")
     recompute: str = arg(
         "none",
-        "deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none keeps activations.",
+        "deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none "
+        "keeps activations. Fine-tuning: none only.",
     )
+
+    def validate(self) -> None:
+        """The rules of both commands; raises `ValueError` naming the key."""
+        _check(self.backend in BACKENDS, "distributed.backend", self.backend, "must be single or deepspeed")
+        _check(
+            self.tp_size is None or self.tp_size >= 1,
+            "distributed.tp_size",
+            self.tp_size,
+            "must be >= 1 or null",
+        )
+        _check(
+            self.zero_stage in (None, 0, 1, 2, 3),
+            "distributed.zero_stage",
+            self.zero_stage,
+            "must be 0-3 or null",
+        )
+        _check(
+            self.recompute in ("none", "full"),
+            "distributed.recompute",
+            self.recompute,
+            "must be none or full",
+        )
+        if self.backend == "single":
+            unset = {"deepspeed_config": None, "tp_size": None, "zero_stage": None, "recompute": "none"}
+            for key, default in unset.items():
+                value = getattr(self, key)
+                _check(value == default, f"distributed.{key}", value, "needs distributed.backend deepspeed")
 
 
 @dataclass
@@ -384,37 +418,7 @@ class PretrainRecipe:
         _check(self.logging.interval > 0, "logging.interval", self.logging.interval, "must be > 0")
         pf = self.logging.peak_flops
         _check(pf is None or pf > 0, "logging.peak_flops", pf, "must be > 0 or null")
-        dist = self.distributed
-        _check(dist.backend in BACKENDS, "distributed.backend", dist.backend, f"must be one of {BACKENDS}")
-        _check(
-            dist.tp_size is None or dist.tp_size >= 1,
-            "distributed.tp_size",
-            dist.tp_size,
-            "must be >= 1 or null",
-        )
-        _check(
-            dist.zero_stage is None or dist.zero_stage in (0, 1, 2, 3),
-            "distributed.zero_stage",
-            dist.zero_stage,
-            "must be 0, 1, 2, 3 or null",
-        )
-        _check(
-            dist.recompute in ("none", "full"),
-            "distributed.recompute",
-            dist.recompute,
-            "must be none or full",
-        )
-        if dist.backend == "single":
-            for key in ("deepspeed_config", "tp_size", "zero_stage"):
-                _check(
-                    getattr(dist, key) is None,
-                    f"distributed.{key}",
-                    getattr(dist, key),
-                    "needs backend deepspeed",
-                )
-            _check(
-                dist.recompute == "none", "distributed.recompute", dist.recompute, "needs backend deepspeed"
-            )
+        self.distributed.validate()
 
 
 PRECISIONS = ("fp32", "bf16", "fp16")
