@@ -1,4 +1,4 @@
-"""Small shared helpers: atomic writes of files and directories, checks on loaded weights, console errors."""
+"""Small shared helpers: atomic writes, checks on loaded weights, the device, console errors."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @contextlib.contextmanager
@@ -160,6 +164,28 @@ def unreadable_weights(where: str, exc: BaseException) -> ValueError:
             f"accepted): {str(exc).splitlines()[0][:200]}. Convert the checkpoint to model.safetensors"
         )
     return ValueError(f"{where}: the weights file is corrupt or truncated ({exc}); restore the directory")
+
+
+def resolve_device(device: str | int | torch.device | None = None, key: str | None = None) -> torch.device:
+    """`device` as a torch.device, for training runs and Taskflow alike: None or "auto" is CUDA when available, else
+    the CPU; "cpu", "cuda", "cuda:N", an int (a CUDA index) or a torch.device. A CUDA device without CUDA, or any
+    other device, is a ValueError naming the recipe `key` (e.g. "train.device") when given, else `device=`."""
+    import torch
+
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(f"device must be a str, int or torch.device, got {type(device).__name__}")
+    what = f"recipe key {key!r} = {device!r}" if key else f"device={device!r}"
+    try:
+        dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{what}: not a device ({e})") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{what}: must be cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{what}, but CUDA is not available")
+    return dev
 
 
 def run_console(prog: str, main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:

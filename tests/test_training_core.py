@@ -16,10 +16,10 @@ from ernie_zoo.training.core import (
     decays,
     lr_lambda,
     param_groups,
-    resolve_device,
     seed_everything,
     warmup_decay,
 )
+from ernie_zoo.utils import resolve_device
 
 
 def _names(model, groups):
@@ -137,8 +137,17 @@ def test_seed_everything_seeds_python_numpy_and_torch():
 
 
 def test_device_resolution_checks_cuda():
-    assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    """One `ernie_zoo.utils.resolve_device` for training (errors name the recipe key) and Taskflow (device=)."""
+    assert resolve_device("cpu") == resolve_device(torch.device("cpu")) == torch.device("cpu")
+    assert (
+        resolve_device("auto").type
+        == resolve_device(None).type
+        == ("cuda" if torch.cuda.is_available() else "cpu")
+    )
+    with pytest.raises(ValueError, match="device='meta': must be cpu or cuda"):
+        resolve_device("meta")
+    with pytest.raises(TypeError, match="device must be a str, int or torch.device, got bool"):
+        resolve_device(True)
     with pytest.raises(ValueError, match="recipe key 'train.device' = 'gpu7': not a device"):
         resolve_device("gpu7", key="train.device")
     if not torch.cuda.is_available():
@@ -146,6 +155,10 @@ def test_device_resolution_checks_cuda():
             ValueError, match="recipe key 'train.device' = 'cuda:1', but CUDA is not available"
         ):
             resolve_device("cuda:1", key="train.device")
+        with pytest.raises(ValueError, match=r"device=1, but CUDA is not available"):
+            resolve_device(1)
+    else:
+        assert resolve_device(0) == torch.device("cuda:0")
 
 
 def test_fine_tuning_trains_with_the_shared_groups_and_schedule(tmp_path, monkeypatch):

@@ -48,9 +48,9 @@ from ernie_zoo.training.checkpoint import (
     verify_checkpoint,
     write_json,
 )
-from ernie_zoo.training.core import adamw, resolve_device, seed_everything, warmup_decay
+from ernie_zoo.training.core import adamw, seed_everything, warmup_decay
 from ernie_zoo.training.task_engine import DeepSpeedTaskEngine, PlainEngine, check_trainable_state
-from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path
+from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path, resolve_device
 from ernie_zoo.zoo import SHIPPED_MODELS
 
 from .args import FinetuneArgs, dump_recipe

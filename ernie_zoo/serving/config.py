@@ -107,7 +107,7 @@ class ServeConfig:
     def forward_batch_size(self) -> int:
         if self.batch_size is not None:
             return self.batch_size
-        from ernie_zoo.taskflow.models import resolve_device
+        from ernie_zoo.utils import resolve_device
 
         return 32 if resolve_device(self.device).type == "cuda" else 2
 

@@ -159,25 +159,6 @@ def resolve_model(
 
 
 # ----------------------------------------------------------------------------------------------- devices
-def resolve_device(device: str | int | torch.device | None) -> torch.device:
-    """None -> cuda if available else cpu; "cpu", "cuda", "cuda:1", an int (cuda index) or a torch.device."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise TypeError(f"device must be a str, int or torch.device, got {type(device).__name__}")
-    try:
-        dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
-    except RuntimeError as exc:
-        raise ValueError(f"invalid device {device!r}: {exc}") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device {device!r} requested but CUDA is not available (torch.cuda.is_available() is False)"
-        )
-    if dev.type not in {"cpu", "cuda"}:
-        raise ValueError(f"device must be cpu or cuda, got {device!r}")
-    return dev
-
-
 def check_precision(precision: str, device: torch.device) -> None:
     """fp16/bf16 are for GPUs (bf16 is allowed on CPU but slow there); int8 dynamic quantization is CPU only."""
     if precision not in PRECISIONS:
@@ -401,7 +382,6 @@ __all__ = [
     "default_precision",
     "clear_model_cache",
     "load_model",
-    "resolve_device",
     "resolve_model",
     "verify_manifest",
     "write_manifest",

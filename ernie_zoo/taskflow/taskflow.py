@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
-from .models import PRECISIONS, default_precision, load_model, resolve_device, resolve_model
+from ernie_zoo.utils import resolve_device
+
+from .models import PRECISIONS, default_precision, load_model, resolve_model
 from .task import TASKS, Settings, Task, build_options, get_task
 from .text import normalize_inputs
 

@@ -1,5 +1,5 @@
 """What every training run shares, pretraining (`ernie-pretrain`) and fine-tuning (`ernie-finetune`) alike:
-seeding, the device, AdamW's parameter groups and the learning-rate schedule.
+seeding, AdamW's parameter groups and the learning-rate schedule.
 
 One weight-decay rule for every run (BERT's): **no decay on biases and other 1-D parameters, on LayerNorm
 weights, or on anything in the embedding block** -- the word, position and type tables, the pinyin / radical /
@@ -28,20 +28,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def resolve_device(name: str, key: str = "device") -> torch.device:
-    """The recipe value `name` as a torch.device: "auto" is CUDA when available, else CPU; a CUDA device when
-    CUDA is not available is an error naming the recipe `key`."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"recipe key {key!r} = {name!r}: not a device ({e})") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"recipe key {key!r} = {name!r}, but CUDA is not available")
-    return device
 
 
 def decays(name: str, param: torch.Tensor) -> bool:
@@ -113,7 +99,6 @@ __all__ = [
     "decays",
     "lr_lambda",
     "param_groups",
-    "resolve_device",
     "seed_everything",
     "warmup_decay",
 ]

@@ -41,10 +41,10 @@ from typing import Any
 import torch
 import yaml
 
-from ernie_zoo.utils import atomic_write_text, run_console
+from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
-from .core import resolve_device, seed_everything
+from .core import seed_everything
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
 from .engine import build_model_config, build_model_for, make_engine
 from .logging_utils import MetricsLogger, format_count, progress_bar, write_json_atomic
@@ -146,7 +146,7 @@ def pretrain(
     output_dir.mkdir(parents=True, exist_ok=True)
     if recipe.num_threads is not None:
         torch.set_num_threads(recipe.num_threads)
-    device = resolve_device(recipe.device)
+    device = resolve_device(recipe.device, key="device")
     resume_from = _resume_dir(recipe, output_dir)
 
     # ---- tokenizer and data (errors about the data surface here, before any model is built)
