@@ -12,7 +12,7 @@ from test_finetune_loop import QUIET, SMALL, _ner_args, _ner_files, _split_senti
 
 from ernie_zoo.finetune import build_args, run_finetune
 from ernie_zoo.finetune.distill import Teachers
-from ernie_zoo.tokenization.lexicon import EntityLexicon
+from ernie_zoo.text.lexicon import EntityLexicon
 
 
 def _teachers(alpha=0.5, temperature=2.0) -> Teachers:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
+from ernie_zoo.models.crf_tagger import LEXICON_FILE, ErnieZooForTokenClassificationCRF
 from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF as Ensemble
 from ernie_zoo.models.int8 import (
     dequantize_state_dict,
@@ -22,7 +22,7 @@ from ernie_zoo.models.int8 import (
     quantize_state_dict,
     save_int8_weights,
 )
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
+from ernie_zoo.text.lexicon import EntityLexicon
 
 TYPES = ["PER", "LOC", "ORG"]
 TAGS = ["O", "B-PER", "E-PER", "B-LOC", "E-LOC"]

@@ -103,6 +103,12 @@ CASES = {
         + ["--lexicon", "{d}/nolex.txt"],
         "data.lexicon: no such file: {d}/nolex.txt",
     ),
+    "untyped lexicon": (
+        {"lex.txt": "北京\n上海\n"},
+        ["--task", "token_classification", "--use_crf", "true", "--train_file", str(NER)]
+        + ["--lexicon", "{d}/lex.txt"],
+        "data.lexicon: {d}/lex.txt gives its words no entity types",
+    ),
     "missing teacher": (
         {"t.jsonl": GOOD},
         ["--train_file", "{d}/t.jsonl", "--distill_from", '["{d}/no-teacher"]'],

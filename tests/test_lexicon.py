@@ -14,8 +14,8 @@ from test_finetune_loop import _ner_args  # a CRF tagger of the small random mod
 from ernie_zoo.data.lexicon import jieba_entities, jionlp_locations
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.export import unwrap
-from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon
+from ernie_zoo.models.crf_tagger import LEXICON_FILE, ErnieZooForTokenClassificationCRF
+from ernie_zoo.text.lexicon import EntityLexicon
 
 TYPES = ("PER", "LOC", "ORG")
 
@@ -32,6 +32,7 @@ def lexicon():
             "京": {"LOC"},
         },
         TYPES,
+        min_length=2,  # as the zoo's lexicon is built
     )
 
 
@@ -50,6 +51,10 @@ def test_matches_mark_begin_inside_end_per_type_and_overlap(lexicon):
         "PER-E,ORG-E",
     ]
     assert "京" not in lexicon and len(lexicon) == 5
+    kept = EntityLexicon(
+        {"京": {"LOC"}, "北京": {"LOC"}}, TYPES
+    )  # min_length 1 keeps 京, which still marks nothing
+    assert "京" in kept and [kept.describe(f) for f in kept.char_features("京北京")] == ["", "LOC-B", "LOC-E"]
     assert lexicon.num_features == 9
 
 
@@ -81,15 +86,17 @@ def test_save_load_roundtrip_and_clear_errors(lexicon, tmp_path):
     again.save(tmp_path / "copy.txt")
     assert (tmp_path / "copy.txt").read_bytes() == path.read_bytes()  # sorted: a stable checksum
 
+    plain = tmp_path / "plain.txt"  # entity masking's plain list: the types are the names it uses, sorted
+    plain.write_text("# masking entities\n北京\tLOC\n新华社 ORG\n长江\n", encoding="utf-8")
+    assert EntityLexicon.load(plain).types == ("LOC", "ORG")
+    assert dict(EntityLexicon.load(plain).entries()) == {"北京": ("LOC",), "新华社": ("ORG",), "长江": ()}
+
     bad = tmp_path / "bad.txt"
-    bad.write_text("北京\tLOC\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="not an entity lexicon"):
-        EntityLexicon.load(bad)
     bad.write_text("# ernie-zoo entity lexicon: PER LOC\n北京 LOC\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"bad.txt:2: expected"):
         EntityLexicon.load(bad)
     bad.write_text("# ernie-zoo entity lexicon: PER LOC\n北京\tGPE\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="'GPE', not one of"):
+    with pytest.raises(ValueError, match="bad.txt:2: lexicon word '北京' has type 'GPE', not one of"):
         EntityLexicon.load(bad)
     with pytest.raises(ValueError, match="distinct"):
         EntityLexicon({}, ["PER", "PER"])
@@ -269,7 +276,7 @@ def test_user_dict_intervention_is_longest_first_and_replaces_overlapping_entiti
 
     task = NamedEntityRecognition.__new__(NamedEntityRecognition)  # only the intervention, no model
     task.user_words = {"北京": "LOC", "北京大学": "ORG", "小王": "PER"}
-    task._longest_user_word = 4
+    task.user_lexicon = EntityLexicon(task.user_words)
     model = [
         Entity("京大", "LOC", 3, 5, 0.9),
         Entity("上海", "LOC", 7, 9, 0.8),

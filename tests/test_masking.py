@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from ernie_zoo.masking import (
-    AhoCorasick,
     EntityLexicon,
     KnowledgeMaskingCollator,
     MaskingSchedule,
@@ -18,6 +17,7 @@ from ernie_zoo.masking import (
     Segmenter,
     prepare_dataset,
 )
+from ernie_zoo.text.lexicon import AhoCorasick
 
 ENTITIES = ["新华社", "国务院", "北京大学", "中国人民银行", "联合国", "长城", "长江", "重庆", "上海浦东新区"]
 
@@ -84,7 +84,7 @@ def test_entity_lexicon(tmp_path):
     assert lex.find("北京大学生在清华大学") == [(0, 4), (6, 10)]
     path = tmp_path / "lex.txt"
     path.write_text("# comment\n北京大学\tORG\n\n北京 LOC\n", encoding="utf-8")
-    typed = EntityLexicon.from_file(path)
+    typed = EntityLexicon.load(path)
     assert len(typed) == 2 and "北京" in typed
     assert typed.find_typed("我在北京大学和北京") == [(2, 6, "ORG"), (7, 9, "LOC")]
     assert pickle.loads(pickle.dumps(typed)).find("北京大学") == [(0, 4)]
@@ -94,7 +94,7 @@ def test_entity_lexicon(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n", encoding="utf-8")
     with pytest.raises(ValueError, match="empty"):
-        EntityLexicon.from_file(empty)
+        EntityLexicon.load(empty)
 
 
 # ---------------------------------------------------------------------------------------------- segmenter

@@ -28,7 +28,8 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from ernie_zoo.tokenization.lexicon import JIEBA_NAME_TYPES, EntityLexicon
+from ernie_zoo.text.lexicon import EntityLexicon
+from ernie_zoo.text.segment import JIEBA_NAME_TYPES
 
 from .sources import DEFAULT_CACHE, fetch, read_archive_member
 
@@ -78,7 +79,7 @@ def build_entity_lexicon(raw_dir: Path | None = None) -> EntityLexicon:
     world = read_archive_member(wheel, "dictionary/world_location.txt").decode("utf-8")
     for name in jionlp_locations(china, world):
         words.setdefault(name, set()).add("LOC")
-    lexicon = EntityLexicon(words, TYPES)
+    lexicon = EntityLexicon(words, TYPES, min_length=2)
     counts = Counter(t for _, types in lexicon.entries() for t in types)
     logger.info("entity lexicon: %d words (%s)", len(lexicon), ", ".join(f"{t} {counts[t]}" for t in TYPES))
     return lexicon

@@ -29,10 +29,10 @@ from ernie_zoo.models import (
     ErnieZooEnsembleForTokenClassificationCRF,
     ErnieZooForTokenClassificationCRF,
 )
+from ernie_zoo.models.crf_tagger import LEXICON_FILE
 from ernie_zoo.models.int8 import save_int8_weights
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE
 from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
 
 from .bottleneck import CONFIG_NAME, BottleneckModel

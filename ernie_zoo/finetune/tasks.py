@@ -20,11 +20,12 @@ from torch import nn
 
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
+from ernie_zoo.models.crf_tagger import find_lexicon
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
+from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
-from ernie_zoo.tokenization.lexicon import EntityLexicon, find_lexicon
 
 from .data import (
     ClassificationExample,
@@ -272,6 +273,8 @@ class TokenClassificationTask(Task):
             if not path.is_file():
                 raise FileNotFoundError(f"data.lexicon: no such file: {path}")
             lexicon = EntityLexicon.load(path)
+            if not lexicon.types:
+                raise ValueError(f"data.lexicon: {path} gives its words no entity types")
         else:
             base = self.args.model.model_name_or_path
             path = find_lexicon(Path(base).expanduser()) if base else None

@@ -50,10 +50,10 @@ Design
   the masked sentiment-word tokens, -100 elsewhere) for the word-polarity head of `ernie-pretrain`.
 """
 
+from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.segment import ENTITY_POS_TAGS, Segmenter
 
 from .collator import KnowledgeMaskingCollator
-from .lexicon import AhoCorasick, EntityLexicon, SentimentWords
 from .prepare import (
     COLUMNS,
     SENTIMENT_COLUMNS,
@@ -66,9 +66,9 @@ from .prepare import (
     split_long_text,
 )
 from .schedule import STRATEGIES, MaskingSchedule, MaskingStage
+from .sentiment import SentimentWords
 
 __all__ = [
-    "AhoCorasick",
     "COLUMNS",
     "ENTITY_POS_TAGS",
     "EntityLexicon",

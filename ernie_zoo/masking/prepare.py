@@ -48,11 +48,12 @@ import numpy as np
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.segment import Segmenter
 from ernie_zoo.text.sentences import chunk_text, sentence_spans
 from ernie_zoo.utils import atomic_directory
 
-from .lexicon import EntityLexicon, SentimentWords
+from .sentiment import SentimentWords
 
 logger = logging.getLogger(__name__)
 
@@ -480,9 +481,7 @@ def prepare_dataset_with_stats(
         raise ValueError(f"eval_fraction must be in [0, 1), got {eval_fraction}")
     if lexicon is not None and not isinstance(lexicon, EntityLexicon):
         lexicon = (
-            EntityLexicon.from_file(lexicon)
-            if isinstance(lexicon, (str, os.PathLike))
-            else EntityLexicon(lexicon)
+            EntityLexicon.load(lexicon) if isinstance(lexicon, (str, os.PathLike)) else EntityLexicon(lexicon)
         )
     if sentiment_lexicon is not None and not isinstance(sentiment_lexicon, SentimentWords):
         sentiment_lexicon = (
@@ -643,7 +642,8 @@ def prepare_dataset(
         tokenizer: an `ErnieZooTokenizerFast` (gives `input_ids`, `token_type_ids`, `pinyin_ids`).
         max_seq_len: maximum tokens per example, [CLS] and [SEP] included; longer texts are split.
         num_proc: processes for the `datasets.map` step.
-        lexicon: an `EntityLexicon`, a lexicon file (one entity per line) or an iterable of entities.
+        lexicon: an `EntityLexicon`, a lexicon file (`EntityLexicon.load`: one entity per line, or the NER tagger's
+            typed format) or an iterable of entities.
         user_dict: a jieba-format user dictionary (path or lines) for the word segmenter.
         use_pos_entities: also take words tagged nr/ns/nt/nz by the POS tagger as entities.
         cache_dir: if set, save the result under `cache_dir/prepared-<hash>` and reuse it when the inputs

@@ -5,7 +5,7 @@
 
 With an entity lexicon (`config.lexicon_types`, e.g. ["PER", "LOC", "ORG"]) each token also carries
 `lexicon_ids` (B, T): 3 bits per type saying whether it begins, continues or ends a lexicon match
-(`ernie_zoo.tokenization.lexicon`). The bits enter before the encoder, so attention can weigh a match
+(`ernie_zoo.text.lexicon`). The bits enter before the encoder, so attention can weigh a match
 against its context:
 
     lexicon_ids (B, T) ─ bits (B, T, 3·types) ─ lexicon_proj (no bias, starts at zero) ─┐
@@ -33,8 +33,9 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, TokenClassifierOutput
+from transformers.utils import cached_file
 
-from ernie_zoo.tokenization.lexicon import LEXICON_FILE, EntityLexicon, find_lexicon
+from ernie_zoo.text.lexicon import EntityLexicon
 
 from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF, compact
@@ -44,6 +45,7 @@ from .registry import register
 logger = logging.getLogger(__name__)
 
 IGNORE = -100
+LEXICON_FILE = "entity_lexicon.txt"
 
 
 @dataclass
@@ -123,6 +125,14 @@ def crf_outputs(
         loss = crf(em_c, mask_c, tags_c)
     predictions = None if training else viterbi_predictions(crf, emissions, crf_mask)
     return loss, predictions
+
+
+def find_lexicon(model_name_or_path: str | os.PathLike, **hub_kwargs) -> str | None:
+    """Path of the `entity_lexicon.txt` saved with a model (a local directory, or a hub repo through the hub
+    cache), or None when the model has none."""
+    return cached_file(
+        str(model_name_or_path), LEXICON_FILE, _raise_exceptions_for_missing_entries=False, **hub_kwargs
+    )
 
 
 class EntityLexiconMixin:
@@ -276,8 +286,10 @@ __all__ = [
     "CRFTokenClassifierOutput",
     "EntityLexiconMixin",
     "ErnieZooForTokenClassificationCRF",
+    "LEXICON_FILE",
     "crf_outputs",
     "default_crf_mask",
+    "find_lexicon",
     "model_inputs",
     "viterbi_predictions",
 ]

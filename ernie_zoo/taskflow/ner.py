@@ -43,9 +43,10 @@ from typing import Any
 
 import torch
 
-from ernie_zoo.text.segment import read_user_dict
+from ernie_zoo.models.crf_tagger import LEXICON_FILE
+from ernie_zoo.text.lexicon import EntityLexicon
+from ernie_zoo.text.segment import JIEBA_NAME_TYPES, read_user_dict
 from ernie_zoo.text.tags import parse_tag, tags_to_spans
-from ernie_zoo.tokenization.lexicon import JIEBA_NAME_TYPES, LEXICON_FILE
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
@@ -116,7 +117,7 @@ class NamedEntityRecognition(EncoderTask):
             self.user_words = self._read_user_words(self.settings.user_dict)
             if self.lexicon is not None:  # the model also sees them as lexicon matches
                 self.lexicon = self.lexicon.with_words({w: {t} for w, t in self.user_words.items()})
-            self._longest_user_word = max(map(len, self.user_words), default=0)
+            self.user_lexicon = EntityLexicon(self.user_words)
 
     def _read_user_words(self, user_dict: Any) -> dict[str, str]:
         types = set(self.entity_types)
@@ -135,20 +136,12 @@ class NamedEntityRecognition(EncoderTask):
         return words
 
     def _intervene(self, text: str, entities: list[Entity]) -> list[Entity]:
-        """Every user_dict word in `text` (longest first, left to right) becomes an entity of its type, replacing
+        """Every user_dict word in `text` (leftmost-longest, non-overlapping) becomes an entity of its type, replacing
         the model's entities it overlaps."""
-        simple = to_simplified(text)
-        found: list[Entity] = []
-        i = 0
-        while i < len(simple):
-            for n in range(min(self._longest_user_word, len(simple) - i), 0, -1):
-                kind = self.user_words.get(simple[i : i + n])
-                if kind is not None:
-                    found.append(Entity(text[i : i + n], kind, i, i + n, None))
-                    i += n
-                    break
-            else:
-                i += 1
+        found = [
+            Entity(text[s:e], kind, s, e, None)
+            for s, e, kind in self.user_lexicon.find_typed(to_simplified(text))
+        ]
         if not found:
             return entities
         kept = [e for e in entities if not any(e.start < f.end and f.start < e.end for f in found)]

@@ -34,6 +34,7 @@ import torch
 
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.text.confusion import is_cjk
+from ernie_zoo.text.lexicon import AhoCorasick
 from ernie_zoo.text.segment import read_user_dict
 from ernie_zoo.tokenization.traditional import to_simplified
 
@@ -84,22 +85,14 @@ class TextCorrection(EncoderTask):
         self.min_prob = min_prob
         sets = self.model.confusion_sets
         self.candidates = candidate_table(sets, self.tokenizer.get_vocab()) if sets is not None else None
-        self.user_words = sorted(
-            {to_simplified(w) for w, _, _ in read_user_dict(settings.user_dict)}
-            if settings.user_dict
-            else set(),
-            key=len,
-            reverse=True,
-        )
+        words = read_user_dict(settings.user_dict) if settings.user_dict else []
+        self.user_words = AhoCorasick(to_simplified(w) for w, _, _ in words)
 
     def _protected(self, text: str) -> list[bool]:
         """Per character: inside a user_dict word (never corrected)."""
         keep = [False] * len(text)
-        for word in self.user_words:
-            start = text.find(word)
-            while start >= 0:
-                keep[start : start + len(word)] = [True] * len(word)
-                start = text.find(word, start + 1)
+        for start, end in self.user_words.iter_matches(text):
+            keep[start:end] = [True] * (end - start)
         return keep
 
     def preprocess(self, texts: list[str]) -> Prepared:

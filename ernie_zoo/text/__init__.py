@@ -1,5 +1,5 @@
-"""Chinese-text building blocks, the lowest layer of ernie_zoo (imports nothing else from the package, and only the
-standard library at import time):
+"""Chinese-text building blocks, the lowest layer of ernie_zoo (only the standard library at import time; the lexicon's
+features and file writes use `tokenization.traditional` and `utils`, the same layer, on first use):
 
 - `tags`: `Span` and the BIO/BIOES/BMES tag codec (`tags_to_spans`, `spans_to_tags`, `parse_tag`, ...);
 - `metrics`: entity-span precision/recall/F1 (`span_scores`, `prf`);
@@ -7,18 +7,23 @@ standard library at import time):
 - `confusion`: confusion sets of spelling correction (`ConfusionSets`);
 - `correction`: spelling-correction scores, sentence level as pycorrector defines them (`correction_scores`);
 - `segment`: word segmentation and user dictionaries (`Segmenter`, `read_user_dict`; rjieba or jieba, loaded on
-  first use), shared by knowledge masking and the segmentation, POS, NER and correction Taskflows.
+  first use), shared by knowledge masking and the segmentation, POS, NER and correction Taskflows;
+- `lexicon`: entity lexicons (`EntityLexicon`: entity masking's leftmost-longest spans, the NER tagger's per-character
+  lexicon bits, both file formats) and the Aho-Corasick matcher under them (`AhoCorasick`).
 """
 
 from .confusion import ConfusionSets
 from .correction import correction_scores
+from .lexicon import AhoCorasick, EntityLexicon
 from .metrics import prf, span_scores
 from .segment import Segmenter, read_user_dict
 from .sentences import chunk_spans, chunk_text, sentence_spans
 from .tags import Span, as_span, parse_tag, spans_to_tags, tags_to_spans
 
 __all__ = [
+    "AhoCorasick",
     "ConfusionSets",
+    "EntityLexicon",
     "Segmenter",
     "Span",
     "as_span",

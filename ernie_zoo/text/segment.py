@@ -32,10 +32,12 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENTITY_POS_TAGS", "Segmenter", "UserDictEntry", "read_user_dict"]
+__all__ = ["ENTITY_POS_TAGS", "JIEBA_NAME_TYPES", "Segmenter", "UserDictEntry", "read_user_dict"]
 
 #: jieba's proper-noun tags: person, place, organisation, other proper noun.
 ENTITY_POS_TAGS = ("nr", "ns", "nt", "nz")
+#: jieba's POS tags of names and the entity type each stands for (the entity lexicon builder, NER user_dict tags).
+JIEBA_NAME_TYPES = {"nr": "PER", "nrt": "PER", "nrfg": "PER", "ns": "LOC", "nt": "ORG"}
 
 UserDictEntry = tuple[str, "int | None", "str | None"]
 
