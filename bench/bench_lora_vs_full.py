@@ -119,8 +119,12 @@ def run_one(spec: dict) -> dict:
         "train.overwrite": True,
         "train.resume": "never",
     }
+    if spec.get(
+        "base"
+    ):  # another base directory (bench/char_feature_ablation.py: the encoder minus features)
+        overrides["model.model_name_or_path"] = spec["base"]
     args = build_args(REPO / spec["recipe"], overrides)
-    if args.model.model_name_or_path != BASE:
+    if args.model.model_name_or_path != spec.get("base", BASE):
         raise ValueError(f"{spec['recipe']} starts from {args.model.model_name_or_path}, not {BASE}")
     cuda = torch.cuda.is_available() and spec["device"] != "cpu"
     if cuda:
@@ -190,6 +194,18 @@ def _spec_key(spec: dict) -> str:
     same = {k: v for k, v in spec.items() if k not in ("output_dir", "files")}
     same["data"] = {split: _sha256(Path(path)) for split, path in spec["files"].items()}
     return hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def sample_task_data(args, work: Path, task_name: str, data_dir: Path) -> tuple[dict, dict]:
+    """The task's train / dev / test samples under `work`/data (the same for every run): (files, sizes)."""
+    files, sizes = {}, {}
+    for split, n in (("train", _budget(args, task_name, "train")), ("dev", args.dev), ("test", args.test)):
+        src = data_dir / TASKS[task_name]["data"] / f"{split}.jsonl"
+        if not src.is_file():
+            raise SystemExit(f"{src} is missing: run python scripts/prepare_corpora.py first")
+        files[split] = str(work / "data" / task_name / f"{split}.jsonl")
+        sizes[split] = _sample(src, Path(files[split]), n or None, seed=0)
+    return files, sizes
 
 
 def _sha256(path: Path) -> str:
@@ -327,18 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     prepared = {}
     for task_name in args.tasks:
-        task = TASKS[task_name]
-        files, sizes = {}, {}
-        for split, n in (
-            ("train", _budget(args, task_name, "train")),
-            ("dev", args.dev),
-            ("test", args.test),
-        ):
-            src = data_dir / task["data"] / f"{split}.jsonl"
-            if not src.is_file():
-                raise SystemExit(f"{src} is missing: run python scripts/prepare_corpora.py first")
-            files[split] = str(work / "data" / task_name / f"{split}.jsonl")
-            sizes[split] = _sample(src, Path(files[split]), n or None, seed=0)
+        files, sizes = sample_task_data(args, work, task_name, data_dir)
 
         def spec(method, lr, seed, rank=None, _files=files, _name=task_name):
             return _spec(args, work, _name, _files, method, lr, seed, rank)
