@@ -4,8 +4,8 @@ Baselines (LAC, jieba.posseg, SnowNLP, TF-IDF + logistic regression, n-gram LMs)
 :mod:`ernie_zoo.evaluation.baselines` and import their optional dependencies lazily.
 """
 
+from ..models.ngram import CharNgramLM
 from .metrics import accuracy, macro_f1
-from .ngram import CharNgramLM
 from .poetry import PoemFormat, check_poem_format, format_rates, poem_lines
 
 __all__ = [

@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
+from ..models.ngram import CharNgramLM
 from ..text.metrics import span_scores
 from ..utils import atomic_write_json
 from .metrics import accuracy, macro_f1
-from .ngram import CharNgramLM
 from .poetry import format_rates
 
 if TYPE_CHECKING:

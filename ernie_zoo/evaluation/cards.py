@@ -118,6 +118,7 @@ _META = {
             "libreoffice-help-zh-cn",
             "fortunes-zh",
             "pycorrector confusion sets",
+            "jieba dict.txt (word frequencies, read at run time)",
         ],
         "use": "Chinese spelling correction (homophones and look-alikes; the length never changes): "
         '`Taskflow("text_correction")`.',
@@ -687,7 +688,7 @@ CSC_PUBLISHED = {"Kenlm-CSC": 0.3147, "Mengzi-T5-CSC": 0.7758, "MacBERT-CSC": 0.
 
 def _eval_csc(r: dict[str, Any]) -> list[str]:
     t = r["sighan2015_test"]
-    rows = [("this model", t, r.get("dev"))]
+    rows = [("this model" + (" (fused decoding, below)" if r.get("fusion") else ""), t, r.get("dev"))]
     ngram = (r.get("baselines") or {}).get("ngram")
     if ngram:
         rows.append((ngram["system"], ngram["test"], ngram.get("dev")))
@@ -696,7 +697,7 @@ def _eval_csc(r: dict[str, Any]) -> list[str]:
         "",
         "Test: the real SIGHAN-2015 test as pycorrector ships it (`data/sighan2015_test.tsv`: 707 learner sentences, "
         '373 with errors), scored once for these weights through `Taskflow("text_correction")`; every choice '
-        "(checkpoint, decoding margin, the baseline's threshold) was made on the synthetic dev split. Sentence "
+        "(checkpoint, decoding margin or fusion weights, the baseline's threshold) was made on the synthetic dev split. Sentence "
         "level exactly as pycorrector's `eval_model_batch` (a sentence with errors counts as right only if corrected "
         "to its exact target); character level: detection / correction F1 over the wrong characters.",
         "",
@@ -724,6 +725,31 @@ def _eval_csc(r: dict[str, Any]) -> list[str]:
         "",
         f"This model {verdict} (sentence F1 {_f(f1)} on SIGHAN-2015).",
     ]
+    if r.get("fusion"):
+        w = r["fusion"]
+        out += [
+            "",
+            "Decoding fuses three scores of each confusion-set candidate (gains over the character as written, in "
+            f"nats): a character {(r.get('fusion_choice') or {}).get('ngram_lm', {}).get('order', 'n')}-gram "
+            "Kneser-Ney LM of the clean training text, shipped with the model as `ngram_lm.safetensors` (n-grams "
+            "seen once pruned); the best-segmentation log-probability of the 9 characters around the change under "
+            "jieba's word frequencies; and this model's correction head. A change is made when "
+            f"{w['lm']:g} × LM + {w['word']:g} × words + {w['model']:g} × model > {w['threshold']:g}, best first, "
+            f"none within {w['min_distance']} characters of another (`threshold=` overrides it per call).",
+        ]
+        choice = r.get("fusion_choice")
+        if choice:
+            rows_dev = choice["systems"]
+            out += [
+                "",
+                f"The weights were chosen on {choice['dev_sentences']['choose']:,} synthetic dev sentences and are "
+                f"reported on {choice['dev_sentences']['report']:,} others (`{choice['command']}`, "
+                "bench/results/csc_fusion.json):",
+                "",
+                "| decoding | dev sentence F1 (held-out half) |",
+                "|---|---:|",
+                *(f"| {name} | {_f(row['report_sentence_f1'])} |" for name, row in rows_dev.items()),
+            ]
     if ngram:
         nt, nd = ngram["test"]["sentence_f1"], (ngram.get("dev") or {}).get("sentence_f1")
         dev_f1 = (r.get("dev") or {}).get("sentence_f1")
@@ -740,7 +766,7 @@ def _eval_csc(r: dict[str, Any]) -> list[str]:
             )
     out += [
         "",
-        "Why: it is about "
+        "Why: its neural part is about "
         f"{r.get('parameters', 0) / 1e6:.0f}M parameters (4 layers × 256; its encoder predicts 14-17% of masked "
         "characters), fine-tuned for a few thousand CPU steps on synthetic errors only (no real learner errors: "
         "the sampler draws confusions from sound and shape tables, not from how often learners make each one), "
@@ -789,7 +815,7 @@ def render_card(
         "ner": 'Taskflow("ner")("李明在北京大学读书。")',
         "poetry": 'Taskflow("text_generation")("春眠不觉晓，")',
         "mlm": 'Taskflow("fill_mask")("北京是中国的首[MASK]。")',
-        "csc": 'Taskflow("text_correction")("我们明天在见面吧。")',
+        "csc": 'Taskflow("text_correction")("这本书很有意思，我以经看完了。")',
     }
     out += [CALL_BY_NAME.get(name, calls[kind]), "```", ""]
     out += _arch(r)

@@ -6,7 +6,7 @@
 * :class:`NgramCorrector` — the classic pipeline users had before neural CSC (pycorrector's rule/kenlm path):
   for each character, try its confusable characters and keep the one that raises a character n-gram language
   model's log-probability of the sentence the most, if by more than a threshold (chosen on dev). The LM is our
-  interpolated Kneser-Ney :class:`~ernie_zoo.evaluation.ngram.CharNgramLM` on the same clean text the neural model
+  interpolated Kneser-Ney :class:`~ernie_zoo.models.ngram.CharNgramLM` on the same clean text the neural model
   learns from; the candidates are the same confusion sets.
 * :func:`evaluate_correction_model` — Taskflow("text_correction") on the synthetic dev and SIGHAN-2015 test, with
   sentence-level scores exactly as pycorrector's ``eval_model_batch`` and character-level detection/correction F1
@@ -25,13 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ernie_zoo.data.sources import DEFAULT_CACHE, fetch, read_archive_member
+from ernie_zoo.models.correction import FusionWeights, candidate_gains, choose_corrections
+from ernie_zoo.models.ngram import CharNgramLM
 from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets
 from ernie_zoo.text.correction import correction_scores
-
-from .ngram import CharNgramLM
 
 logger = logging.getLogger(__name__)
 
@@ -71,12 +69,13 @@ def read_pairs(path: str | Path, limit: int | None = None) -> list[tuple[str, st
 
 
 class NgramCorrector:
-    """Confusion-set candidates ranked by a character n-gram LM (see the module docstring).
+    """Confusion-set candidates ranked by a character n-gram LM alone (see the module docstring).
 
     Every candidate of every character is scored against the sentence as written, in one vectorised LM call per
     sentence: its gain is the change in log-probability of the characters whose context includes its position
     (i .. i + order - 1). Changes with a gain above `threshold` nats are applied best first, skipping any within
-    `order - 1` characters of one already applied (their gains assumed the other as written).
+    `order - 1` characters of one already applied (their gains assumed the other as written): the model's fused
+    decoding (`ernie_zoo.models.correction.choose_corrections`) with the n-gram term only.
     """
 
     def __init__(self, lm: CharNgramLM, confusion: ConfusionSets, threshold: float = 4.0):
@@ -84,40 +83,13 @@ class NgramCorrector:
 
     def proposals(self, text: str) -> list[tuple[int, str, float]]:
         """(position, new character, gain) of every change the corrector makes, by position."""
-        lm, order = self.lm, self.lm.order
-        windows, meta = [], []  # meta: (position, candidate or None for the original, k, window length)
-        for i, ch in enumerate(text):
-            cands = self.confusion.candidates(ch) if ch in self.confusion else ""
-            if not cands:
-                continue
-            start, end = max(0, i - order + 1), min(len(text), i + order)
-            window = list(text[start:end])
-            k = i - start
-            for cand in [None, *cands]:
-                if cand is not None:
-                    window[k] = cand
-                windows.append("".join(window))
-                meta.append((i, cand, k, end - start))
-        if not windows:
-            return []
-        ids, positions = lm._encode(windows)
-        logp = np.log(lm._probs(ids, positions))
-        gains: dict[int, float] = {}
-        best: list[tuple[float, int, str]] = []
-        offset = 0
-        for i, cand, k, length in meta:
-            score = float(logp[offset + k : offset + length].sum())
-            offset += length
-            if cand is None:
-                gains[i] = score  # the original comes first for each position
-            elif score - gains[i] > self.threshold:
-                best.append((score - gains[i], i, cand))
-        chosen: dict[int, tuple[str, float]] = {}
-        for gain, i, cand in sorted(best, reverse=True):
-            if i in chosen or any(abs(i - j) < order for j in chosen):
-                continue
-            chosen[i] = (cand, gain)
-        return [(i, c, g) for i, (c, g) in sorted(chosen.items())]
+        candidates = {
+            i: dict.fromkeys(self.confusion.candidates(ch), 0.0)
+            for i, ch in enumerate(text)
+            if ch in self.confusion and self.confusion.candidates(ch)
+        }
+        weights = FusionWeights(threshold=self.threshold, min_distance=self.lm.order)
+        return choose_corrections(candidate_gains(text, candidates, self.lm), weights)
 
     def correct(self, text: str) -> str:
         chars = list(text)
@@ -186,7 +158,11 @@ def evaluate_correction_model(
 
     flow = Taskflow("text_correction", task_path=str(model_dir), batch_size=batch_size)
     test = read_sighan2015()
-    results: dict[str, Any] = {"model": str(model_dir), "min_prob": flow._task.min_prob}
+    fusion = flow._task.fusion
+    results: dict[str, Any] = {
+        "model": str(model_dir),
+        **({"fusion": fusion.to_dict()} if fusion is not None else {"min_prob": flow._task.min_prob}),
+    }
     dev = (
         read_pairs(csc_data / "dev.jsonl", dev_samples)
         if csc_data and (csc_data / "dev.jsonl").is_file()
@@ -211,6 +187,46 @@ def evaluate_correction_model(
     return results
 
 
+def attach_ngram_lm(
+    model_dir: Path, csc_data: Path, fusion: Path, max_bytes: int = 25_000_000
+) -> dict[str, Any]:
+    """Ship fused decoding with a text_correction model: fit the character n-gram LM that `fusion` (the results
+    of bench/csc_fusion.py) describes on the clean side of `csc_data`'s training split, prune it the same way,
+    write it into `model_dir` as `ngram_lm.safetensors`, set the chosen weights as config.json's
+    `correction_fusion`, and rewrite the manifest. Refused when the directory would exceed `max_bytes`."""
+    from ernie_zoo.models.correction import NGRAM_FILE
+    from ernie_zoo.taskflow.models import write_manifest
+    from ernie_zoo.utils import atomic_write_json
+
+    chosen = json.loads(Path(fusion).read_text(encoding="utf-8"))
+    spec, weights = chosen["ngram_lm"], FusionWeights(**chosen["chosen"])
+    lm = CharNgramLM(order=spec["order"]).fit([t for _, t in read_pairs(csc_data / "train.jsonl")])
+    lm.prune(spec["min_count"])
+    if lm.num_ngrams != spec["ngrams_kept"]:
+        raise ValueError(
+            f"the LM fitted on {csc_data} keeps {lm.num_ngrams} n-grams, {fusion} chose its weights with "
+            f"{spec['ngrams_kept']}: not the same training text"
+        )
+    config_path = Path(model_dir) / "config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    tmp = Path(model_dir) / f".{NGRAM_FILE}.tmp"
+    lm.save(tmp)
+    others = sum(f.stat().st_size for f in Path(model_dir).iterdir() if f.name != NGRAM_FILE and f != tmp)
+    total = others + tmp.stat().st_size
+    if total > max_bytes:
+        tmp.unlink()
+        raise ValueError(f"{model_dir} with the n-gram LM would take {total:,} bytes > {max_bytes:,}")
+    tmp.replace(Path(model_dir) / NGRAM_FILE)
+    config["correction_fusion"] = weights.to_dict()
+    atomic_write_json(config_path, config, indent=2, sort_keys=True)
+    write_manifest(model_dir)
+    return {
+        "ngrams": lm.num_ngrams,
+        "bytes": (Path(model_dir) / NGRAM_FILE).stat().st_size,
+        "fusion": weights.to_dict(),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=None, help="a text_correction model directory")
@@ -223,10 +239,20 @@ def main(argv: list[str] | None = None) -> int:
         "bench/results/correction_baselines.json)",
     )
     p.add_argument("--out", type=Path, default=None, help="write the results JSON here")
+    p.add_argument(
+        "--attach-lm",
+        type=Path,
+        metavar="MODEL_DIR",
+        help="ship fused decoding with this model directory: the n-gram LM and weights --fusion chose",
+    )
+    p.add_argument("--fusion", type=Path, default=Path("bench/results/csc_fusion.json"))
     args = p.parse_args(argv)
-    if args.model is None and not args.baseline:
-        p.error("give --model DIR, --baseline, or both")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.attach_lm is not None:
+        print(json.dumps(attach_ngram_lm(args.attach_lm, args.csc_data, args.fusion)))
+        return 0
+    if args.model is None and not args.baseline:
+        p.error("give --model DIR, --baseline, --attach-lm DIR, or a combination")
     if args.model is not None:
         results = evaluate_correction_model(
             args.model, args.csc_data, dev_samples=args.dev_samples, baseline=args.baseline

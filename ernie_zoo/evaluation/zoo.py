@@ -42,6 +42,7 @@ import torch
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from ..data.sources import DEFAULT_CACHE
+from ..models.ngram import CharNgramLM
 from ..text.metrics import span_scores
 from .baselines import (
     MULTIDOMAIN_DIR,
@@ -53,7 +54,6 @@ from .baselines import (
     scores_by_domain,
 )
 from .metrics import accuracy, entity_names, macro_f1, recall_by_seen
-from .ngram import CharNgramLM
 from .poetry import format_rates
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ ZOO_MODELS: dict[str, str] = {
 #: Synthetic spelling-error data (dev split) and the committed n-gram corrector results for the csc card.
 CSC_DATA = DEFAULT_CACHE / "csc"
 CSC_BASELINES = Path("bench/results/correction_baselines.json")
+CSC_FUSION = Path("bench/results/csc_fusion.json")
 #: Examples of each test split kept, with the model's outputs, for `tests/test_zoo_models.py`.
 SAMPLE_SIZE = 64
 TRAINING_FILE = "training.json"
@@ -620,6 +621,11 @@ def evaluate_zoo(
             out = evaluate_correction_model(model_dir, CSC_DATA)
             if CSC_BASELINES.is_file():
                 out["baselines"] = json.loads(CSC_BASELINES.read_text(encoding="utf-8"))
+            if "fusion" in out and CSC_FUSION.is_file():  # how the decoding weights were chosen (dev only)
+                fusion = json.loads(CSC_FUSION.read_text(encoding="utf-8"))
+                out["fusion_choice"] = {
+                    k: fusion[k] for k in ("command", "dev_sentences", "ngram_lm", "systems")
+                }
         else:
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind

@@ -26,9 +26,10 @@ punctuation: the vocabulary projection is most of the cost of a small model's st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -36,11 +37,14 @@ from transformers.modeling_outputs import ModelOutput
 from transformers.utils import cached_file
 
 from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets
+from ernie_zoo.text.words import WordUnigram
 
 from .modeling import ErnieZooForMaskedLM
+from .ngram import CharNgramLM
 from .registry import register
 
 IGNORE = -100
+NGRAM_FILE = "ngram_lm.safetensors"
 
 
 @dataclass
@@ -64,7 +68,16 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
         self.detector = nn.Linear(config.hidden_size, 1)
         #: the characters each character may be corrected to (`confusion_sets.json` of the directory), or None
         self.confusion_sets: ConfusionSets | None = None
+        #: the character n-gram LM fused with the model at decoding (`ngram_lm.safetensors`), or None
+        self.ngram_lm: CharNgramLM | None = None
         self.post_init()
+
+    @property
+    def fusion(self) -> FusionWeights | None:
+        """How decoding weighs the n-gram LM, the word model and this model (config.correction_fusion), or None
+        for the model alone."""
+        weights = getattr(self.config, "correction_fusion", None)
+        return FusionWeights(**weights) if weights and self.ngram_lm is not None else None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -83,12 +96,19 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
             )
             if path is not None:
                 model.confusion_sets = ConfusionSets.load(path)
+            path = cached_file(
+                pretrained_model_name_or_path, NGRAM_FILE, _raise_exceptions_for_missing_entries=False, **hub
+            )
+            if path is not None:
+                model.ngram_lm = CharNgramLM.load(path)
         return loaded
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         super().save_pretrained(save_directory, *args, **kwargs)
         if self.confusion_sets is not None:
             self.confusion_sets.save(Path(save_directory) / CONFUSION_FILE)
+        if self.ngram_lm is not None:
+            self.ngram_lm.save(Path(save_directory) / NGRAM_FILE)
 
     @property
     def detection_loss_weight(self) -> float:
@@ -213,9 +233,103 @@ def decode_corrections(
     return out
 
 
+# ------------------------------------------------------------------------------------------- fused decoding
+#
+# A candidate change c at position i of text x is scored
+#
+#     score = lm * [log P_lm(x with c) - log P_lm(x)]          over the characters whose n-gram context holds i
+#           + word * [log P_word(window with c) - log P_word(window)]   best segmentation of x[i-4 : i+5]
+#           + model * [log p_model(c | x) - log p_model(x_i | x)]       the correction head at i
+#
+# and applied when the score exceeds `threshold`, best first, never within `min_distance` of a change already made
+# (each score assumed its neighbours as written). The n-gram LM and the word model bring what a small encoder
+# lacks: the n-gram counts of every sentence of the training text, and word frequencies from jieba's dictionary.
+
+
+@dataclass(frozen=True)
+class FusionWeights:
+    """The weights and threshold of fused decoding (nats; chosen on the synthetic dev split)."""
+
+    lm: float = 1.0
+    word: float = 0.0
+    model: float = 0.0
+    threshold: float = 0.0
+    min_distance: int = 4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+WORD_WINDOW = 4  # characters either side of a change that the word model reads
+
+
+def candidate_gains(
+    text: str,
+    candidates: dict[int, dict[str, float]],
+    lm: CharNgramLM,
+    words: WordUnigram | None = None,
+) -> list[tuple[int, str, float, float, float]]:
+    """(position, candidate, n-gram gain, word gain, model gain) of each candidate change of `text`.
+
+    candidates: position -> {candidate character: the model's log-probability gain over the character as
+    written} (0.0 for a corrector without a model). The n-gram gains come from one vectorised LM call; the word
+    gains are 0.0 without `words`.
+    """
+    order = lm.order
+    windows, meta = [], []  # one window with the character as written, then one per candidate
+    for i in sorted(candidates):
+        start, end = max(0, i - order + 1), min(len(text), i + order)
+        window = list(text[start:end])
+        k = i - start
+        for cand in [None, *candidates[i]]:
+            if cand is not None:
+                window[k] = cand
+            windows.append("".join(window))
+            meta.append((i, cand, k, end - start))
+    if not windows:
+        return []
+    ids, positions = lm._encode(windows)
+    logp = np.log(lm._probs(ids, positions))
+    out, offset, base, word_base = [], 0, 0.0, 0.0
+    for i, cand, k, length in meta:
+        score = float(logp[offset + k : offset + length].sum())
+        offset += length
+        ws, we = max(0, i - WORD_WINDOW), min(len(text), i + WORD_WINDOW + 1)
+        if cand is None:  # the character as written comes first at each position
+            base = score
+            word_base = words.logprob(text[ws:we]) if words is not None else 0.0
+            continue
+        word_gain = 0.0
+        if words is not None:
+            word_gain = words.logprob(text[ws:i] + cand + text[i + 1 : we]) - word_base
+        out.append((i, cand, score - base, word_gain, candidates[i][cand]))
+    return out
+
+
+def choose_corrections(
+    gains: list[tuple[int, str, float, float, float]], weights: FusionWeights
+) -> list[tuple[int, str, float]]:
+    """(position, new character, score) of the changes fused decoding makes, by position (see above)."""
+    best = []
+    for i, cand, lm_gain, word_gain, model_gain in gains:
+        score = weights.lm * lm_gain + weights.word * word_gain + weights.model * model_gain
+        if score > weights.threshold:
+            best.append((score, i, cand))
+    chosen: dict[int, tuple[str, float]] = {}
+    for score, i, cand in sorted(best, reverse=True):
+        if i in chosen or any(abs(i - j) < weights.min_distance for j in chosen):
+            continue
+        chosen[i] = (cand, score)
+    return [(i, c, s) for i, (c, s) in sorted(chosen.items())]
+
+
 __all__ = [
+    "NGRAM_FILE",
     "ErnieZooForSpellingCorrection",
+    "FusionWeights",
     "SpellingCorrectionOutput",
+    "candidate_gains",
     "candidate_table",
+    "choose_corrections",
     "decode_corrections",
 ]

@@ -4,22 +4,26 @@ Usage with the shipped default model, ernie-zoo-mini-csc:
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> corrector = Taskflow("text_correction")
->>> corrector("我们明天在见面吧。")  # doctest: +SKIP
-{'source': '我们明天在见面吧。', 'target': '我们明天再见面吧。', 'errors': [{'position': 4, 'correction': ['在', '再'], 'score': 0.9...}]}
+>>> corrector("这本书很有意思，我以经看完了。")  # doctest: +SKIP
+{'source': '这本书很有意思，我以经看完了。', 'target': '这本书很有意思，我已经看完了。', 'errors': [{'position': 9, 'correction': ['以', '已'], 'score': 20.8...}]}
 
 The result's `target` always has the length of `source` (spelling correction replaces characters; it never
 inserts or deletes), and each error's `position` indexes `source` (`source[position] == correction[0]`).
 
 Only Chinese characters change, and only into one of their confusable characters (same or similar sound, similar
-shape: the `confusion_sets.json` saved with the model), when the model prefers the candidate to the character as
-written by at least `min_prob` (default: the model's `correction_min_prob`, chosen on its dev set). Latin, digits,
+shape: the `confusion_sets.json` saved with the model). A model shipped with a character n-gram LM
+(`ngram_lm.safetensors`, as the default is) scores each candidate by that LM, jieba's word frequencies and its own
+correction head together, and makes a change when the score exceeds `threshold` nats (default: the model's
+`correction_fusion`, chosen on its dev set; see `ernie_zoo.models.correction`). A model without one makes a change
+when it prefers the candidate to the character as written by at least `min_prob` (default: the model's
+`correction_min_prob`). Latin, digits,
 punctuation and whitespace are never touched. Traditional input is read as Simplified by the model; characters
 that are not corrected are returned exactly as given, and a correction is written in Simplified.
 
 `user_dict` (a path or a list of words, one per line; jieba's `word [freq] [tag]` lines are read too) lists words
 never to correct, e.g. names and terms the model does not know:
 
->>> Taskflow("text_correction", user_dict=["在见"])("我们明天在见面吧。")["errors"]  # doctest: +SKIP
+>>> Taskflow("text_correction", user_dict=["以经"])("这本书很有意思，我以经看完了。")["errors"]  # doctest: +SKIP
 []
 
 Texts longer than `max_seq_len` are split by sentences; positions are into the whole text.
@@ -27,15 +31,22 @@ Texts longer than `max_seq_len` are split by sentences; positions are into the w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
+from ernie_zoo.models.correction import (
+    ErnieZooForSpellingCorrection,
+    candidate_gains,
+    candidate_table,
+    choose_corrections,
+    decode_corrections,
+)
 from ernie_zoo.text.confusion import is_cjk
 from ernie_zoo.text.lexicon import AhoCorasick
 from ernie_zoo.text.segment import read_user_dict
+from ernie_zoo.text.words import WordUnigram
 from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
@@ -45,11 +56,14 @@ from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
 class CorrectionOptions:
     """Options of text_correction.
 
-    min_prob: how much more probable than the character as written a correction must be (0 to 1); default:
-        the model's `correction_min_prob`.
+    min_prob: a model decoded alone: how much more probable than the character as written a correction must be
+        (0 to 1); default: the model's `correction_min_prob`.
+    threshold: a model shipped with an n-gram LM (fused decoding): the score, in nats, a correction must exceed;
+        default: the model's (config.correction_fusion). Higher: fewer, surer corrections.
     """
 
     min_prob: float | None = None
+    threshold: float | None = None
 
 
 @dataclass
@@ -77,6 +91,19 @@ class TextCorrection(EncoderTask):
         require(
             isinstance(self.model, ErnieZooForSpellingCorrection),
             f"text_correction needs an ErnieZooForSpellingCorrection model, not {type(self.model).__name__}",
+        )
+        self.fusion = self.model.fusion
+        if self.fusion is not None:
+            require(
+                options.min_prob is None,
+                "min_prob applies to a model decoded alone; this one fuses an n-gram LM: use threshold",
+            )
+            if options.threshold is not None:
+                self.fusion = replace(self.fusion, threshold=float(options.threshold))
+            self.words = WordUnigram.jieba() if self.fusion.word else None
+        require(
+            self.fusion is not None or options.threshold is None,
+            "threshold applies to a model with an n-gram LM (ngram_lm.safetensors); use min_prob",
         )
         min_prob = options.min_prob
         if min_prob is None:
@@ -107,8 +134,47 @@ class TextCorrection(EncoderTask):
             for t, (start, end) in enumerate(chunk.offsets):
                 if end - start == 1 and not chunk.special[t]:
                     eligible[row, t] = True
+        if self.fusion is not None:
+            return [
+                (out.detection_logits[i].float(), gains)
+                for i, gains in enumerate(self._gains(out, batch, eligible))
+            ]
         rows = decode_corrections(out.logits, batch["input_ids"], eligible, self.candidates, self.min_prob)
         return [(out.detection_logits[i].float(), rows[i]) for i in range(len(chunks))]
+
+    def _gains(self, out, batch, eligible) -> list[dict[int, dict[int, float]]]:
+        """Per row: token position -> {candidate token id: the model's log-probability gain over the input}."""
+        logp = out.logits.float().log_softmax(-1)
+        rows: list[dict[int, dict[int, float]]] = [{} for _ in range(logp.shape[0])]
+        input_ids = batch["input_ids"]
+        for b, t in zip(*(x.tolist() for x in torch.nonzero(eligible, as_tuple=True))):
+            tid = int(input_ids[b, t])
+            cand = self.candidates.get(tid) if self.candidates is not None else None
+            if cand is not None:
+                gains = (logp[b, t, cand] - logp[b, t, tid]).tolist()
+                rows[b][t] = dict(zip(cand.tolist(), gains))
+        return rows
+
+    def _fused(self, text: str, simplified: str, pairs, protected: list[bool]) -> list[dict[str, Any]]:
+        """The errors fused decoding finds in one text (the n-gram LM and word model read the whole text)."""
+        id_to_token = self.tokenizer.convert_ids_to_tokens
+        candidates: dict[int, dict[str, float]] = {}
+        for chunk, (_, gains) in pairs:
+            for t, by_id in gains.items():
+                pos = chunk.start + chunk.offsets[t][0]
+                if protected[pos] or not is_cjk(simplified[pos]):
+                    continue
+                tokens = id_to_token(list(by_id))
+                options = {c: g for c, g in zip(tokens, by_id.values()) if is_cjk(c) and c != simplified[pos]}
+                if options:
+                    candidates[pos] = options
+        chosen = choose_corrections(
+            candidate_gains(simplified, candidates, self.model.ngram_lm, self.words), self.fusion
+        )
+        return [
+            {"position": i, "correction": (text[i], new), "score": round(score, 4)}
+            for i, new, score in chosen
+        ]
 
     def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[CorrectionResult]:
         id_to_token = self.tokenizer.convert_ids_to_tokens
@@ -118,6 +184,11 @@ class TextCorrection(EncoderTask):
             protected = self._protected(simplified)
             chars = list(text)
             errors = []
+            if self.fusion is not None:
+                errors = self._fused(text, simplified, pairs, protected)
+                for e in errors:
+                    chars[e["position"]] = e["correction"][1]
+                pairs = []
             for chunk, (_, corrections) in pairs:
                 for t, token_id, margin in corrections:
                     pos = chunk.start + chunk.offsets[t][0]

@@ -9,7 +9,9 @@ features and file writes use `tokenization.traditional` and `utils`, the same la
 - `segment`: word segmentation and user dictionaries (`Segmenter`, `read_user_dict`; rjieba or jieba, loaded on
   first use), shared by knowledge masking and the segmentation, POS, NER and correction Taskflows;
 - `lexicon`: entity lexicons (`EntityLexicon`: entity masking's leftmost-longest spans, the NER tagger's per-character
-  lexicon bits, both file formats) and the Aho-Corasick matcher under them (`AhoCorasick`).
+  lexicon bits, both file formats) and the Aho-Corasick matcher under them (`AhoCorasick`);
+- `words`: how word-like a text is under jieba's word frequencies (`WordUnigram`), a score of fused spelling
+  correction.
 """
 
 from .confusion import ConfusionSets
@@ -19,6 +21,7 @@ from .metrics import prf, span_scores
 from .segment import Segmenter, read_user_dict
 from .sentences import chunk_spans, chunk_text, sentence_spans
 from .tags import Span, as_span, parse_tag, spans_to_tags, tags_to_spans
+from .words import WordUnigram
 
 __all__ = [
     "AhoCorasick",
@@ -26,6 +29,7 @@ __all__ = [
     "EntityLexicon",
     "Segmenter",
     "Span",
+    "WordUnigram",
     "as_span",
     "chunk_spans",
     "chunk_text",

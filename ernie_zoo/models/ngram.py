@@ -25,9 +25,11 @@ characters fit in a few hundred MB and train in well under a minute.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -114,11 +116,13 @@ class CharNgramLM:
                 keys, nums = np.unique(keys % self.base ** (k - 1), return_counts=True)
         return self
 
-    def _store(self, k: int, keys: np.ndarray, nums: np.ndarray) -> None:
+    def _store(self, k: int, keys: np.ndarray, nums: np.ndarray, discount: float | None = None) -> None:
         ctx = keys // self.base  # keys are sorted, so equal contexts are contiguous
         ctx_keys, starts, types = np.unique(ctx, return_index=True, return_counts=True)
         den = np.add.reduceat(nums, starts)
-        if self.fixed_discount is not None:
+        if discount is not None:
+            d = discount
+        elif self.fixed_discount is not None:
             d = self.fixed_discount
         else:
             n1, n2 = int(np.sum(nums == 1)), int(np.sum(nums == 2))
@@ -132,6 +136,66 @@ class CharNgramLM:
             "den": den.astype(np.float64),
             "types": types.astype(np.float64),
         }
+
+    def prune(self, min_count: int) -> CharNgramLM:
+        """Drop the n-grams of order >= 2 counted fewer than `min_count` times (continuation counts below the top
+        order); the tables are rebuilt from what is kept, with the fitted discounts, so each p_k(. | h) still sums
+        to 1 (the dropped mass goes to the lower orders). Returns ``self``."""
+        if min_count < 1:
+            raise ValueError(f"min_count must be >= 1, got {min_count}")
+        for k in range(2, self.order + 1):
+            t = self._tables[k]
+            keep = t["nums"] >= min_count
+            self._store(k, t["keys"][keep], t["nums"][keep], self.discounts[k])
+        return self
+
+    @property
+    def num_ngrams(self) -> int:
+        return sum(len(t["keys"]) for t in self._tables[1:])
+
+    def save(self, path: str | Path) -> None:
+        """Write the fitted model as safetensors: per order k, the n-grams as (N, k) symbol ids and their counts;
+        the vocabulary, order and discounts in the header (nothing executable: read back with `load`)."""
+        from safetensors.numpy import save_file
+
+        if not self._tables:
+            raise RuntimeError("the model is not fitted; call fit() first")
+        if self.base > 2**16:
+            raise ValueError(f"{self.base} symbols do not fit the uint16 ids of the saved format")
+        tensors = {}
+        for k in range(1, self.order + 1):
+            keys, digits = self._tables[k]["keys"], []
+            for _ in range(k):
+                digits.append(keys % self.base)
+                keys = keys // self.base
+            nums = self._tables[k]["nums"]
+            tensors[f"ngrams.{k}"] = np.stack(digits[::-1], axis=1).astype(np.uint16)
+            tensors[f"counts.{k}"] = nums.astype(np.uint16 if nums.max(initial=0) < 2**16 else np.uint32)
+        chars = "".join(sorted(self.vocab, key=self.vocab.get))
+        meta = {"order": self.order, "discounts": self.discounts, "min_count": self.min_count}
+        save_file(tensors, str(path), metadata={"vocab": chars, "config": json.dumps(meta)})
+
+    @classmethod
+    def load(cls, path: str | Path) -> CharNgramLM:
+        """A model written by `save`."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="np") as f:
+            header = f.metadata() or {}
+            if "vocab" not in header or "config" not in header:
+                raise ValueError(f"{path}: not a CharNgramLM file (no vocab/config in its header)")
+            meta = json.loads(header["config"])
+            lm = cls(order=meta["order"], min_count=meta["min_count"])
+            lm.vocab = {ch: i + 2 for i, ch in enumerate(header["vocab"])}
+            lm._tables = [{} for _ in range(lm.order + 1)]
+            lm.discounts = [float(d) for d in meta["discounts"]]
+            for k in range(1, lm.order + 1):
+                digits = f.get_tensor(f"ngrams.{k}").astype(np.int64)
+                keys = np.zeros(len(digits), dtype=np.int64)
+                for j in range(k):
+                    keys = keys * lm.base + digits[:, j]
+                lm._store(k, keys, f.get_tensor(f"counts.{k}").astype(np.float64), lm.discounts[k])
+        return lm
 
     # ------------------------------------------------------------------------------------- scoring
 

@@ -1,0 +1,274 @@
+"""Fused decoding for text correction (#22): the n-gram LM's prune/save/load, the word model, candidate gains and
+the choice of changes, the n-gram corrector on the shared code, Taskflow with an LM shipped in the model
+directory, and attaching an LM to a directory."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import sentences, tiny_config
+
+from ernie_zoo.models.correction import (
+    NGRAM_FILE,
+    ErnieZooForSpellingCorrection,
+    FusionWeights,
+    candidate_gains,
+    choose_corrections,
+)
+from ernie_zoo.models.ngram import CharNgramLM
+from ernie_zoo.text.confusion import ConfusionSets
+from ernie_zoo.text.words import WordUnigram
+
+TEXTS = [
+    "我们明天再见面吧。",
+    "他非常高兴。",
+    "我们再见。",
+    "非常好，非常感谢。",
+    "明天再说吧。",
+] * 4 + ["他在家里看书。", "在家里很好。"] * 3
+
+
+def _lm(order=3):
+    return CharNgramLM(order=order).fit(TEXTS)
+
+
+# ----------------------------------------------------------------------------- the n-gram LM
+
+
+def test_lm_save_load_round_trip_is_exact(tmp_path):
+    lm = _lm()
+    lm.save(tmp_path / "lm.safetensors")
+    again = CharNgramLM.load(tmp_path / "lm.safetensors")
+    assert again.vocab == lm.vocab and again.order == lm.order and again.discounts == lm.discounts
+    for text in ["我们明天在见面吧。", "他非长高兴", "没见过的字"]:
+        assert np.array_equal(again.log_probs(text), lm.log_probs(text))
+    with open(tmp_path / "bad.safetensors", "wb") as f:  # a safetensors file of something else
+        from safetensors.numpy import save_file
+
+        save_file({"x": np.zeros(2, dtype=np.float32)}, f.name)
+    with pytest.raises(ValueError, match="not a CharNgramLM file"):
+        CharNgramLM.load(tmp_path / "bad.safetensors")
+
+
+def test_lm_prune_drops_rare_ngrams_and_stays_normalised(tmp_path):
+    lm = _lm()
+    before = lm.num_ngrams
+    rare = int(sum((lm._tables[k]["nums"] < 3).sum() for k in (2, 3)))
+    lm.prune(3)
+    assert lm.num_ngrams == before - rare > 0
+    assert all((lm._tables[k]["nums"] >= 3).all() for k in (2, 3))
+    # each conditional distribution still sums to 1 over the vocabulary
+    for context in ["我们", "非常", "见面"]:
+        assert math.isclose(sum(lm.distribution(context).values()), 1.0, rel_tol=1e-9)
+    lm.save(tmp_path / "pruned.safetensors")  # and survives saving
+    again = CharNgramLM.load(tmp_path / "pruned.safetensors")
+    assert np.array_equal(again.log_probs("我们再见"), lm.log_probs("我们再见"))
+    with pytest.raises(ValueError, match="min_count"):
+        lm.prune(0)
+
+
+# ----------------------------------------------------------------------------- the word model
+
+
+def test_word_unigram_prefers_the_dictionary_word():
+    words = WordUnigram({"非常": 100, "高兴": 50, "非": 2, "长": 3, "常": 3, "高": 5, "兴": 1})
+    total = 164
+    # 非常 as one word beats 非 + 常
+    assert words.logprob("非常") == pytest.approx(math.log(100 / total))
+    assert words.logprob("非长") == pytest.approx(math.log(2 / total) + math.log(3 / total))
+    assert words.logprob("他") == pytest.approx(math.log(1 / total))  # unknown character: count 1
+    assert words.logprob("") == 0.0
+    assert words.logprob("非常高兴") > words.logprob("非长高兴")
+    with pytest.raises(ValueError, match="at least one word"):
+        WordUnigram({})
+
+
+def test_word_unigram_reads_jiebas_dictionary():
+    words = WordUnigram.jieba()
+    assert len(words.freqs) > 300_000
+    assert WordUnigram.jieba() is words  # loaded once
+    assert words.logprob("非常") > words.logprob("非长") + 5
+
+
+# ----------------------------------------------------------------------------- gains and the choice
+
+
+def test_candidate_gains_are_lm_differences_and_choices_respect_threshold_and_distance():
+    lm = _lm()
+    text = "我们明天在见面吧。"
+    cands = {4: {"再": 0.5, "载": -1.0}}
+    gains = candidate_gains(text, cands, lm)
+    by = {c: g for _, c, g, _, _ in gains}
+    # the n-gram gain: log P(text with the change) - log P(text), over the characters whose context holds 4
+    for cand, gain in by.items():
+        changed = text[:4] + cand + text[5:]
+        expected = lm.log_probs(changed).sum() - lm.log_probs(text).sum()
+        assert gain == pytest.approx(expected, abs=1e-9)
+    assert [(i, c, w) for i, c, _, w, m in gains] == [(4, "再", 0.0), (4, "载", 0.0)]
+    assert [m for *_, m in gains] == [0.5, -1.0]
+    lm_only = FusionWeights(threshold=0.0)
+    assert [(i, c) for i, c, _ in choose_corrections(gains, lm_only)] == [(4, "再")]
+    high = FusionWeights(threshold=by["再"] + 1.0)
+    assert choose_corrections(gains, high) == []
+    assert choose_corrections(
+        gains, FusionWeights(threshold=by["再"] + 0.25, model=1.0)
+    )  # the model's 0.5 tips it
+    # two changes closer than min_distance: only the better one is made
+    near = [(3, "a", 5.0, 0.0, 0.0), (5, "b", 4.0, 0.0, 0.0), (9, "c", 3.0, 0.0, 0.0)]
+    assert [i for i, _, _ in choose_corrections(near, FusionWeights(min_distance=4))] == [3, 9]
+    assert [i for i, _, _ in choose_corrections(near, FusionWeights(min_distance=2))] == [3, 5, 9]
+
+
+def test_word_gains_use_the_nine_character_window():
+    lm = _lm()
+    words = WordUnigram({"非常": 100, "高兴": 50})
+    text = "今天我们大家都非长高兴"
+    gains = candidate_gains(text, {8: {"常": 0.0}}, lm, words)
+    (_, _, _, word_gain, _) = gains[0]
+    window_before, window_after = (
+        text[4:11],
+        "大家都非常高兴",
+    )  # 4 characters either side of 8, clipped at the end
+    assert window_before == "大家都非长高兴"
+    assert word_gain == pytest.approx(words.logprob(window_after) - words.logprob(window_before))
+    assert word_gain > 0
+
+
+def test_ngram_corrector_is_fused_decoding_with_the_lm_alone():
+    from ernie_zoo.evaluation.correction import NgramCorrector
+
+    lm = _lm()
+    confusion = ConfusionSets({"在": {"same_tone": "再载"}, "长": {"same_tone": "常"}})
+    corrector = NgramCorrector(lm, confusion, threshold=0.5)
+    text = "我们明天在见面吧。他非长高兴。"
+    expected = choose_corrections(
+        candidate_gains(text, {4: dict.fromkeys("再载", 0.0), 11: {"常": 0.0}}, lm),
+        FusionWeights(threshold=0.5, min_distance=lm.order),
+    )
+    assert corrector.proposals(text) == expected
+    assert corrector.correct(text) == "我们明天再见面吧。他非常高兴。"
+
+
+# ----------------------------------------------------------------------------- Taskflow with a shipped LM
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from ernie_zoo import ErnieZooTokenizerFast
+
+    return ErnieZooTokenizerFast.train_vocab(
+        sentences() + TEXTS * 2, vocab_size=700, min_frequency=1, show_progress=False
+    )
+
+
+@pytest.fixture(scope="module")
+def fused_dir(tokenizer, tmp_path_factory):
+    """A tiny random model with an n-gram LM of TEXTS and weights that let the LM decide (model weight 0)."""
+    torch.manual_seed(0)
+    model = ErnieZooForSpellingCorrection(tiny_config(tokenizer)).eval()
+    model.load_char_tables(tokenizer)
+    model.confusion_sets = ConfusionSets({"在": {"same_tone": "再"}, "长": {"same_tone": "常"}})
+    model.ngram_lm = _lm()
+    model.config.correction_fusion = FusionWeights(lm=1.0, word=0.0, model=0.0, threshold=1.0).to_dict()
+    directory = tmp_path_factory.mktemp("fused")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def test_save_load_keeps_the_lm_and_the_weights(fused_dir):
+    assert (fused_dir / NGRAM_FILE).is_file()
+    again = ErnieZooForSpellingCorrection.from_pretrained(fused_dir)
+    assert again.fusion == FusionWeights(lm=1.0, word=0.0, model=0.0, threshold=1.0)
+    assert np.array_equal(again.ngram_lm.log_probs("我们再见"), _lm().log_probs("我们再见"))
+    again.ngram_lm = None  # weights without an LM: the model decodes alone
+    assert again.fusion is None
+
+
+def test_taskflow_fused_decoding_options_and_invariance(fused_dir):
+    from ernie_zoo.taskflow import Taskflow
+
+    flow = Taskflow("text_correction", task_path=str(fused_dir))
+    out = flow("我们明天在见面吧。")
+    assert out["target"] == "我们明天再见面吧。"
+    assert [(e["position"], e["correction"]) for e in out["errors"]] == [(4, ["在", "再"])]
+    assert out["errors"][0]["score"] > 1.0
+    # the LM as the test above: the score is the n-gram gain itself (model and word weights are 0)
+    gain = (
+        flow._task.model.ngram_lm.log_probs("我们明天再见面吧。").sum()
+        - flow._task.model.ngram_lm.log_probs("我们明天在见面吧。").sum()
+    )
+    assert out["errors"][0]["score"] == pytest.approx(gain, abs=1e-3)
+    # threshold per call; min_prob belongs to models decoded alone
+    strict = Taskflow("text_correction", task_path=str(fused_dir), threshold=gain + 1.0)
+    assert strict("我们明天在见面吧。")["errors"] == []
+    with pytest.raises(ValueError, match="use threshold"):
+        Taskflow("text_correction", task_path=str(fused_dir), min_prob=0.5)
+    kept = Taskflow("text_correction", task_path=str(fused_dir), user_dict=["在见"])("我们明天在见面吧。")
+    assert kept["errors"] == []
+    trad = flow("我們明天在見面吧。")  # Traditional kept where untouched; length never changes
+    assert trad["target"] == "我們明天再見面吧。"
+    texts = ["我们明天在见面吧。他非长高兴。", "iPhone 在这里", "在" * 200, ""] * 2
+    one = Taskflow("text_correction", task_path=str(fused_dir), batch_size=1, max_seq_len=64)(texts)
+    many = Taskflow("text_correction", task_path=str(fused_dir), batch_size=5, max_seq_len=64)(texts)
+    assert [r["target"] for r in one] == [r["target"] for r in many]
+    assert all(len(r["target"]) == len(r["source"]) for r in one)
+    assert one[0]["target"] == "我们明天再见面吧。他非常高兴。"
+
+
+def test_threshold_needs_a_model_with_an_lm(tokenizer, tmp_path):
+    from ernie_zoo.taskflow import Taskflow
+
+    model = ErnieZooForSpellingCorrection(tiny_config(tokenizer)).eval()
+    model.load_char_tables(tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="threshold applies to a model with an n-gram LM"):
+        Taskflow("text_correction", task_path=str(tmp_path), threshold=3.0)
+
+
+def test_attach_ngram_lm_writes_lm_weights_and_manifest(fused_dir, tmp_path):
+    import shutil
+
+    from ernie_zoo.evaluation.correction import attach_ngram_lm
+    from ernie_zoo.taskflow.models import verify_manifest
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(fused_dir, model_dir)
+    (model_dir / NGRAM_FILE).unlink()
+    data = tmp_path / "csc"
+    data.mkdir()
+    (data / "train.jsonl").write_text(
+        "".join(json.dumps({"source": t, "target": t}, ensure_ascii=False) + "\n" for t in TEXTS),
+        encoding="utf-8",
+    )
+    kept = CharNgramLM(order=2).fit(TEXTS).prune(2).num_ngrams
+    fusion = tmp_path / "fusion.json"
+    chosen = {"lm": 1.0, "word": 0.5, "model": 1.0, "threshold": 7.0, "min_distance": 4}
+    fusion.write_text(
+        json.dumps({"ngram_lm": {"order": 2, "min_count": 2, "ngrams_kept": kept}, "chosen": chosen})
+    )
+    out = attach_ngram_lm(model_dir, data, fusion)
+    assert out["ngrams"] == kept
+    assert json.loads((model_dir / "config.json").read_text())["correction_fusion"] == chosen
+    assert NGRAM_FILE in verify_manifest(model_dir)
+    loaded = ErnieZooForSpellingCorrection.from_pretrained(model_dir)
+    assert loaded.ngram_lm.order == 2 and loaded.fusion == FusionWeights(**chosen)
+    # other training text than the weights were chosen with, or a size over the limit: refused, nothing written
+    (data / "train.jsonl").write_text(
+        json.dumps({"source": "别的", "target": "别的"}) + "\n", encoding="utf-8"
+    )
+    with pytest.raises(ValueError, match="not the same training text"):
+        attach_ngram_lm(model_dir, data, fusion)
+    (data / "train.jsonl").write_text(
+        "".join(json.dumps({"source": t, "target": t}, ensure_ascii=False) + "\n" for t in TEXTS),
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="bytes >"):
+        attach_ngram_lm(model_dir, data, fusion, max_bytes=1000)
+    assert not list(model_dir.glob(".*.tmp"))
+    assert NGRAM_FILE in verify_manifest(model_dir)
