@@ -88,6 +88,11 @@ echo "== 5. ship"
 $PY recipes/zoo/poetry_decoding.py --model runs/zoo/poetry-s5
 $PY recipes/zoo/ship.py ernie-zoo-mini-zh ernie-zoo-mini-sentiment ernie-zoo-mini-ner ernie-zoo-mini-poetry \
     ernie-zoo-mini-csc
+# The correction model's fused decoding: its weights chosen on the synthetic dev split (the shipped model's own
+# scores, a character 3-gram LM of the clean training text, jieba's word frequencies), then that LM and the
+# weights shipped with it (ngram_lm.safetensors, config.json's correction_fusion).
+$PY bench/csc_fusion.py
+$PY -m ernie_zoo.evaluation.correction --attach-lm ernie_zoo/zoo/ernie-zoo-mini-csc --fusion bench/results/csc_fusion.json
 # The fast NER tagger (Taskflow("ner", mode="fast")): tagger A cut to its first layer, distilled from the shipped
 # ensemble (its teacher, so it comes after the ensemble is shipped). ner-fast.yaml / ner-fast3.yaml (2 and 3
 # layers) are the other points of bench/results/ner_fast_frontier.json.
