@@ -1,16 +1,19 @@
 """Issue #19 ablations on dev: SKEP objectives on vs off, and silver general-domain labels on vs off.
 
-Each arm is fine-tuned the same way (recipes/zoo/sentiment-*.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160,
-checkpoint chosen on the multi-domain dev) with two seeds; this script scores every run's exported model with
-`Taskflow("sentiment_analysis", task_path=..., precision="fp32")` on the multi-domain dev (per domain) and on the
-review dev split, and writes per-run numbers, each arm's mean and its seeds' spread. Dev only: no test split is
-read. Runs not finished yet are listed under ``missing``.
+Each arm is fine-tuned the same way (recipes/experiments/sentiment-*.yaml and
+recipes/zoo/sentiment-frames-skep-seed7.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160, checkpoint chosen
+on the multi-domain dev) with two seeds; this script scores every run's exported model with
+`Taskflow("sentiment_analysis", task_path=..., precision="fp32")` on the multi-domain dev (per domain) and on
+the review dev split, and writes per-run numbers, each arm's mean and its seeds' spread. Dev only: no test
+split is read. Runs not finished yet are listed under ``missing``.
 
-    SKEP on  + silver:  recipes/zoo/sentiment-silver-skep.yaml,  -skep-seed7.yaml  (from pretrain-skep-s7)
-    SKEP off + silver:  recipes/zoo/sentiment-silver-base.yaml,  -base-seed7.yaml  (from the shipped base)
-    SKEP off, reviews:  recipes/zoo/sentiment-reviews-base.yaml, -base-seed7.yaml  (no silver sentences)
-    candidates:         recipes/zoo/sentiment-skep.yaml, -skep-seed7.yaml (SKEP on, silver2: twice the silver)
-                        recipes/zoo/sentiment-frames-skep.yaml, -seed7.yaml (SKEP on, silver + framed sentences)
+    SKEP on  + silver:  recipes/experiments/sentiment-silver-skep.yaml,  -skep-seed7.yaml  (from pretrain-skep-s7)
+    SKEP off + silver:  recipes/experiments/sentiment-silver-base.yaml,  -base-seed7.yaml  (from the shipped base)
+    SKEP off, reviews:  recipes/experiments/sentiment-reviews-base.yaml, -base-seed7.yaml  (no silver sentences)
+    candidates:         recipes/experiments/sentiment-skep.yaml, -skep-seed7.yaml
+                        (SKEP on, silver2: twice the silver)
+                        recipes/experiments/sentiment-frames-skep.yaml, recipes/zoo/sentiment-frames-skep-seed7.yaml
+                        (SKEP on, silver + framed sentences; seed 7 is the shipped model)
 
     python bench/sentiment_skep_ablation.py     # ~1 min per run on one thread
 """
@@ -33,6 +36,12 @@ ARMS = {
     "skep_on_silver2": ("sentiment-skep", "sentiment-skep-seed7"),
     "skep_on_silver_frames": ("sentiment-frames-skep", "sentiment-frames-skep-seed7"),
 }
+
+
+def recipe_path(name: str) -> str:
+    """The recipe of a run: the shipped one in recipes/zoo/, the others in recipes/experiments/."""
+    zoo = f"recipes/zoo/{name}.yaml"
+    return zoo if (REPO / zoo).is_file() else f"recipes/experiments/{name}.yaml"
 
 
 def score_run(run_dir: Path, md_dev: list[dict], review_dev: list[dict]) -> dict:
@@ -96,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             result["runs"][name] = {
                 "arm": arm,
-                "recipe": f"recipes/zoo/{name}.yaml",
+                "recipe": recipe_path(name),
                 **score_run(run_dir, md_dev, review_dev),
             }
             done.append(result["runs"][name])

@@ -13,9 +13,12 @@ from ernie_zoo.training.recipe import iter_fields
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes" / "finetune").glob("*.yaml"))
-# The zoo's fine-tuning recipes (recipes/zoo/pretrain-*.yaml are ernie-pretrain's, tested in test_recipes.py).
+# The zoo's fine-tuning recipes (recipes/zoo/pretrain-*.yaml are ernie-pretrain's, tested in test_recipes.py): the
+# ones build_all.sh runs, and the experiments whose results the README, cards and benches quote.
 ZOO = Path(__file__).parent.parent / "recipes" / "zoo"
+EXPERIMENTS = ZOO.parent / "experiments"
 ZOO_RECIPES = sorted(p for p in ZOO.glob("*.yaml") if not p.name.startswith("pretrain-"))
+EXPERIMENT_RECIPES = sorted(p for p in EXPERIMENTS.glob("*.yaml") if not p.name.startswith("pretrain-"))
 
 
 def test_there_are_recipes_for_every_task():
@@ -23,7 +26,9 @@ def test_there_are_recipes_for_every_task():
     assert tasks == {"sequence_classification", "token_classification", "generation"}
 
 
-@pytest.mark.parametrize("path", RECIPES + ZOO_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize(
+    "path", RECIPES + ZOO_RECIPES + EXPERIMENT_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}"
+)
 def test_recipe_loads_and_repeats_every_help_text(path):
     args = build_args(path)
     assert isinstance(args, FinetuneArgs)
@@ -32,7 +37,7 @@ def test_recipe_loads_and_repeats_every_help_text(path):
     sections = {"task", "data", "model", "method", "train", "distributed"}
     # The zoo's recipes record how the shipped models were built, before the distributed section existed
     # (issue #21): complete up to it, and without it they run on one process, as they did.
-    zoo = path.parent == ZOO
+    zoo = path.parent in (ZOO, EXPERIMENTS)
     assert set(data) == (sections - {"distributed"} if zoo else sections)  # complete recipes, litgpt style
     for key, _, field in iter_fields(FinetuneArgs):
         if zoo and key.startswith("distributed."):
@@ -106,20 +111,27 @@ def test_help_lists_every_key():
 def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
     """Each zoo fine-tuning stage starts from a run directory (or a checkpoint in one) that another zoo recipe
     writes, and so do its distillation teachers; where build_all.sh runs a stage, it runs the recipes producing
-    them first."""
+    them first. An experiment (recipes/experiments/) may start from a zoo recipe's run or another experiment's; a
+    zoo recipe never starts from an experiment's, and build_all.sh runs no experiment."""
     import re
 
     from ernie_zoo.training.recipe import load_recipe
 
-    outputs = {build_args(p).train.output_dir: p.stem for p in ZOO_RECIPES}
-    outputs |= {load_recipe(p).output_dir: p.stem for p in ZOO.glob("pretrain-*.yaml")}
+    outputs = {build_args(p).train.output_dir: p for p in ZOO_RECIPES}
+    outputs |= {load_recipe(p).output_dir: p for p in ZOO.glob("pretrain-*.yaml")}
+    experiments = {build_args(p).train.output_dir: p for p in EXPERIMENT_RECIPES}
+    experiments |= {load_recipe(p).output_dir: p for p in EXPERIMENTS.glob("pretrain-*.yaml")}
+    assert experiments and not set(experiments) & set(outputs)  # no run directory written twice
     lines = (ZOO / "build_all.sh").read_text(encoding="utf-8").splitlines()
     build = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # the commands only
-    # Model directories written by a zoo script (`python recipes/zoo/X.py ... --out DIR`), in build_all.sh or in
-    # a recipe's header (the command that prepares its start)
-    script = re.compile(r"recipes/zoo/(\w+)\.py[^\n]*?--out (\S+)")
-    for text in [build.replace("\\\n", " ")] + [p.read_text(encoding="utf-8") for p in ZOO_RECIPES]:
-        outputs |= {found.group(2): found.group(1) for found in script.finditer(text)}
+    # Model directories written by a script (`python recipes/zoo/X.py ... --out DIR`), in build_all.sh or in a
+    # recipe's header (the command that prepares its start)
+    script = re.compile(r"recipes/((?:zoo|experiments)/\w+\.py)[^\n]*?--out (\S+)")
+    for found, text in [(outputs, build.replace("\\\n", " "))] + [
+        (outputs if path.parent == ZOO else experiments, path.read_text(encoding="utf-8"))
+        for path in ZOO_RECIPES + EXPERIMENT_RECIPES
+    ]:
+        found |= {m.group(2): ZOO.parent / m.group(1) for m in script.finditer(text)}
 
     def position(stem):
         found = re.search(rf"(?<![\w-]){re.escape(stem)}(?![\w-])", build)
@@ -130,13 +142,18 @@ def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
     def shipped(source):  # a model shipped in the package, by name or by its path: nothing has to write it
         return is_shipped_name(source) or (REPO / source).resolve().parent == ZOO_DIR.resolve()
 
-    for path in ZOO_RECIPES:
+    for path in ZOO_RECIPES + EXPERIMENT_RECIPES:
+        zoo = path.parent == ZOO
+        written = outputs if zoo else outputs | experiments  # the zoo build never needs an experiment's run
         args = build_args(path)
         for source in [args.model.model_name_or_path, *(args.train.distill_from or [])]:  # start, teachers
             if shipped(source):
                 continue
-            run_dir = source if source in outputs else str(Path(source).parent)
-            assert run_dir in outputs, f"{path.name}: {source} is written by no zoo recipe"
+            run_dir = source if source in written else str(Path(source).parent)
+            assert run_dir in written, f"{path.name}: {source} is written by no {'zoo ' if zoo else ''}recipe"
             if position(path.stem) is not None:
-                producer = position(outputs[run_dir])
-                assert producer is not None and producer < position(path.stem), (path.name, outputs[run_dir])
+                producer = position(written[run_dir].stem)
+                assert producer is not None and producer < position(path.stem), (path.name, written[run_dir])
+    # build_all.sh runs no experiment: its commands name none.
+    for path in EXPERIMENTS.iterdir():
+        assert path.name == "README.md" or position(path.stem) is None, path.name

@@ -19,8 +19,9 @@ from ernie_zoo.training.recipe import (
 )
 
 RECIPES_DIR = Path(__file__).parents[1] / "recipes" / "pretrain"
-# The zoo's pretraining recipes share the schema.
+# The zoo's pretraining recipes share the schema, and so do the experiments'.
 RECIPES = sorted(RECIPES_DIR.glob("*.yaml")) + sorted((RECIPES_DIR.parent / "zoo").glob("pretrain-*.yaml"))
+RECIPES += sorted((RECIPES_DIR.parent / "experiments").glob("pretrain-*.yaml"))
 SHIPPED = ["tiny-cpu.yaml", "mini.yaml", "base.yaml", "10b.yaml", "100b.yaml"]
 # Parameter counts the big recipes promise in their names (checked on the meta device, +-15%).
 EXPECTED_PARAMS = {"10b.yaml": 10e9, "100b.yaml": 100e9}

@@ -385,7 +385,7 @@ def test_restore_shipped_puts_an_ensemble_back_tagger_by_tagger(tmp_path, monkey
 def test_ner_mention_replacement_keeps_offsets_and_types(tmp_path):
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "recipes/zoo/ner_augment.py"
+    path = Path(__file__).resolve().parents[1] / "recipes/experiments/ner_augment.py"
     spec = importlib.util.spec_from_file_location("ner_augment", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -422,7 +422,7 @@ def test_ner_mention_replacement_keeps_offsets_and_types(tmp_path):
 
 
 def test_model_soup_is_chosen_greedily_on_dev(tmp_path, tiny_tokenizer, make_config):
-    """recipes/zoo/soup.py: the mean of the ingredients' weights, kept only where dev does not go down."""
+    """recipes/experiments/soup.py: the mean of the ingredients' weights, kept only where dev does not go down."""
     import importlib.util
 
     import torch
@@ -431,7 +431,7 @@ def test_model_soup_is_chosen_greedily_on_dev(tmp_path, tiny_tokenizer, make_con
     from ernie_zoo import ErnieZooForMaskedLM
     from ernie_zoo.finetune import build_args, dump_recipe, run_finetune
 
-    path = Path(__file__).resolve().parents[1] / "recipes/zoo/soup.py"
+    path = Path(__file__).resolve().parents[1] / "recipes/experiments/soup.py"
     spec = importlib.util.spec_from_file_location("soup", path)
     soup = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soup)

@@ -1,4 +1,4 @@
-"""Silver sentiment labels on general-domain sentences for issue #19 (recipes/zoo/sentiment-silver*.yaml).
+"""Silver sentiment labels on general-domain sentences for issue #19 (recipes/experiments/sentiment-silver*.yaml).
 
 The only gold sentiment labels here are product/hotel/book reviews, and a model fine-tuned on them alone scores
 0.70 macro-F1 on the multi-domain test (news, dictionary, everyday sentences) against 0.79 for a lexicon count.

@@ -2,7 +2,7 @@
 Data Augmentation for Named Entity Recognition"): every train sentence with an entity of two or more characters
 gets one copy in which each such entity is replaced by a random name of the same type.
 
-    python recipes/zoo/ner_augment.py    # -> runs/zoo/data/ner-train-aug.jsonl (train + copies)
+    python recipes/experiments/ner_augment.py    # -> runs/zoo/data/ner-train-aug.jsonl (train + copies)
 
 Why: 30% of MSRA test's entities are names that never occur in train (17% on our dev split), and the model finds
 69% of those against 91% of seen ones (`ernie-zoo eval`, by_seen_in_train). Replacing names makes the tagger rely

@@ -1,6 +1,6 @@
 """Greedy "model soup" (Wortsman et al. 2022) of fine-tunings that share their initialisation, chosen on dev.
 
-    python recipes/zoo/soup.py recipes/zoo/sentiment-tapt-s4.yaml recipes/zoo/sentiment-tapt-s4-b.yaml \\
+    python recipes/experiments/soup.py recipes/experiments/sentiment-tapt-s4.yaml recipes/experiments/sentiment-tapt-s4-b.yaml \\
         --out runs/zoo/sentiment-soup-s4
 
 Each recipe names a finished ernie-finetune run (its output_dir holds the exported full model). The runs must
