@@ -8,6 +8,8 @@ accumulation (an epoch's last step has 1 batch). Compared: the per-step training
 rows), the per-step pre-clip gradient norms (clipping at 0.5 active), the final LoRA adapter / full weights, the
 dev scores; checked: each rank held only its ZeRO-3 partition of every parameter (frozen base weights included),
 and the output directory is the same plain `from_pretrained` / peft adapter directory as a one-process run's.
+Under ZeRO-3 the ranks build the model already partitioned (test_zero3_builds_the_model_partitioned: no rank
+holds a base parameter whole, and the initial weights are the one-process build's bit for bit).
 
 Tolerances (fp32): a rank computes its rows in a smaller matmul and the collectives sum in another order than one
 process does, so nothing agrees bit for bit. Measured on 2 ranks: losses 1.3e-7 relative, grad norms 1.1e-6
@@ -296,6 +298,134 @@ def test_zero3_crf_tagger_matches_one_process(tmp_path, references):
     assert any("crf" in k and "transitions" in k for k in adapter)  # the CRF trains fully: compared above
 
 
+class _Built(Exception):
+    """Raised where the run would start its engine: the model is built (see `_capture_build`)."""
+
+
+#: the names that apply_method adds as whole tensors (the engine partitions them): LoRA factors, trained copies
+ADDED = ("lora_", "modules_to_save")
+
+
+def _build_cases(root: Path, backend: str) -> dict:
+    """What test_zero3_builds_the_model_partitioned builds: a preset under LoRA, a pretrained masked-LM base whose
+    pooler and classifier are new under full fine-tuning, and a CRF tagger reading an entity lexicon (its input
+    projection new) under LoRA. The base and the lexicon are written once."""
+    from ernie_zoo.models import ErnieZooForMaskedLM
+    from ernie_zoo.models.presets import preset_config
+    from ernie_zoo.text.lexicon import EntityLexicon
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
+    paths = _data(root)
+    base, lexicon = root / "mlm-base", root / "lexicon.txt"
+    stage = 3 if backend == "deepspeed" else None
+    cases = {
+        "preset-lora": _args(root, f"build-{backend}-preset", "lora", backend, stage),
+        "pretrained-full": _args(root, f"build-{backend}-pretrained", "full", backend, stage),
+        "lexicon-crf": _args(root, f"build-{backend}-crf", "lora-crf", backend, stage),
+    }
+    model_args = cases["pretrained-full"].model
+    model_args.model_name_or_path = str(base)
+    model_args.config_overrides = {k: v for k, v in SMALL.items() if k.endswith("dropout_prob")}
+    cases["lexicon-crf"].data.lexicon = str(lexicon)
+    if not base.is_dir():
+        tokenizer = ErnieZooTokenizerFast.from_pretrained(paths["tokenizer"])
+        torch.manual_seed(1)
+        mlm = ErnieZooForMaskedLM(preset_config(model_args.preset, vocab_size=len(tokenizer), **SMALL))
+        mlm.load_char_tables(tokenizer)
+        mlm.save_pretrained(str(base))
+        tokenizer.save_pretrained(str(base))
+        EntityLexicon({"北京": {"LOC"}, "新华社": {"ORG"}, "张伟": {"PER"}}, ["PER", "LOC", "ORG"]).save(
+            lexicon
+        )
+    return cases
+
+
+def _capture_build(out: Path, case: str) -> None:
+    """Make `run_finetune` stop (`_Built`) where it would start its engine, after writing what it built: per
+    rank, every parameter's [whole numel, local numel, ZeRO-3 partition numel or -1] (`build-<case>-rank<r>.json`),
+    and on rank 0 the whole initial weights, gathered one parameter at a time (`build-<case>.safetensors`)."""
+    import deepspeed
+    import torch.distributed as dist
+    from safetensors.torch import save_file
+
+    from ernie_zoo.finetune import loop
+
+    def capture(args, model, *rest):
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        params, weights = {}, {}
+        for name, p in model.named_parameters():
+            partitioned = hasattr(p, "ds_numel")
+            partition = int(p.ds_tensor.numel()) if partitioned else -1
+            params[name] = [int(getattr(p, "ds_numel", p.numel())), p.numel(), partition]
+            with deepspeed.zero.GatheredParameters([p], enabled=partitioned):
+                weights[name] = p.detach().clone()
+        (out / f"build-{case}-rank{rank}.json").write_text(json.dumps(params))
+        if rank == 0:
+            save_file(weights, str(out / f"build-{case}.safetensors"))
+        raise _Built
+
+    loop.make_engine = capture
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_builds_the_model_partitioned(tmp_path):
+    """Under ZeRO-3 no rank holds the whole model while building it: where the run hands the model to its
+    engine, every parameter of the base (frozen or trained, loaded by from_pretrained or newly initialised) is
+    already a ZeRO-3 partition, its local data empty and its partition 1/2 of it; only what apply_method adds
+    (LoRA factors, the trained copies of the head) is whole until the engine partitions it. Gathered, the initial
+    weights are bit for bit the one-process build's (new heads, LoRA factors, the lexicon's input projection
+    included), which is why the runs above agree with one process."""
+    from safetensors.torch import load_file
+
+    from ernie_zoo.finetune import loop, run_finetune
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, ref = tmp_path, tmp_path / "single"
+    ref.mkdir()
+    single = _build_cases(root, "single")
+    run_local_ranks([__file__, "--build-worker", str(root)], nproc=2, timeout=900)
+    make_engine = loop.make_engine
+    try:
+        for case, args in single.items():
+            _capture_build(ref, case)
+            with pytest.raises(_Built):
+                run_finetune(args)
+    finally:
+        loop.make_engine = make_engine
+    for case in single:
+        report = {r: json.loads((root / f"build-{case}-rank{r}.json").read_text()) for r in (0, 1)}
+        whole = local = added = 0
+        for name, (n, here, partition) in report[0].items():
+            if any(a in name for a in ADDED):
+                assert case != "pretrained-full" and partition == -1 and here == n, (case, name)
+                added += n
+                continue
+            for r in (0, 1):  # a partition on each rank, nothing whole
+                n_r, here_r, partition_r = report[r][name]
+                assert (n_r, here_r, partition_r) == (n, 0, -(-n // 2)), (case, r, name, report[r][name])
+            whole += n
+            local += partition
+        print(
+            f"{case}: whole base {4 * whole} bytes, held per rank {4 * local}, adapters + copies {4 * added}"
+        )
+        assert local < 0.51 * whole
+        assert (added > 0) == (case != "pretrained-full")  # full fine-tuning adds nothing
+        got = load_file(str(root / f"build-{case}.safetensors"))
+        want = load_file(str(ref / f"build-{case}.safetensors"))
+        assert got.keys() == want.keys()
+        differ = [k for k in want if not torch.equal(got[k], want[k])]
+        assert not differ, (case, differ[:5])
+    fresh = load_file(str(root / "build-pretrained-full.safetensors"))
+    base = load_file(str(root / "mlm-base" / "model.safetensors"))
+    key = "ernie.encoder.layer.0.attention.self.query.weight"
+    assert torch.equal(fresh[key], base[key])  # loaded into the partitions
+    assert torch.equal(fresh["ernie.pooler.dense.weight"], torch.eye(32))  # new: our pooler init
+    assert fresh["classifier.weight"].std() > 0.1  # new: normal(0, initializer_range 0.2)
+    crf = load_file(str(root / "build-lexicon-crf.safetensors"))
+    assert not crf["base_model.model.lexicon_proj.modules_to_save.default.weight"].any()  # new: zero init
+
+
 # ----------------------------------------------------------------------------------------- config errors
 @pytest.mark.parametrize(
     ("distributed", "method", "message"),
@@ -403,6 +533,21 @@ def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run"
     (Path(root) / out / f"rank{rank}.json").write_text(json.dumps({"shards": result["shards"]}))
 
 
+def _build_worker(root: str) -> None:
+    from ernie_zoo.finetune import run_finetune
+
+    torch.set_num_threads(1)
+    for case, args in _build_cases(Path(root), "deepspeed").items():
+        _capture_build(Path(root), case)
+        try:
+            run_finetune(args)
+        except _Built:
+            continue
+        raise AssertionError(f"{case}: the run did not reach its engine")
+
+
 if __name__ == "__main__":
     if len(sys.argv) in (6, 7) and sys.argv[1] == "--worker":
         _worker(*sys.argv[2:])
+    if len(sys.argv) == 3 and sys.argv[1] == "--build-worker":
+        _build_worker(sys.argv[2])

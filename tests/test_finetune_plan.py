@@ -110,7 +110,9 @@ def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
     assert optimizer == pytest.approx(
         params / 2 * 12 * settings["trainable_fraction"]
     )  # 12 B vs 2 B, trainable only
-    assert "host memory" in captured.err and "fp32" in captured.err  # the run's own limits are stated
+    # the run's own limits: under ZeRO-3 the model is built partitioned; rank 0 builds it whole after training
+    assert "builds the model already partitioned under ZeRO-3" in captured.err
+    assert f"rank 0 builds it whole ({4 * total / 2**30:.1f} GiB of host memory, fp32)" in captured.err
 
     # the same recipe with full fine-tuning: 1 / 0.58% times the optimizer state
     data = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
@@ -125,3 +127,9 @@ def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
     # what LoRA saves per GPU: bf16 gradients + fp32 Adam state (2 + 12 bytes) of every frozen parameter / DP 8
     n, f = plan["model"]["n_params"], settings["trainable_fraction"]
     assert full["total_bytes"] - plan["total_bytes"] == pytest.approx(14 * n * (1 - f) / 8, rel=1e-9)
+
+    # ZeRO stage 2 holds whole parameters on every rank, so every rank builds the model whole
+    data["distributed"]["zero_stage"] = 2
+    full_recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    run(parser.parse_args(["--recipe", str(full_recipe), "--cluster", NODE, "--json"]))
+    assert "under ZeRO stage 2 builds the model whole on every rank" in capsys.readouterr().err

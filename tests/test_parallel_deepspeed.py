@@ -144,6 +144,7 @@ def _check_against_reference(out: Path, reference: dict, world: int) -> list[dic
     assert results[0]["zero_init_fusion_identity"] and results[0]["zero_init_fusion_rest_zero"]
     assert results[0]["zero_init_layernorm_ones"]
     assert results[0]["zero_init_query_std"] == pytest.approx(0.02, rel=0.2)  # initializer_range
+    assert results[0]["zero_init_diff_to_one_process"] == 0.0  # bit for bit the weights of build_model
     initial = _model().state_dict()
     moved = max((ref[k] - initial[k]).abs().max().item() for k in final)
     assert moved > 1e-3  # training changed the weights, so agreeing with the reference means something
@@ -351,7 +352,7 @@ def _zero_init_check(recipe, tp: int) -> dict:
     and train one step on it."""
     from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine, build_model_zero3
 
-    reference = _model()  # only for its config and character tables
+    reference = _model()  # its config and character tables, and the weights of the same build in one process
     features = reference.ernie.embeddings.char_features
     tables = {
         name: buf
@@ -394,6 +395,10 @@ def _zero_init_check(recipe, tp: int) -> dict:
             torch.all(state["ernie.encoder.layer.1.output.LayerNorm.weight"] == 1)
         )
         out["zero_init_query_std"] = state["ernie.encoder.layer.0.attention.self.query.weight"].std().item()
+        # seeded alike, the partitioned build draws the one-process build's weights
+        out["zero_init_diff_to_one_process"] = max(
+            (state[name] - p).abs().max().item() for name, p in reference.named_parameters() if name in state
+        )
     return out
 
 

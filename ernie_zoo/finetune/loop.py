@@ -11,13 +11,14 @@
 Checkpoints hold only the trainable parameters (safetensors), the optimizer (safetensors + json), the
 scheduler and the RNG states (json): no pickle. Data order is a seeded permutation per epoch, so a resumed run
 replays exactly the batches the interrupted one would have seen. Under DeepSpeed, every rank reads its share of
-each of those batches, rank 0 writes (each rank adds its ZeRO-3 optimizer partition and RNG state to the
-checkpoints), and after training rank 0 rebuilds the model whole from the base and the best trainable weights
+each of those batches; under ZeRO-3 every rank builds the model already partitioned (`build_model`), rank 0
+writes (each rank adds its ZeRO-3 optimizer partition and RNG state to the checkpoints), and after training rank 0 rebuilds the model whole from the base and the best trainable weights
 (the ZeRO shards consolidated) to score and export it as one process would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -49,6 +50,12 @@ from ernie_zoo.training.checkpoint import (
     write_json,
 )
 from ernie_zoo.training.core import adamw, seed_everything, warmup_decay
+from ernie_zoo.training.deepspeed_engine import (
+    is_partitioned,
+    new_model,
+    save_partitioned_weights,
+    zero3_building,
+)
 from ernie_zoo.training.task_engine import DeepSpeedTaskEngine, PlainEngine, check_trainable_state
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path, resolve_device
 from ernie_zoo.zoo import SHIPPED_MODELS
@@ -157,7 +164,11 @@ def build_model(
 ) -> tuple[nn.Module, str | None, list[str]]:
     """(model, path of its base weights, newly initialised modules): a pretrained directory (a shipped model once
     `FinetuneArgs.resolved` has turned its name into its directory), the random base an interrupted adapter run
-    saved in `saved`, or a seeded preset (saved to base_model/ by the caller)."""
+    saved in `saved`, or a seeded preset (saved to base_model/ by the caller).
+
+    Inside `training.deepspeed_engine.zero3_building` (ZeRO-3 runs) the model is built already partitioned over
+    the ranks, no rank ever holding it whole: from_pretrained loads each checkpoint tensor into its partition,
+    and newly initialised weights (a task head, a preset) are those of the same build in one process."""
     m = args.model
     cls = task.model_class()
     updates = task.config_updates()
@@ -191,17 +202,29 @@ def build_model(
     else:
         config = preset_config(m.preset, vocab_size=len(tokenizer), **{**m.config_overrides, **updates})
         seed_everything(args.train.seed)
-        model = cls(config)
+        model = new_model(cls, config)  # inside zero3_building: born partitioned, the same weights
         model.load_char_tables(tokenizer)
         base_path = None
         fresh = []
     return model, base_path, fresh
 
 
-def _save_base(model: nn.Module, tokenizer, directory: Path, with_weights: bool) -> None:
+def _save_base(
+    model: nn.Module, tokenizer, directory: Path, with_weights: bool, is_main: bool = True
+) -> None:
+    """Rank 0 writes the tokenizer (and the weights) to `directory`. A ZeRO-3 partitioned model's weights are
+    gathered one parameter at a time as they are written: every rank calls this then."""
+    partitioned = with_weights and is_partitioned(model)
+    if not is_main:
+        if partitioned:
+            save_partitioned_weights(model, None)
+        return
     with atomic_directory(directory) as tmp:
         tokenizer.save_pretrained(str(tmp))
-        if with_weights:
+        if partitioned:
+            model.save_pretrained(str(tmp), state_dict={})  # config and what the model saves besides weights
+            save_partitioned_weights(model, tmp / "model.safetensors")
+        elif with_weights:
             model.save_pretrained(str(tmp))
 
 
@@ -233,8 +256,8 @@ def make_engine(
 ) -> PlainEngine:
     """The engine of `distributed.backend`: one process (`PlainEngine`), or DeepSpeed ZeRO over the launched
     ranks, each reading its contiguous share of every batch of `train.batch_size` examples."""
-    t, d = args.train, args.distributed
-    if d.backend == "single":
+    t = args.train
+    if args.distributed.backend == "single":
         return PlainEngine(model, optimizer, scheduler, t.max_grad_norm, device)
     import torch.distributed as dist
 
@@ -246,14 +269,26 @@ def make_engine(
             f"batch has {last or t.batch_size} examples, fewer than the {world} data-parallel ranks that share "
             "every batch; choose a batch size (or data.max_train_samples) that leaves none or at least that many"
         )
-    return DeepSpeedTaskEngine(
-        model,
-        optimizer,
-        scheduler,
-        t.max_grad_norm,
-        micro_batch_size=math.ceil(t.batch_size / world),
+    return DeepSpeedTaskEngine(model, optimizer, scheduler, deepspeed_config(args))
+
+
+def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
+    """The DeepSpeed config of a `distributed.backend: deepspeed` run on the started process group: the json's
+    ZeRO and communication settings with the run's micro batch (`train.batch_size` over the ranks),
+    accumulation and clipping written over them. The engine trains with it; under ZeRO-3 the model is built by
+    it (`zero3_building`)."""
+    import torch.distributed as dist
+
+    from ernie_zoo.parallel.deepspeed_backend import make_config
+
+    t, d = args.train, args.distributed
+    return make_config(
+        d.deepspeed_config,
+        micro_batch_size=math.ceil(t.batch_size / dist.get_world_size()),
         grad_accum_steps=t.grad_accum,
-        config=d.deepspeed_config,
+        grad_clip=t.max_grad_norm,
+        precision="fp32",
+        tp_size=1,
         zero_stage=d.zero_stage,
     )
 
@@ -695,33 +730,39 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     saved_base = None if wipe else output_dir / "base_model"
     tokenizer = build_tokenizer(args, task, saved_base)
     features = {split: task.encode(examples, tokenizer) for split, examples in task.splits.items()}
-    model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
-    fresh += [name for name in task.attach(model) if name not in fresh]
-    teachers = (
-        Teachers(t.distill_from, task, tokenizer, device, t.distill_alpha, t.distill_temperature)
-        if t.distill_from
-        else None
-    )
-
-    if distributed:
-        import torch.distributed as dist
-
-        dist.barrier()  # every rank has checked output_dir before rank 0 changes it
-    # from here on, a failure removes what this run created; only rank 0 writes to output_dir
-    out = _OutputDir(output_dir, wipe) if is_main else None
+    # Under ZeRO-3 the model is built already partitioned, from build_model to apply_method (zero3_building);
+    # closed on any failure, and before rank 0 rebuilds the model whole after training.
+    building = contextlib.ExitStack()
+    out = None
     try:
+        if distributed and (ds_config := deepspeed_config(args))["zero_optimization"].get("stage") == 3:
+            building.enter_context(zero3_building(ds_config))
+        model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
+        fresh += [name for name in task.attach(model) if name not in fresh]
+        teachers = (
+            Teachers(t.distill_from, task, tokenizer, device, t.distill_alpha, t.distill_temperature)
+            if t.distill_from
+            else None
+        )
+
+        if distributed:
+            import torch.distributed as dist
+
+            dist.barrier()  # every rank has checked output_dir before rank 0 changes it
+        # from here on, a failure removes what this run created; only rank 0 writes to output_dir
+        out = _OutputDir(output_dir, wipe) if is_main else None
         if base_path is None:
             # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
-            if is_main:
-                _save_base(
-                    model, tokenizer, output_dir / "base_model", with_weights=args.method.method != "full"
-                )
+            _save_base(
+                model, tokenizer, output_dir / "base_model", args.method.method != "full", is_main=is_main
+            )
             base_path = str(output_dir / "base_model") if args.method.method != "full" else None
 
         n_batches = math.ceil(len(features["train"]) / t.batch_size)
         total_steps = t.max_steps or max(1, math.ceil(t.epochs * max(1, math.ceil(n_batches / t.grad_accum))))
         seed_everything(t.seed)
         model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
+        building.close()
         model.to(device)
         if is_main:
             atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(recipe))
@@ -790,6 +831,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
         atomic_write_text(output_dir / "eval_results.json", json.dumps(results, indent=2, ensure_ascii=False))
         return {**results, **layout, "model": exported["model"], "tokenizer": tokenizer, "task_object": task}
     except BaseException:
+        building.close()
         if out is not None:
             out.clean_up_after_failure()
         raise

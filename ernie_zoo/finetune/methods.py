@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from ernie_zoo.training.core import numel
+
 from .bottleneck import BottleneckConfig, BottleneckModel
 
 logger = logging.getLogger(__name__)
@@ -135,8 +137,8 @@ def apply_method(
         import peft
 
         wrapped = peft.get_peft_model(model, _peft_config(model, method_args, task, total_steps, to_save))
-    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in wrapped.parameters())
+    trainable = sum(numel(p) for p in wrapped.parameters() if p.requires_grad)
+    total = sum(numel(p) for p in wrapped.parameters())  # a ZeRO-3 partitioned model counted whole
     if method in ("prompt_tuning", "p_tuning"):
         logger.warning(
             "%s feeds inputs_embeds to the model, so pinyin/radical/stroke features are not used in this mode "

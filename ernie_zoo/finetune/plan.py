@@ -100,14 +100,32 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
         "frozen ones have no gradients and no optimizer state in the plan",
         "ernie-finetune trains in fp32; the plan assumes bf16 mixed precision (16 bytes per trainable "
         "parameter, 2 per frozen one); fp32 needs 16 and 4",
-        f"ernie-finetune builds the model whole on every rank before ZeRO partitions it: each rank needs "
-        f"about {4 * info.total / 2**30:.1f} GiB of host memory for it (fp32)",
+        _build_memory_note(args, 4 * info.total / 2**30),
     ]
     if d.backend == "single":
         warnings.append(
             "the recipe's distributed.backend is 'single' (one device): the plan shows a sharded layout"
         )
     return config, settings, warnings
+
+
+def _build_memory_note(args: Any, whole_gib: float) -> str:
+    """What building the model takes outside the GPUs' plan: under ZeRO-3 nothing whole (the model is built
+    partitioned), under stages 0-2 the whole fp32 model on every rank; either way rank 0 builds it whole once
+    more after training, to score and export it as one process."""
+    from ernie_zoo.parallel.deepspeed_backend import recipe_zero_stage
+
+    after = f"after training rank 0 builds it whole ({whole_gib:.1f} GiB of host memory, fp32) to score and export it"
+    stage = recipe_zero_stage(args)
+    if stage == 3:
+        return (
+            "ernie-finetune builds the model already partitioned under ZeRO-3 (each rank holds 1/N of it, "
+            f"from_pretrained loading each tensor into its partition); {after}"
+        )
+    return (
+        f"ernie-finetune under ZeRO stage {stage} builds the model whole on every rank: each rank needs "
+        f"{whole_gib:.1f} GiB of host memory for it (fp32); {after}"
+    )
 
 
 def micro_batch_for(batch_size: int, dp: int) -> tuple[int, str | None]:

@@ -30,6 +30,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def numel(param: torch.Tensor) -> int:
+    """Elements of `param` whole, also when ZeRO-3 holds it partitioned (its data then is this rank's shard or
+    empty; `ds_numel` counts the whole)."""
+    return int(getattr(param, "ds_numel", param.numel()))
+
+
 def decays(name: str, param: torch.Tensor) -> bool:
     """Whether AdamW decays the parameter `name` (the rule in the module docstring). A ZeRO-3-partitioned
     parameter's data is a flat (or empty) shard: its real shape is `ds_shape`."""
@@ -98,6 +104,7 @@ __all__ = [
     "adamw",
     "decays",
     "lr_lambda",
+    "numel",
     "param_groups",
     "seed_everything",
     "warmup_decay",

@@ -24,7 +24,9 @@ the same DP x TP layout; `ernie-zoo consolidate` (`ernie_zoo.parallel.consolidat
 the shards alone, in one process.
 
 Under ZeRO-3 the `ernie-pretrain` loop builds the model with `model_factory` -> `build_model_zero3`
-(partitioned at construction). The sparse last layer (`sparse_last_layer`) works on TP-sharded heads.
+(partitioned at construction); `ernie-finetune` builds its models inside `zero3_building` (`from_pretrained`
+and `new_model` born partitioned) by the same machinery. The sparse last layer (`sparse_last_layer`) works on
+TP-sharded heads.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,15 +89,13 @@ def build_model_zero3(
     config: str | os.PathLike | dict[str, Any] | None = None,
     tp_size: int | None = None,
 ) -> nn.Module:
-    """An `ErnieZooForMaskedLM` built already partitioned (DeepSpeed `zero.Init` through transformers'
-    ZeRO-3 integration): no rank ever holds the full model, which is how a 100B model is created.
+    """An `ErnieZooForMaskedLM` built already partitioned (`new_model` under transformers' ZeRO-3 integration):
+    no rank ever holds the full model, which is how a 100B model is created.
 
-    Weights are initialised on rank 0 module by module (gathered, initialised, re-partitioned), seeded by
-    `recipe.seed`; the result is deterministic but not bit-identical to a model built in one process.
+    Seeded by `recipe.seed`, its weights are those of `training.engine.build_model` in one process (in fp32 bit
+    for bit: the same random draws in the same order).
     `config` / `tp_size` default to the recipe's `distributed` section, as in `DeepSpeedEngine`.
     """
-    from transformers.integrations import HfDeepSpeedConfig
-
     from ernie_zoo.models import ErnieZooForMaskedLM
 
     dist_args = getattr(recipe, "distributed", None)
@@ -106,16 +107,128 @@ def build_model_zero3(
         tp_size=tp_size,
         zero_stage=getattr(dist_args, "zero_stage", None),
     )
-    if ds_config["zero_optimization"].get("stage") != 3:
-        raise ValueError("build_model_zero3 needs zero_optimization.stage = 3")
-    hf_ds_config = HfDeepSpeedConfig(ds_config)  # transformers reads it through a weak reference: keep it
+    hf_ds_config = zero3_transformers_config(ds_config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
-        model = ErnieZooForMaskedLM._from_config(model_config)
-    model._ernie_zoo_hf_ds_config = hf_ds_config
+        model = new_model(ErnieZooForMaskedLM, model_config)
+    model._ernie_zoo_hf_ds_config = hf_ds_config  # transformers reads it through a weak reference: keep it
     if tokenizer is not None:
         model.load_char_tables(tokenizer)  # buffers are not partitioned
     return model
+
+
+def zero3_transformers_config(ds_config: dict[str, Any]) -> Any:
+    """Switch transformers' ZeRO-3 integration on for `ds_config` (a ZeRO stage-3 DeepSpeed config) and return
+    its `HfDeepSpeedConfig`: while that object lives (transformers holds a weak reference only), `from_pretrained`
+    builds models already partitioned and loads each checkpoint tensor into its partition (rank 0 reads the
+    file), `new_model` constructs them partitioned, and peft gathers the weights it reads."""
+    from transformers.integrations import HfDeepSpeedConfig
+
+    if ds_config["zero_optimization"].get("stage") != 3:
+        raise ValueError("building a partitioned model needs zero_optimization.stage = 3")
+    return HfDeepSpeedConfig(ds_config)
+
+
+@contextlib.contextmanager
+def zero3_building(ds_config: dict[str, Any]) -> Iterator[Any]:
+    """`zero3_transformers_config` for the duration of the block only: models built inside are partitioned,
+    models built after it (e.g. one process scoring on rank 0) are whole again."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    hf_ds_config = zero3_transformers_config(ds_config)
+    try:
+        yield hf_ds_config
+    finally:
+        unset_hf_deepspeed_config()
+
+
+def new_model(cls: type[nn.Module], config: Any, **kwargs: Any) -> nn.Module:
+    """`cls(config, **kwargs)`; while transformers' ZeRO-3 integration is on (`zero3_building`), born
+    partitioned: constructed under DeepSpeed `zero.Init` (each module's parameters are partitioned as soon as
+    its `__init__` returns, after rank 0's values are broadcast), and each `post_init` weight initialisation
+    runs through transformers' `initialize_weights_zero3` (one module's parameters gathered at a time, rank 0
+    initialises them). Rank 0 draws the same random numbers in the same order as one process, so a seeded build
+    has the weights of `cls(config)` in one process; the other ranks' random state is left behind (re-seed
+    before drawing again)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if not is_deepspeed_zero3_enabled():
+        return cls(config, **kwargs)
+    import deepspeed
+    from transformers.integrations.deepspeed import (
+        deepspeed_config,
+        initialize_weights_zero3,
+        prevent_arange_dtype_change,
+    )
+    from transformers.modeling_utils import PreTrainedModel
+
+    initialize_weights = PreTrainedModel.initialize_weights
+    PreTrainedModel.initialize_weights = initialize_weights_zero3
+    try:
+        with prevent_arange_dtype_change(), deepspeed.zero.Init(config_dict_or_path=deepspeed_config()):
+            return cls(config, **kwargs)
+    finally:
+        PreTrainedModel.initialize_weights = initialize_weights
+
+
+def is_partitioned(model: nn.Module) -> bool:
+    """Whether `model` holds ZeRO-3 partitioned parameters (built by `new_model` or `from_pretrained` under
+    `zero3_building`, or wrapped by a ZeRO-3 engine)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def save_partitioned_weights(model: nn.Module, path: str | os.PathLike | None) -> None:
+    """Write the whole weights of a ZeRO-3 partitioned `model` (parameters and persistent buffers, tied ones
+    once) to the safetensors file `path`, as `save_pretrained` would, without any rank holding the whole model:
+    the header is written from the partitions' shapes, then each parameter is gathered in turn and rank 0
+    appends its bytes. Every rank must call it; ranks other than 0 pass `path` None."""
+    import json
+
+    import deepspeed
+    import torch.distributed as dist
+
+    from ernie_zoo.utils import tied_names
+
+    tied = tied_names(model)
+    tensors = [(n, t) for n, t in model.state_dict(keep_vars=True).items() if n not in tied]
+    writing = dist.get_rank() == 0
+    if writing == (path is None):
+        raise ValueError("rank 0, and only rank 0, passes the path to write")
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, t in tensors:
+        shape = [int(d) for d in getattr(t, "ds_shape", t.shape)]
+        size = t.element_size() * int(getattr(t, "ds_numel", t.numel()))
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[t.dtype],
+            "shape": shape,
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    with contextlib.ExitStack() as stack:
+        if writing:
+            out = stack.enter_context(open(path, "wb"))
+            raw = json.dumps(header, separators=(",", ":")).encode()
+            raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+            out.write(len(raw).to_bytes(8, "little") + raw)
+        for _, t in tensors:
+            with deepspeed.zero.GatheredParameters([t], enabled=hasattr(t, "ds_id")):
+                if writing:
+                    out.write(memoryview(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()))
+
+
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
 
 
 class ZeroPartitionIO:
@@ -455,5 +568,10 @@ __all__ = [
     "ZeroPartitionIO",
     "build_model_zero3",
     "engine_factory",
+    "is_partitioned",
     "model_factory",
+    "new_model",
+    "save_partitioned_weights",
+    "zero3_building",
+    "zero3_transformers_config",
 ]

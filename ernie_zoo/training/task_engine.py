@@ -133,10 +133,13 @@ class PlainEngine:
 
 class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
     """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
-    started. `micro_batch_size` is the rows one rank reads per micro batch; TP is not supported here.
+    started. `config` is the run's DeepSpeed config (`parallel.deepspeed_backend.make_config`'s, as
+    `finetune.loop.deepspeed_config` makes it: its micro batch is the rows one rank reads, its clipping the
+    run's); TP is not supported here.
 
-    The process group must already be up (`parallel.deepspeed_backend.init_deepspeed_distributed`); every rank
-    builds the same model (same seed) before the engine partitions it.
+    The process group must already be up (`parallel.deepspeed_backend.init_deepspeed_distributed`). Every rank
+    builds the same model (same seed): under ZeRO-3 already partitioned (`deepspeed_engine.zero3_building`),
+    otherwise whole, and the engine partitions what is not (new adapters, heads).
     """
 
     backend = "deepspeed"
@@ -146,35 +149,22 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
-        max_grad_norm: float,
-        *,
-        micro_batch_size: int,
-        grad_accum_steps: int,
-        config: str | os.PathLike | dict[str, Any] | None = None,
-        zero_stage: int | None = None,
+        config: dict[str, Any],
     ):
         import deepspeed
         import torch.distributed as dist
         from deepspeed.utils import groups
 
-        from ernie_zoo.parallel.deepspeed_backend import init_deepspeed_distributed, make_config
+        from ernie_zoo.parallel.deepspeed_backend import init_deepspeed_distributed
 
         rank, world, local_rank = init_deepspeed_distributed()
         self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-        self.ds_config = make_config(
-            config,
-            micro_batch_size=micro_batch_size,
-            grad_accum_steps=grad_accum_steps,
-            grad_clip=max_grad_norm,
-            precision="fp32",
-            tp_size=1,
-            zero_stage=zero_stage,
-        )
+        self.ds_config = config
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=self.ds_config
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
         )
         self.model = self.ds.module
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = float(config["gradient_clipping"])
         self.zero_stage = int(self.ds_config["zero_optimization"].get("stage", 0))
         self.tp_size = 1
         self.rank, self.world_size = rank, world
@@ -185,8 +175,8 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
             "DeepSpeed ZeRO-%d, DP %d, micro batch %d x %d accumulation per rank",
             self.zero_stage,
             self.dp_world_size,
-            micro_batch_size,
-            grad_accum_steps,
+            config["train_micro_batch_size_per_gpu"],
+            config["gradient_accumulation_steps"],
         )
 
     def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
