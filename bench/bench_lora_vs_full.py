@@ -98,6 +98,8 @@ def run_one(spec: dict) -> dict:
     method = {"method": spec["method"]}
     if spec["method"] == "lora":
         method.update(lora_r=spec["rank"], lora_alpha=2 * spec["rank"])
+    if spec.get("modules_to_save"):  # --lora-modules-to-save: what else LoRA runs train fully
+        method.update(modules_to_save=spec["modules_to_save"])
     if spec["method"] in ("houlsby", "pfeiffer"):
         method.update(reduction_factor=spec["reduction_factor"])
     overrides = {
@@ -167,7 +169,12 @@ def _spec(
 ) -> dict:
     task = TASKS[task_name]
     name = f"{task_name}-{method}{rank or ''}-lr{lr:g}-s{seed}"
+    extra = {}
+    if method == "lora" and args.lora_modules_to_save:
+        extra["modules_to_save"] = args.lora_modules_to_save
+        name += "-train-" + "-".join(args.lora_modules_to_save)
     return {
+        **extra,
         "name": name,
         "task": task_name,
         "recipe": task["recipe"],
@@ -293,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr-full", type=_floats, default=[1e-4, 3e-4], help="comma-separated grid")
     p.add_argument("--lr-lora", type=_floats, default=[2e-3])
     p.add_argument("--lr-adapter", type=_floats, default=[2e-3])
+    p.add_argument(
+        "--lora-modules-to-save",
+        nargs="+",
+        help="modules LoRA runs train fully (method.modules_to_save; the task head must be listed too), e.g. "
+        "classifier embeddings: does retraining the embeddings close LoRA's gap to full fine-tuning?",
+    )
     p.add_argument("--adapter", default="houlsby", choices=["houlsby", "pfeiffer"])
     p.add_argument("--reduction-factor", type=int, default=4, help="adapter bottleneck = hidden / this")
     p.add_argument(
