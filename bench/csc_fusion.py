@@ -34,25 +34,24 @@ GRID = {
 
 
 def model_gains(model, tokenizer, candidates, text: str) -> dict[int, dict[str, float]]:
-    """position -> {candidate: the model's log-probability gain over the character as written} (as Taskflow)."""
+    """position -> {candidate: the model's log-probability gain over the character as written}: Taskflow's
+    candidate set and gains (the same `model_log_gains` / `char_options`), on the sentence as one chunk."""
     import torch
 
+    from ernie_zoo.models.correction import char_options, model_log_gains
     from ernie_zoo.text.confusion import is_cjk
 
     enc = tokenizer(text, return_tensors="pt", return_offsets_mapping=True, truncation=True, max_length=512)
     offsets = enc.pop("offset_mapping")[0].tolist()
     with torch.no_grad():
         logp = model(**enc).logits[0].float().log_softmax(-1)
+    chars = [t for t, (start, end) in enumerate(offsets) if end - start == 1]
     out = {}
-    for t, (start, end) in enumerate(offsets):
-        tid = int(enc["input_ids"][0, t])
-        cand = candidates.get(tid)
-        if end - start != 1 or cand is None or not is_cjk(text[start]):
-            continue
-        tokens = tokenizer.convert_ids_to_tokens(cand.tolist())
-        gains = (logp[t, cand] - logp[t, tid]).tolist()
-        options = {c: g for c, g in zip(tokens, gains) if is_cjk(c) and c != text[start]}
-        if options:
+    for t, by_id in model_log_gains(logp, enc["input_ids"][0], chars, candidates).items():
+        start = offsets[t][0]
+        if is_cjk(text[start]) and (
+            options := char_options(by_id, tokenizer.convert_ids_to_tokens, text[start])
+        ):
             out[start] = options
     return out
 

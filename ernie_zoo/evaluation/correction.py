@@ -84,9 +84,9 @@ class NgramCorrector:
     def proposals(self, text: str) -> list[tuple[int, str, float]]:
         """(position, new character, gain) of every change the corrector makes, by position."""
         candidates = {
-            i: dict.fromkeys(self.confusion.candidates(ch), 0.0)
+            i: dict.fromkeys(cands, 0.0)
             for i, ch in enumerate(text)
-            if ch in self.confusion and self.confusion.candidates(ch)
+            if ch in self.confusion and (cands := self.confusion.candidates(ch))
         }
         weights = FusionWeights(threshold=self.threshold, min_distance=self.lm.order)
         return choose_corrections(candidate_gains(text, candidates, self.lm), weights)

@@ -36,7 +36,7 @@ from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
 from transformers.utils import cached_file
 
-from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets
+from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets, is_cjk
 from ernie_zoo.text.words import WordUnigram
 
 from .modeling import ErnieZooForMaskedLM
@@ -263,6 +263,27 @@ class FusionWeights:
 WORD_WINDOW = 4  # characters either side of a change that the word model reads
 
 
+def model_log_gains(
+    logp: torch.Tensor, input_ids: torch.Tensor, positions, candidates: dict[int, torch.Tensor]
+) -> dict[int, dict[int, float]]:
+    """token position -> {candidate token id: log p(candidate) - log p(input token)} at `positions` of one row
+    whose input token has candidates. logp: (T, V) log-probabilities; input_ids: (T,)."""
+    out = {}
+    for t in positions:
+        tid = int(input_ids[t])
+        cand = candidates.get(tid)
+        if cand is not None:
+            out[t] = dict(zip(cand.tolist(), (logp[t, cand] - logp[t, tid]).tolist()))
+    return out
+
+
+def char_options(by_id: dict[int, float], id_to_token, written: str) -> dict[str, float]:
+    """`model_log_gains`' entry for one position as {candidate character: gain}: Chinese characters other than
+    the one `written` there (the text-side filter fused decoding applies)."""
+    tokens = id_to_token(list(by_id))
+    return {c: g for c, g in zip(tokens, by_id.values()) if is_cjk(c) and c != written}
+
+
 def candidate_gains(
     text: str,
     candidates: dict[int, dict[str, float]],
@@ -330,6 +351,8 @@ __all__ = [
     "SpellingCorrectionOutput",
     "candidate_gains",
     "candidate_table",
+    "char_options",
     "choose_corrections",
     "decode_corrections",
+    "model_log_gains",
 ]

@@ -40,8 +40,10 @@ from ernie_zoo.models.correction import (
     ErnieZooForSpellingCorrection,
     candidate_gains,
     candidate_table,
+    char_options,
     choose_corrections,
     decode_corrections,
+    model_log_gains,
 )
 from ernie_zoo.text.confusion import is_cjk
 from ernie_zoo.text.lexicon import AhoCorasick
@@ -145,28 +147,24 @@ class TextCorrection(EncoderTask):
     def _gains(self, out, batch, eligible) -> list[dict[int, dict[int, float]]]:
         """Per row: token position -> {candidate token id: the model's log-probability gain over the input}."""
         logp = out.logits.float().log_softmax(-1)
-        rows: list[dict[int, dict[int, float]]] = [{} for _ in range(logp.shape[0])]
-        input_ids = batch["input_ids"]
-        for b, t in zip(*(x.tolist() for x in torch.nonzero(eligible, as_tuple=True))):
-            tid = int(input_ids[b, t])
-            cand = self.candidates.get(tid) if self.candidates is not None else None
-            if cand is not None:
-                gains = (logp[b, t, cand] - logp[b, t, tid]).tolist()
-                rows[b][t] = dict(zip(cand.tolist(), gains))
-        return rows
+        if self.candidates is None:
+            return [{} for _ in range(logp.shape[0])]
+        return [
+            model_log_gains(
+                logp[b], batch["input_ids"][b], torch.nonzero(eligible[b]).flatten().tolist(), self.candidates
+            )
+            for b in range(logp.shape[0])
+        ]
 
     def _fused(self, text: str, simplified: str, pairs, protected: list[bool]) -> list[dict[str, Any]]:
         """The errors fused decoding finds in one text (the n-gram LM and word model read the whole text)."""
-        id_to_token = self.tokenizer.convert_ids_to_tokens
         candidates: dict[int, dict[str, float]] = {}
         for chunk, (_, gains) in pairs:
             for t, by_id in gains.items():
                 pos = chunk.start + chunk.offsets[t][0]
                 if protected[pos] or not is_cjk(simplified[pos]):
                     continue
-                tokens = id_to_token(list(by_id))
-                options = {c: g for c, g in zip(tokens, by_id.values()) if is_cjk(c) and c != simplified[pos]}
-                if options:
+                if options := char_options(by_id, self.tokenizer.convert_ids_to_tokens, simplified[pos]):
                     candidates[pos] = options
         chosen = choose_corrections(
             candidate_gains(simplified, candidates, self.model.ngram_lm, self.words), self.fusion
@@ -176,31 +174,30 @@ class TextCorrection(EncoderTask):
             for i, new, score in chosen
         ]
 
+    def _alone(self, text: str, simplified: str, pairs, protected: list[bool]) -> list[dict[str, Any]]:
+        """The errors the model decoded alone found in one text (`decode_corrections` per chunk)."""
+        errors = []
+        for chunk, (_, corrections) in pairs:
+            for t, token_id, margin in corrections:
+                pos = chunk.start + chunk.offsets[t][0]
+                new = self.tokenizer.convert_ids_to_tokens(token_id)
+                if protected[pos] or not is_cjk(simplified[pos]) or not is_cjk(new):
+                    continue
+                if new == simplified[pos]:
+                    continue
+                errors.append({"position": pos, "correction": (text[pos], new), "score": round(margin, 4)})
+        return errors
+
     def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[CorrectionResult]:
-        id_to_token = self.tokenizer.convert_ids_to_tokens
+        decode = self._fused if self.fusion is not None else self._alone
         results = []
         for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
             simplified = to_simplified(text)
-            protected = self._protected(simplified)
+            errors = sorted(
+                decode(text, simplified, pairs, self._protected(simplified)), key=lambda e: e["position"]
+            )
             chars = list(text)
-            errors = []
-            if self.fusion is not None:
-                errors = self._fused(text, simplified, pairs, protected)
-                for e in errors:
-                    chars[e["position"]] = e["correction"][1]
-                pairs = []
-            for chunk, (_, corrections) in pairs:
-                for t, token_id, margin in corrections:
-                    pos = chunk.start + chunk.offsets[t][0]
-                    new = id_to_token(token_id)
-                    if protected[pos] or not is_cjk(simplified[pos]) or not is_cjk(new):
-                        continue
-                    if new == simplified[pos]:
-                        continue
-                    chars[pos] = new
-                    errors.append(
-                        {"position": pos, "correction": (text[pos], new), "score": round(margin, 4)}
-                    )
-            errors.sort(key=lambda e: e["position"])
+            for e in errors:
+                chars[e["position"]] = e["correction"][1]
             results.append(CorrectionResult(text, "".join(chars), errors))
         return results
