@@ -1,4 +1,5 @@
-"""Issue #19 ablations on dev: SKEP objectives on vs off, and silver general-domain labels on vs off.
+"""Issue #19 ablations on dev: SKEP objectives on vs off, silver general-domain labels on vs off, and the sentiment
+lexicon as input bits on vs off.
 
 Each arm is fine-tuned the same way (recipes/experiments/sentiment-*.yaml and
 recipes/zoo/sentiment-frames-skep-seed7.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160, checkpoint chosen
@@ -13,7 +14,9 @@ split is read. Runs not finished yet are listed under ``missing``.
     candidates:         recipes/experiments/sentiment-skep.yaml, -skep-seed7.yaml
                         (SKEP on, silver2: twice the silver)
                         recipes/experiments/sentiment-frames-skep.yaml, recipes/zoo/sentiment-frames-skep-seed7.yaml
-                        (SKEP on, silver + framed sentences; seed 7 is the shipped model)
+                        (SKEP on, silver + framed sentences)
+    lexicon input:      recipes/experiments/sentiment-lexicon-skep.yaml, -skep-seed7.yaml (the same as the
+                        frames runs, plus the sentiment lexicon's bits as input: data.lexicon)
 
     python bench/sentiment_skep_ablation.py     # ~1 min per run on one thread
 """
@@ -35,6 +38,8 @@ ARMS = {
     # sentences plus framed sentences (太{w}了！ ...)
     "skep_on_silver2": ("sentiment-skep", "sentiment-skep-seed7"),
     "skep_on_silver_frames": ("sentiment-frames-skep", "sentiment-frames-skep-seed7"),
+    # the same with the sentiment lexicon as input bits (data.lexicon; ernie_zoo.text.sentiment.FEATURES)
+    "skep_on_silver_frames_lexicon": ("sentiment-lexicon-skep", "sentiment-lexicon-skep-seed7"),
 }
 
 
@@ -116,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     for a, b, key in (
         ("skep_on_silver", "skep_off_silver", "skep_effect"),
         ("skep_off_silver", "skep_off_reviews_only", "silver_effect"),
+        ("skep_on_silver_frames_lexicon", "skep_on_silver_frames", "lexicon_input_effect"),
     ):
         if a in arms and b in arms:
             result[key] = {

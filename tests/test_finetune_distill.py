@@ -142,7 +142,7 @@ def test_a_lexicon_teacher_needs_the_students_lexicon(tmp_path):
     EntityLexicon({"上海": {"LOC"}}, ["PER", "LOC", "ORG"]).save(other)
 
     for out, student_lexicon in (("plain", None), ("other", str(other))):  # no lexicon, another lexicon
-        with pytest.raises(ValueError, match="entity lexicon that is not the student's"):
+        with pytest.raises(ValueError, match="reads a lexicon that is not the student's"):
             run_finetune(
                 _ner_args(
                     tmp_path,

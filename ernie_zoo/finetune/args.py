@@ -84,8 +84,10 @@ class DataArgs:
         None,
         "Entity lexicon file for token classification (entity_lexicon.txt format; build one with `python -m "
         "ernie_zoo.data.lexicon`): the tagger sees each token's lexicon matches as extra input bits and saves the "
-        "lexicon with the model. Needs use_crf. A base model saved with a lexicon keeps using its own when this "
-        "is null.",
+        "lexicon with the model. Needs use_crf. For sequence classification of single texts, a sentiment lexicon "
+        "file (`python -m ernie_zoo.data.sentiment_lexicon`): the classifier sees each token's sentiment-word "
+        "polarity, negator, degree-adverb and negated bits (ernie_zoo.text.sentiment.FEATURES) and saves the "
+        "lexicon with the model. A base model saved with a lexicon keeps using its own when this is null.",
     )
     confusion_sets: str | None = arg(
         None,
@@ -296,10 +298,13 @@ class FinetuneArgs:
             "a CRF layer only applies to token_classification",
         )
         check(
-            self.data.lexicon is None or (self.task == "token_classification" and self.model.use_crf),
+            self.data.lexicon is None
+            or (self.task == "token_classification" and self.model.use_crf)
+            or (self.task == "sequence_classification" and not self.data.text_pair_column),
             "data.lexicon",
             self.data.lexicon,
-            "an entity lexicon needs task token_classification with model.use_crf true",
+            "a lexicon needs task token_classification with model.use_crf true (an entity lexicon) or "
+            "sequence_classification of single texts (a sentiment lexicon)",
         )
         check_supported(self.method.method, self.task)
         t = self.train

@@ -53,12 +53,11 @@ def check_teacher(where, model: nn.Module, model_tokenizer, tokenizer, task, wha
             "order"
         )
     lexicon = getattr(task, "lexicon", None)
-    if getattr(model, "reads_lexicon", False) and (
-        lexicon is None or not lexicon.same_as(getattr(model, "entity_lexicon", None))
-    ):
+    theirs = getattr(model, "entity_lexicon", None) or getattr(model, "sentiment_lexicon", None)
+    if getattr(model, "reads_lexicon", False) and (lexicon is None or not lexicon.same_as(theirs)):
         raise ValueError(
-            f"{what}: {where} reads an entity lexicon that is not the student's (data.lexicon, or the base "
-            "model's); lexicon_ids are computed from the student's lexicon"
+            f"{what}: {where} reads a lexicon that is not the student's (data.lexicon, or the base model's); "
+            "lexicon_ids are computed from the student's lexicon"
         )
 
 

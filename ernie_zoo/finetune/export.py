@@ -31,6 +31,7 @@ from ernie_zoo.models import (
 )
 from ernie_zoo.models.crf_tagger import LEXICON_FILE
 from ernie_zoo.models.int8 import save_int8_weights
+from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
@@ -103,8 +104,12 @@ def load_finetuned(
             )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
-        if hasattr(base, "load_entity_lexicon"):  # the adapter directory's lexicon, if it carries one
-            base.load_entity_lexicon(path)
+        for load in (
+            "load_entity_lexicon",
+            "load_sentiment_lexicon",
+        ):  # the adapter directory's lexicon, if any
+            if hasattr(base, load):
+                getattr(base, load)(path)
         model = load_adapter(base, path)
     elif (path / "config.json").is_file():
         config = ErnieZooConfig.from_pretrained(str(path))
@@ -131,9 +136,13 @@ def _save_adapter(model: nn.Module, tokenizer, directory: Path, meta: dict[str, 
             cfg.base_model_name_or_path = meta["base_model"]
         model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
+    # the base directory holds no lexicon when it came with this fine-tuning
     lexicon = getattr(unwrap(model), "entity_lexicon", None)
-    if lexicon is not None:  # the base directory holds none when the lexicon came with this fine-tuning
+    if lexicon is not None:
         lexicon.save(directory / LEXICON_FILE)
+    lexicon = getattr(unwrap(model), "sentiment_lexicon", None)
+    if lexicon is not None:
+        lexicon.save(directory / SENTIMENT_LEXICON_FILE)
     atomic_write_text(directory / META_NAME, json.dumps(meta, indent=2, ensure_ascii=False))
 
 

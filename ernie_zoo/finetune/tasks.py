@@ -21,10 +21,12 @@ from torch import nn
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import find_lexicon
+from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.lexicon import EntityLexicon
+from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon, token_features
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 
 from .data import (
@@ -185,6 +187,30 @@ class SequenceClassificationTask(Task):
         for split, examples in self.splits.items():
             check_labels(examples, labels, self.where[split], "label")
         self.labels = labels
+        self.lexicon = self._read_lexicon()
+
+    def _read_lexicon(self) -> SentimentLexicon | None:
+        """data.lexicon (a sentiment lexicon), else the lexicon a base model was saved with."""
+        if self.data_args.lexicon:
+            path = Path(self.data_args.lexicon).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"data.lexicon: no such file: {path}")
+        else:
+            base = self.args.model.model_name_or_path
+            path = Path(base).expanduser() / SENTIMENT_LEXICON_FILE if base else None
+            if path is None or not path.is_file():
+                return None
+        lexicon = load_sentiment_lexicon(path)
+        if not lexicon.words:
+            raise ValueError(f"data.lexicon: {path} holds no sentiment words")
+        logger.info("sentiment lexicon %s: %d entries", path, len(lexicon))
+        return lexicon
+
+    def attach(self, model: nn.Module) -> list[str]:
+        if self.lexicon is None:
+            return []
+        model.set_sentiment_lexicon(self.lexicon)
+        return ["lexicon_proj"]
 
     def vocab_texts(self) -> Iterator[str]:
         for ex in self.splits["train"]:
@@ -195,11 +221,23 @@ class SequenceClassificationTask(Task):
     def encode(self, examples: Sequence[ClassificationExample], tokenizer) -> list[dict[str, Any]]:
         texts = [ex.text for ex in examples]
         pairs = [ex.text_pair for ex in examples] if self.data_args.text_pair_column else None
-        enc = tokenizer(texts, pairs, truncation=True, max_length=self.data_args.max_length)
+        lexicon = self.lexicon
+        enc = tokenizer(
+            texts,
+            pairs,
+            truncation=True,
+            max_length=self.data_args.max_length,
+            return_offsets_mapping=lexicon is not None,
+            return_special_tokens_mask=lexicon is not None,
+        )
         index = {label: i for i, label in enumerate(self.labels)}
         features = []
         for i, ex in enumerate(examples):
-            f = {k: enc[k][i] for k in enc.keys()}
+            f = {k: enc[k][i] for k in enc.keys() if k not in ("offset_mapping", "special_tokens_mask")}
+            if lexicon is not None:
+                f["lexicon_ids"] = token_features(
+                    ex.text, enc["offset_mapping"][i], lexicon, enc["special_tokens_mask"][i]
+                )
             if self.data_args.multi_label:
                 hot = [0.0] * len(self.labels)
                 for label in ex.labels:
@@ -222,6 +260,7 @@ class SequenceClassificationTask(Task):
             "problem_type": "multi_label_classification"
             if self.data_args.multi_label
             else "single_label_classification",
+            **({"sentiment_features": list(FEATURES)} if self.lexicon is not None else {}),
         }
 
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:

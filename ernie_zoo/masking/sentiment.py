@@ -12,6 +12,7 @@ import os
 from collections.abc import Container, Mapping
 
 from ernie_zoo.text.lexicon import AhoCorasick
+from ernie_zoo.text.sentiment import load_sentiment_lexicon
 
 __all__ = ["SentimentWords"]
 
@@ -52,9 +53,7 @@ class SentimentWords:
     def from_file(cls, path: str | os.PathLike, min_sources: int = 1, min_length: int = 1) -> SentimentWords:
         """The sentiment words of a lexicon written by `python -m ernie_zoo.data.sentiment_lexicon` (negators and
         degree adverbs have no polarity and are left out); `min_sources` keeps only the words at least that many
-        of its sources agree on (`ernie_zoo.data.sentiment_lexicon.load_sentiment_lexicon`)."""
-        from ernie_zoo.data.sentiment_lexicon import load_sentiment_lexicon
-
+        of its sources agree on (`ernie_zoo.text.sentiment.load_sentiment_lexicon`)."""
         lexicon = load_sentiment_lexicon(path, min_sources=min_sources)
         words = {word: polarity for word, (polarity, _strength) in lexicon.words.items()}
         if not words:

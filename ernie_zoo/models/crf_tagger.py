@@ -31,7 +31,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, TokenClassifierOutput
 from transformers.utils import cached_file
 
@@ -168,13 +167,7 @@ class EntityLexiconMixin:
         if self.entity_lexicon is not None:
             self.entity_lexicon.save(Path(save_directory) / LEXICON_FILE)
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        hub = {k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs}
-        model.load_entity_lexicon(pretrained_model_name_or_path, **hub)
-        return loaded
+    load_saved_files = load_entity_lexicon
 
 
 @register("token-classification", flag="use_crf", what="a CRF tagger")
@@ -187,38 +180,8 @@ class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedMo
         config.use_crf = True
         self._add_classifier(config, add_pooling_layer=False)
         self.crf = LinearChainCRF(config.num_labels)
-        types = list(getattr(config, "lexicon_types", None) or [])
-        self.lexicon_proj = nn.Linear(3 * len(types), config.hidden_size, bias=False) if types else None
-        self._warned_no_lexicon = False
+        self._add_lexicon_input(3 * len(getattr(config, "lexicon_types", None) or []))
         self.post_init()
-
-    def _init_weights(self, module):
-        super()._init_weights(module)  # a CRF's transitions start at zero there
-        if module is getattr(self, "lexicon_proj", None):
-            init.zeros_(module.weight)  # a lexicon added to a trained tagger changes nothing at first
-
-    def _embed_with_lexicon(
-        self, input_ids: torch.Tensor, lexicon_ids: torch.Tensor | None, pinyin_ids: torch.Tensor | None
-    ) -> torch.Tensor:
-        if lexicon_ids is None:
-            if not self._warned_no_lexicon:
-                self._warned_no_lexicon = True
-                logger.warning(
-                    "this tagger was trained with an entity lexicon but got no lexicon_ids; it runs without "
-                    "lexicon matches (compute them with model.entity_lexicon.token_features, as Taskflow does)"
-                )
-            lexicon_ids = torch.zeros_like(input_ids)
-        elif lexicon_ids.shape != input_ids.shape:
-            raise ValueError(
-                f"lexicon_ids shape {tuple(lexicon_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
-            )
-        n = self.lexicon_proj.in_features
-        # bit k of each id, (B, T, 3·types); division and modulo rather than >> and & so that the graph exports to
-        # ONNX (ids are never negative)
-        powers = 2 ** torch.arange(n, device=lexicon_ids.device)
-        bits = torch.div(lexicon_ids[..., None], powers, rounding_mode="floor") % 2
-        embeds = self.ernie.embeddings.embed_tokens(input_ids, pinyin_ids)  # (B, T, H)
-        return embeds + self.lexicon_proj(bits.to(embeds.dtype))
 
     def encode(
         self,

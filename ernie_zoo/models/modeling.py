@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -44,6 +45,9 @@ from transformers.models.ernie.modeling_ernie import (
     ErniePooler,
     ErniePreTrainedModel,
 )
+from transformers.utils import cached_file
+
+from ernie_zoo.text.sentiment import SentimentLexicon, load_sentiment_lexicon
 
 from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF
@@ -151,20 +155,30 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """transformers' `from_pretrained`, which also reads a local directory whose model.safetensors is in the
-        int8 storage format (`ernie_zoo.models.int8`): dequantised to float, then loaded as usual."""
+        int8 storage format (`ernie_zoo.models.int8`): dequantised to float, then loaded as usual; then the files a
+        head keeps next to its weights (`load_saved_files`: a lexicon) are read."""
         path = pretrained_model_name_or_path
+        hub = {k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs}
         int8 = None
         if path is not None and os.path.isdir(path):
             check_loadable(cls, path, kwargs.get("config"))
             if "state_dict" not in kwargs:
                 int8 = int8_weights_file(path)
         if int8 is None:
-            return super().from_pretrained(path, *args, **kwargs)
-        config = kwargs.pop("config", None)
-        if config is None:
-            config, kwargs = cls.config_class.from_pretrained(path, return_unused_kwargs=True, **kwargs)
-        kwargs["state_dict"] = load_int8_state_dict(int8)
-        return super().from_pretrained(None, *args, config=config, **kwargs)
+            loaded = super().from_pretrained(path, *args, **kwargs)
+        else:
+            config = kwargs.pop("config", None)
+            if config is None:
+                config, kwargs = cls.config_class.from_pretrained(path, return_unused_kwargs=True, **kwargs)
+            kwargs["state_dict"] = load_int8_state_dict(int8)
+            loaded = super().from_pretrained(None, *args, config=config, **kwargs)
+        if path is not None:
+            (loaded[0] if isinstance(loaded, tuple) else loaded).load_saved_files(path, **hub)
+        return loaded
+
+    def load_saved_files(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
+        """Read what this head saves next to its weights (a local directory, or a hub repo through the hub cache):
+        nothing here; the lexicon-reading heads read their lexicon."""
 
     def _add_classifier(self, config: ErnieZooConfig, add_pooling_layer: bool) -> None:
         """`ernie`, `dropout` and `classifier` of a classification head, as transformers' ERNIE heads name them."""
@@ -173,6 +187,42 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         dropout = config.classifier_dropout
         self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def _add_lexicon_input(self, bits: int) -> None:
+        """`lexicon_proj` (bits -> hidden size, no bias, zero at init) when the model reads `bits` lexicon input bits
+        per token (`lexicon_ids`), else None."""
+        self.lexicon_proj = nn.Linear(bits, self.config.hidden_size, bias=False) if bits else None
+        self._warned_no_lexicon = False
+
+    def _embed_with_lexicon(
+        self, input_ids: torch.Tensor, lexicon_ids: torch.Tensor | None, pinyin_ids: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Word + char-feature embeddings plus `lexicon_proj` of each token's lexicon bits:
+
+            lexicon_ids (B, T) ─ bits (B, T, n) ─ lexicon_proj (no bias, starts at zero) ─┐
+            input_ids ─ word + char-feature embeddings ────────────────────────────── add ┴─ ERNIE ─ ...
+
+        `lexicon_proj` starts at zero, so a model given a lexicon starts out computing exactly what it did without
+        one. Without `lexicon_ids` (a plain transformers pipeline) the model runs without lexicon bits, warned once."""
+        if lexicon_ids is None:
+            if not self._warned_no_lexicon:
+                self._warned_no_lexicon = True
+                logger.warning(
+                    "this model was trained with lexicon input bits but got no lexicon_ids; it runs without them "
+                    "(Taskflow computes them from the lexicon saved with the model)"
+                )
+            lexicon_ids = torch.zeros_like(input_ids)
+        elif lexicon_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"lexicon_ids shape {tuple(lexicon_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        n = self.lexicon_proj.in_features
+        # bit k of each id, (B, T, n); division and modulo rather than >> and & so that the graph exports to ONNX
+        # (ids are never negative)
+        powers = 2 ** torch.arange(n, device=lexicon_ids.device)
+        bits = torch.div(lexicon_ids[..., None], powers, rounding_mode="floor") % 2
+        embeds = self.ernie.embeddings.embed_tokens(input_ids, pinyin_ids)  # (B, T, H)
+        return embeds + self.lexicon_proj(bits.to(embeds.dtype))
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -184,6 +234,8 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         if pooler is not None and module is pooler.dense:
             init.copy_(module.weight, torch.eye(*module.weight.shape, dtype=module.weight.dtype))
             init.zeros_(module.bias)
+        if module is getattr(self, "lexicon_proj", None):
+            init.zeros_(module.weight)  # a lexicon added to a trained model changes nothing at first
         if isinstance(module, LinearChainCRF):  # zero transitions: a CRF starts as the per-token classifier
             for p in module.parameters():
                 init.zeros_(p)
@@ -335,7 +387,8 @@ _PINYIN_DOC = ErnieZooModel.forward.__doc__
 
 
 def _head_forward(parent: type):
-    """`parent.forward` with `pinyin_ids` in its signature."""
+    """`parent.forward` with `pinyin_ids` in its signature, and `lexicon_ids`: the lexicon input bits of a head
+    that reads them (`lexicon_proj`, see `_embed_with_lexicon`), ignored by the others."""
 
     def forward(
         self,
@@ -348,8 +401,16 @@ def _head_forward(parent: type):
         labels: torch.Tensor | None = None,
         *,
         pinyin_ids: torch.Tensor | None = None,
+        lexicon_ids: torch.Tensor | None = None,
         **kwargs,
     ):
+        if (
+            getattr(self, "lexicon_proj", None) is not None
+            and input_ids is not None
+            and inputs_embeds is None
+        ):
+            inputs_embeds = self._embed_with_lexicon(input_ids, lexicon_ids, pinyin_ids)
+            input_ids = pinyin_ids = None
         if pinyin_ids is not None:
             kwargs["pinyin_ids"] = pinyin_ids
         return parent.forward(
@@ -385,12 +446,55 @@ class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
     forward = _head_forward(ErnieForMaskedLM)
 
 
+SENTIMENT_LEXICON_FILE = "sentiment_lexicon.tsv"
+
+
 @register("text-classification", default=True)
 class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenceClassification):
+    """Sequence classification; with `config.sentiment_features` (the bit names of
+    `ernie_zoo.text.sentiment.FEATURES`) it also reads each token's sentiment-lexicon bits as `lexicon_ids`, added
+    before the encoder by `lexicon_proj` as the NER tagger reads its entity lexicon. The lexicon is saved next to
+    the weights (`sentiment_lexicon.tsv`) and read back into `model.sentiment_lexicon`, which Taskflow computes
+    `lexicon_ids` with (`ernie_zoo.text.sentiment.token_features`)."""
+
+    sentiment_lexicon: SentimentLexicon | None = None  # set by from_pretrained or the fine-tuning loop
+
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
         self._add_classifier(config, add_pooling_layer=True)
+        self._add_lexicon_input(len(getattr(config, "sentiment_features", None) or []))
         self.post_init()
+
+    @property
+    def reads_lexicon(self) -> bool:
+        return self.lexicon_proj is not None
+
+    def set_sentiment_lexicon(self, lexicon: SentimentLexicon | None) -> None:
+        """Attach the lexicon whose bits `lexicon_ids` encode (a model with `config.sentiment_features`)."""
+        if lexicon is not None and not self.reads_lexicon:
+            raise ValueError("this classifier reads no lexicon bits (config.sentiment_features is not set)")
+        self.sentiment_lexicon = lexicon
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        if self.sentiment_lexicon is not None:
+            self.sentiment_lexicon.save(Path(save_directory) / SENTIMENT_LEXICON_FILE)
+
+    def load_sentiment_lexicon(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
+        """Attach the lexicon saved with a model (a local directory, or a hub repo through the hub cache), if it has
+        one and this classifier reads lexicon bits."""
+        if not self.reads_lexicon:
+            return
+        path = cached_file(
+            str(model_name_or_path),
+            SENTIMENT_LEXICON_FILE,
+            _raise_exceptions_for_missing_entries=False,
+            **hub_kwargs,
+        )
+        if path is not None:
+            self.set_sentiment_lexicon(load_sentiment_lexicon(path))
+
+    load_saved_files = load_sentiment_lexicon
 
     forward = _head_forward(ErnieForSequenceClassification)
 

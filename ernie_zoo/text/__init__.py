@@ -10,6 +10,8 @@ features and file writes use `tokenization.traditional` and `utils`, the same la
   first use), shared by knowledge masking and the segmentation, POS, NER and correction Taskflows;
 - `lexicon`: entity lexicons (`EntityLexicon`: entity masking's leftmost-longest spans, the NER tagger's per-character
   lexicon bits, both file formats) and the Aho-Corasick matcher under them (`AhoCorasick`);
+- `sentiment`: sentiment lexicons read and applied (`SentimentLexicon`, the HowNet-style `lexicon_score`, the silver
+  `weak_sentiment_label`, and the per-token input bits of a lexicon-reading sentiment classifier);
 - `words`: how word-like a text is under jieba's word frequencies (`WordUnigram`), a score of fused spelling
   correction.
 """

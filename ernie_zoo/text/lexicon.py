@@ -27,9 +27,24 @@ import os
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["AhoCorasick", "EntityLexicon"]
+__all__ = ["AhoCorasick", "EntityLexicon", "token_masks"]
 
 _HEADER = "# ernie-zoo entity lexicon:"
+
+
+def token_masks(
+    chars: Sequence[int], offsets: Sequence[tuple[int, int] | None], special: Sequence[int] | None = None
+) -> list[int]:
+    """Per-character bit masks `chars` as one mask per token (`offsets`: its characters): the OR over its
+    characters; 0 for special tokens and tokens without characters (offsets (0, 0) or None)."""
+    out = []
+    for t, span in enumerate(offsets):
+        value = 0
+        if span is not None and not (special is not None and special[t]):
+            for c in range(span[0], min(span[1], len(chars))):
+                value |= chars[c]
+        out.append(value)
+    return out
 
 
 class AhoCorasick:
@@ -281,15 +296,7 @@ class EntityLexicon:
     ) -> list[int]:
         """`lexicon_ids` of one encoding: the OR of its characters' masks per token; 0 for special tokens and
         tokens without characters (offsets (0, 0) or None)."""
-        chars = self.char_features(text)
-        out = []
-        for t, span in enumerate(offsets):
-            value = 0
-            if span is not None and not (special is not None and special[t]):
-                for c in range(span[0], min(span[1], len(chars))):
-                    value |= chars[c]
-            out.append(value)
-        return out
+        return token_masks(self.char_features(text), offsets, special)
 
     def describe(self, mask: int) -> str:
         """`PER-B,LOC-E`-style text of a feature mask (for reading features, not for the model)."""
