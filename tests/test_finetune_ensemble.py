@@ -250,9 +250,9 @@ def test_taskflow_tags_with_an_ensemble_directory(tiny_tokenizer, make_config, l
 
 
 def test_the_pairs_scan_scores_what_the_ensemble_computes(tiny_tokenizer, make_config, lexicon):
-    """recipes/zoo/ner_ensemble.py --pairs replays each member's recorded emissions; a pair scored that way is the
-    ensemble of the two."""
-    path = Path(__file__).parents[1] / "recipes" / "zoo" / "ner_ensemble.py"
+    """recipes/experiments/ner_ensemble.py --pairs replays each member's recorded emissions; a pair scored that way is
+    the ensemble of the two."""
+    path = Path(__file__).parents[1] / "recipes" / "experiments" / "ner_ensemble.py"
     spec = importlib.util.spec_from_file_location("ner_ensemble", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

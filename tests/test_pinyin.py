@@ -404,7 +404,7 @@ def test_traditional_phrase_context():
 
 
 def test_pypinyin_phrases_with_traditional_chars_unchanged():
-    from ernie_zoo.tokenization.traditional import traditional_chars
+    from ernie_zoo.text.traditional import traditional_chars
 
     phrases = [p for p in P.PHRASES_DICT if not traditional_chars().isdisjoint(p)]
     assert len(phrases) > 20
@@ -414,7 +414,7 @@ def test_pypinyin_phrases_with_traditional_chars_unchanged():
 
 def test_traditional_text_matches_its_simplified_form_in_phrases():
     """Every Traditional sentence gets the readings of its Simplified form, except outside phrases."""
-    from ernie_zoo.tokenization.traditional import to_simplified
+    from ernie_zoo.text.traditional import to_simplified
 
     trad = "中國銀行行長今天在北京發表了重要講話，他重新檢查了一遍，覺得沒有什麼問題。"
     simp = to_simplified(trad)

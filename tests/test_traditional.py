@@ -11,16 +11,16 @@ import pytest
 from pypinyin.constants import RE_HANS
 
 from ernie_zoo import ErnieZooTokenizerFast
-from ernie_zoo.tokenization.pinyin import char_pinyin_ids, decode_pinyin_id
-from ernie_zoo.tokenization.traditional import (
+from ernie_zoo.text.traditional import (
     is_traditional_char,
     t2s_mapping,
     to_simplified,
     traditional_chars,
 )
+from ernie_zoo.tokenization.pinyin import char_pinyin_ids, decode_pinyin_id
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_FILE = REPO / "ernie_zoo" / "tokenization" / "data" / "t2s_chars.tsv.gz"
+DATA_FILE = REPO / "ernie_zoo" / "text" / "data" / "t2s_chars.tsv.gz"
 TRAD = "這家飯店的服務很好"
 SIMP = "这家饭店的服务很好"
 TRAD2 = "我們在臺北的銀行辦理了業務"

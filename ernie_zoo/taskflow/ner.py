@@ -47,7 +47,7 @@ from ernie_zoo.models.crf_tagger import LEXICON_FILE
 from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.segment import JIEBA_NAME_TYPES, read_user_dict
 from ernie_zoo.text.tags import parse_tag, tags_to_spans
-from ernie_zoo.tokenization.traditional import to_simplified
+from ernie_zoo.text.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
 

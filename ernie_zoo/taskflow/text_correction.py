@@ -48,8 +48,8 @@ from ernie_zoo.models.correction import (
 from ernie_zoo.text.confusion import is_cjk
 from ernie_zoo.text.lexicon import AhoCorasick
 from ernie_zoo.text.segment import read_user_dict
+from ernie_zoo.text.traditional import to_simplified
 from ernie_zoo.text.words import WordUnigram
-from ernie_zoo.tokenization.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
 

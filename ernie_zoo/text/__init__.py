@@ -1,5 +1,4 @@
-"""Chinese-text building blocks, the lowest layer of ernie_zoo (only the standard library at import time; the lexicon's
-features and file writes use `tokenization.traditional` and `utils`, the same layer, on first use):
+"""Chinese-text building blocks, ernie_zoo's lowest layer (the standard library at import time; `utils` on first use):
 
 - `tags`: `Span` and the BIO/BIOES/BMES tag codec (`tags_to_spans`, `spans_to_tags`, `parse_tag`, ...);
 - `metrics`: entity-span precision/recall/F1 (`span_scores`, `prf`);
@@ -12,6 +11,7 @@ features and file writes use `tokenization.traditional` and `utils`, the same la
   lexicon bits, both file formats) and the Aho-Corasick matcher under them (`AhoCorasick`);
 - `sentiment`: sentiment lexicons read and applied (`SentimentLexicon`, the HowNet-style `lexicon_score`, the silver
   `weak_sentiment_label`, and the per-token input bits of a lexicon-reading sentiment classifier);
+- `traditional`: Traditional -> Simplified, one character to one (`to_simplified`; the tokenizer's, pinyin's too);
 - `words`: how word-like a text is under jieba's word frequencies (`WordUnigram`), a score of fused spelling
   correction.
 """

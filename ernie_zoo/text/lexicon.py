@@ -27,6 +27,8 @@ import os
 from collections import deque
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 
+from .traditional import to_simplified
+
 __all__ = ["AhoCorasick", "EntityLexicon", "token_masks"]
 
 _HEADER = "# ernie-zoo entity lexicon:"
@@ -253,8 +255,6 @@ class EntityLexicon:
 
     def char_features(self, text: str) -> list[int]:
         """One bit mask per character of `text`: bit 3k / 3k+1 / 3k+2 = begins / inside / ends a type-k match."""
-        from ernie_zoo.tokenization.traditional import to_simplified  # same layer; loads transformers
-
         if self._pairs is None:
             # Word lengths by their first two characters: most character pairs of a text begin no word, so one
             # dictionary probe per position rules them out.

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from .traditional import to_simplified
+
 __all__ = [
     "FEATURES",
     "KINDS",
@@ -342,8 +344,6 @@ def char_features(
     """One bit mask per character of ``text`` (bit k: `FEATURES`[k]): the characters of a positive or negative
     sentiment word, a negator or a degree adverb, and FLIP on a sentiment word a negator flips, found as
     `lexicon_score` finds them, on the text converted to Simplified one character to one (offsets stay valid)."""
-    from ernie_zoo.tokenization.traditional import to_simplified  # same layer; loads transformers
-
     bit = {name: 1 << k for k, name in enumerate(FEATURES)}
     out = [0] * len(text)
     for start, end, kind, contribution in _analyse(to_simplified(text), lexicon, segmenter):

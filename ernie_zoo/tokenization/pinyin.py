@@ -58,7 +58,7 @@ Traditional characters
 ----------------------
 pypinyin's phrase dictionary is Simplified only (``lazy_pinyin("銀行")`` is ``yin2 xing2``). A Han
 run that contains Traditional characters is therefore converted to Simplified with
-:func:`ernie_zoo.tokenization.traditional.to_simplified` (one character to one character, so the
+:func:`ernie_zoo.text.traditional.to_simplified` (one character to one character, so the
 ids stay aligned) and segmented like any Simplified run: ``銀行行長`` -> ``yin2 hang2 hang2 zhang3``.
 Inside a dictionary phrase every character takes the phrase's reading; outside phrases a
 Traditional character keeps its *own* default reading, which is often more precise than its
@@ -83,7 +83,7 @@ from pypinyin import Style, lazy_pinyin
 from pypinyin.constants import PHRASES_DICT, PINYIN_DICT, RE_HANS
 from pypinyin.seg import mmseg
 
-from .traditional import t2s_mapping, to_simplified
+from ernie_zoo.text.traditional import t2s_mapping, to_simplified
 
 __all__ = [
     "NUM_TONES",

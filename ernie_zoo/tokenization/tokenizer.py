@@ -8,7 +8,7 @@ text the user passed (NER needs that), and `pinyin_ids` are looked up through th
 Traditional input (`traditional_to_simplified=True`, the default): before the backend sees a string, each
 Traditional character that the vocabulary lacks but whose Simplified form it has is replaced by that form
 (這 -> 这 for a vocabulary trained on Simplified text; a BERT-zh vocabulary that has 這 keeps it). The map is
-one character to one character (`traditional.py`), so `offset_mapping` still indexes the original string.
+one character to one character (`text/traditional.py`), so `offset_mapping` still indexes the original string.
 `pinyin_ids` are computed on the original string (pinyin.py converts Traditional runs itself).
 """
 
@@ -23,8 +23,9 @@ from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors, train
 from tokenizers.models import WordPiece
 from transformers import BertTokenizer
 
+from ernie_zoo.text.traditional import t2s_mapping, to_simplified
+
 from .pinyin import batch_char_pinyin_ids, default_pinyin_id
-from .traditional import t2s_mapping, to_simplified
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # CJK characters and punctuation, full-width forms: no space is written next to them when tokens are joined.

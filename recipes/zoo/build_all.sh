@@ -51,7 +51,7 @@ $PY recipes/zoo/poetry_prompts.py
 $PY -m ernie_zoo.data.lexicon --out runs/zoo/data/entity_lexicon.txt
 # NER tagger A (ner-s5 ... ner-lex-3), tagger B (ner-s7-lex ... ner-s7-kd); ner-kd, a student of A and B's second
 # stage, is a teacher of B's last stage. The pair was picked by dev entity F1 among 10 lexicon taggers
-# (recipes/zoo/ner_ensemble.py --pairs); this rebuilds the picked pair.
+# (recipes/experiments/ner_ensemble.py --pairs); this rebuilds the picked pair.
 for recipe in ner-s5 ner-s5-stage2 ner-lex ner-lex-2 ner-lex-3 \
     ner-s7-lex ner-s7-lex-stage2 ner-s7-lex-stage3 ner-kd ner-s7-kd poetry-s5; do
     $PY -m ernie_zoo.finetune.cli "recipes/zoo/$recipe.yaml"
@@ -94,8 +94,8 @@ $PY recipes/zoo/ship.py ernie-zoo-mini-zh ernie-zoo-mini-sentiment ernie-zoo-min
 $PY bench/csc_fusion.py
 $PY -m ernie_zoo.evaluation.correction --attach-lm ernie_zoo/zoo/ernie-zoo-mini-csc --fusion bench/results/csc_fusion.json
 # The fast NER tagger (Taskflow("ner", mode="fast")): tagger A cut to its first layer, distilled from the shipped
-# ensemble (its teacher, so it comes after the ensemble is shipped). ner-fast.yaml / ner-fast3.yaml (2 and 3
-# layers) are the other points of bench/results/ner_fast_frontier.json.
+# ensemble (its teacher, so it comes after the ensemble is shipped). recipes/experiments/ner-fast.yaml and
+# ner-fast3.yaml (2 and 3 layers) are the other points of bench/results/ner_fast_frontier.json.
 [ -d runs/zoo/ner-fast-init-a0 ] ||
     $PY recipes/zoo/ner_fast_init.py --member 0 --layers 0 --out runs/zoo/ner-fast-init-a0
 $PY -m ernie_zoo.finetune.cli recipes/zoo/ner-fast1.yaml

@@ -124,9 +124,8 @@ def main() -> None:
     args = ap.parse_args()
 
     lexicon = load_sentiment_lexicon(args.lexicon, min_sources=args.min_sources)
-    held = (
-        HeldOut()
-    )  # the multi-domain dev/test, also where a longer sentence quotes one; the review dev/test
+    # The multi-domain dev/test, also where a longer sentence quotes one; the review dev/test.
+    held = HeldOut()
     for split in ("dev", "test"):
         for r in load_sentiment_multidomain(MULTIDOMAIN_DIR / f"{split}.jsonl"):
             held.add(r["text"], quotable=True)

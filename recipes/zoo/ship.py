@@ -112,7 +112,7 @@ MODELS = {
         [("recipes/zoo/sentiment-frames-skep-seed7.yaml", "runs/zoo/sentiment-frames-skep-seed7")],
     ),
     # The pair with the best dev entity F1 of the 45 pairs of our 10 lexicon taggers
-    # (`python recipes/zoo/ner_ensemble.py <the 10 run dirs> --pairs`).
+    # (`python recipes/experiments/ner_ensemble.py <the 10 run dirs> --pairs`).
     "ernie-zoo-mini-ner": (
         ["runs/zoo/ner-lex-3", "runs/zoo/ner-s7-kd"],
         None,

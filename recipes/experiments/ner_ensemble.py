@@ -1,8 +1,8 @@
 """Entity F1 of a mean-emission ensemble of CRF taggers (the teachers of train.distill_from, scored as one model).
 
-    python recipes/zoo/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-s7-lex-2             # dev
-    python recipes/zoo/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-s7-lex-2 --split test
-    python recipes/zoo/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-kd runs/zoo/ner-s7-lex-3 --pairs  # every pair
+    python recipes/experiments/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-s7-lex-2             # dev
+    python recipes/experiments/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-s7-lex-2 --split test
+    python recipes/experiments/ner_ensemble.py runs/zoo/ner-lex-3 runs/zoo/ner-kd runs/zoo/ner-s7-lex-3 --pairs
 
 Each tagger computes its emissions on the same encoded split (they must share vocabulary, labels and, if they
 read one, the entity lexicon); the ensemble (`ErnieZooEnsembleForTokenClassificationCRF.from_members`, what

@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 __all__ = ["is_traditional_char", "t2s_mapping", "to_simplified", "traditional_chars"]
 
-_RESOURCE = ("ernie_zoo.tokenization", "data/t2s_chars.tsv.gz")
+_RESOURCE = ("ernie_zoo.text", "data/t2s_chars.tsv.gz")
 
 
 @lru_cache(maxsize=1)
