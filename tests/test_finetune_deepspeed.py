@@ -17,12 +17,18 @@ relative, LoRA adapter weights 5.7e-7 absolute, full fine-tuning weights 1.9e-7 
 relative, 1e-5 relative, 1e-5 absolute. Left out of the weight comparison: the attention key biases under full
 fine-tuning, whose true gradient is zero (softmax ignores a shift shared by every key), so AdamW turns rounding
 noise into steps of about the learning rate, differently in every run (measured 2.9e-4).
+At `distributed.tp_size: 2` (AutoTP over rank pairs; full on 2 and 4 ranks, LoRA on 2 under ZeRO-3 and
+ZeRO-2) the same tolerances hold: measured losses 2.8e-7 relative, grad norms 1.2e-6, full weights 5.3e-7, LoRA
+adapters 4.9e-6 (lora_B of the FFN's first Linear, its rows computed in two halves); each rank held half of
+every planned Linear weight and of the LoRA factor on its split side, and the output directory is the
+one-process run's; stopped and resumed, the LoRA run ends bit for bit where the run never stopped does.
 The worker is this file run under torchrun (`--worker`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -104,7 +110,7 @@ def _data(root: Path) -> dict[str, str]:
     return paths
 
 
-def _args(root: Path, out: str, method: str, backend: str, zero_stage: int | None = None):
+def _args(root: Path, out: str, method: str, backend: str, zero_stage: int | None = None, tp_size: int = 1):
     from ernie_zoo.finetune import build_args
 
     paths = _data(root)
@@ -135,7 +141,11 @@ def _args(root: Path, out: str, method: str, backend: str, zero_stage: int | Non
                 "tensorboard": False,
                 "num_threads": 1,
             },
-            "distributed": {"backend": backend, "zero_stage": zero_stage},
+            "distributed": {
+                "backend": backend,
+                "zero_stage": zero_stage,
+                "tp_size": tp_size if tp_size > 1 else None,
+            },
         }
     )
 
@@ -164,7 +174,9 @@ def references(tmp_path_factory):
     return root, results
 
 
-def _compare(out: Path, ref_out: Path, ref: dict, method: str, world: int, stage: int = 3) -> dict:
+def _compare(
+    out: Path, ref_out: Path, ref: dict, method: str, world: int, stage: int = 3, tp: int = 1
+) -> dict:
     state, ref_state = _state(out)["state"], _state(ref_out)["state"]
     assert len(state["train_losses"]) == 6
     assert state["train_losses"] == pytest.approx(ref_state["train_losses"], rel=LOSS_RTOL)
@@ -172,7 +184,12 @@ def _compare(out: Path, ref_out: Path, ref: dict, method: str, world: int, stage
     assert max(ref_state["grad_norms"]) > 0.5  # clipping at max_grad_norm was active, and the same
     assert state["best_step"] == ref_state["best_step"]
     results = json.loads((out / "eval_results.json").read_text())
-    assert results["distributed"] == {"backend": "deepspeed", "zero_stage": stage, "world_size": world}
+    assert results["distributed"] == {
+        "backend": "deepspeed",
+        "zero_stage": stage,
+        "world_size": world,
+        "tp_size": tp,
+    }
     assert results["dev"]["loss"] == pytest.approx(ref["dev"]["loss"], rel=1e-4)
     for split in ("dev", "test"):  # the same predictions: accuracy / F1 agree exactly
         for key in ("accuracy", "f1"):
@@ -296,6 +313,88 @@ def test_zero3_crf_tagger_matches_one_process(tmp_path, references):
     print(f"CRF tagger on 2 ranks: max weight diff {measured['max_weight_diff']:.2e}")
     adapter = _weights(root / "ds2-crf" / "adapter" / "adapter_model.safetensors")
     assert any("crf" in k and "transitions" in k for k in adapter)  # the CRF trains fully: compared above
+
+
+def _check_tp_shards(out: Path, world: int, method: str, stage: int) -> None:
+    """TP 2: every rank holds its half of each planned Linear weight (colwise: output rows, rowwise: input
+    columns) and of the LoRA factor split with it, the rest whole. ZeRO-3 partitions that over the world / 2
+    data-parallel ranks; what zero.Init built and AutoTP left alone (the LayerNorms) stays partitioned over
+    every rank, as it was built."""
+    base = ".base_layer" if method == "lora" else ""
+    shapes = {  # this rank's TP shard
+        f"layer.0.attention.self.query{base}.weight": [16, 32],  # colwise: 32 x 32 by output rows
+        f"layer.0.attention.self.query{base}.bias": [16],
+        f"layer.0.attention.output.dense{base}.weight": [32, 16],  # rowwise: by input columns
+        f"layer.0.attention.output.dense{base}.bias": [32],  # added after the all-reduce: whole
+        f"layer.1.intermediate.dense{base}.weight": [32, 32],  # 64 x 32
+        f"layer.1.output.dense{base}.weight": [32, 32],  # 32 x 64
+        "layer.0.output.LayerNorm.weight": [32],
+    }
+    if method == "lora":  # r = 4
+        shapes |= {
+            "layer.0.attention.self.query.lora_A.default.weight": [4, 32],
+            "layer.0.attention.self.query.lora_B.default.weight": [16, 4],  # with the layer's output rows
+            "layer.0.attention.output.dense.lora_A.default.weight": [4, 16],  # with its input columns
+            "layer.0.attention.output.dense.lora_B.default.weight": [32, 4],
+        }
+    for rank in range(world):
+        report = json.loads((out / f"rank{rank}.json").read_text())
+        for suffix, shape in shapes.items():
+            (name,) = [n for n in report["tp_shapes"] if n.endswith("encoder." + suffix)]
+            numel, over = math.prod(shape), world if "LayerNorm" in name else world // 2
+            assert report["tp_shapes"][name] == shape, (rank, name)
+            held = -(-numel // over) if stage == 3 else numel
+            assert report["shards"][name] == [numel, held], (rank, name, report["shards"][name])
+
+
+def _check_plain_export(out: Path, ref_out: Path) -> None:
+    """`out` holds the files of the one-process run's output directory, and its model loads with transformers'
+    own from_pretrained (whole weights, the reference's shapes) and gives the reference's logits."""
+    from transformers import AutoModelForSequenceClassification
+
+    import ernie_zoo  # noqa: F401  (registers its architectures with transformers' Auto classes)
+
+    def files(d: Path) -> set:
+        return {
+            str(p.relative_to(d))
+            for p in d.rglob("*")
+            if p.is_file() and "checkpoints" not in p.relative_to(d).parts and not p.name.startswith("rank")
+        }
+
+    assert files(out) == files(ref_out)
+    got, want = _weights(out / "model.safetensors"), _weights(ref_out / "model.safetensors")
+    assert {k: v.shape for k, v in got.items()} == {k: v.shape for k, v in want.items()}
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    reference = AutoModelForSequenceClassification.from_pretrained(ref_out).eval()
+    ids = torch.randint(5, 400, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-4, rtol=0
+        )
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("method", "world", "stage"), [("full", 2, 3), ("lora", 2, 3), ("full", 4, 3), ("lora", 2, 2)]
+)
+def test_autotp_matches_one_process(tmp_path, references, method, world, stage):
+    """distributed.tp_size 2: AutoTP splits the TP plan's Linear layers (and, under LoRA, the factor on their
+    split side) over rank pairs that read the same rows, ZeRO over the pairs; the numbers of one process, and
+    after training the same plain output directory (the TP shards gathered)."""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs[method]
+    name = f"tp2-{method}-w{world}-z{stage}"
+    run_local_ranks(
+        [__file__, "--worker", str(root), name, method, str(stage), "run", "2"], nproc=world, timeout=900
+    )
+    out = root / name
+    measured = _compare(out, ref_out, ref, method, world=world, stage=stage, tp=2)
+    print(f"{method}, TP 2 on {world} ranks, ZeRO-{stage}: max weight diff {measured['max_weight_diff']:.2e}")
+    _check_tp_shards(out, world, method, stage)
+    _check_plain_export(out, ref_out)
 
 
 class _Built(Exception):
@@ -432,7 +531,7 @@ def test_zero3_builds_the_model_partitioned(tmp_path):
     [
         ({"backend": "deepspeed"}, "prompt_tuning", "runs full and lora only"),
         ({"backend": "deepspeed"}, "adalora", "runs full and lora only"),
-        ({"backend": "deepspeed", "tp_size": 2}, "lora", "null or 1 only"),
+        ({"tp_size": 2}, "lora", "needs distributed.backend deepspeed"),
         ({"backend": "deepspeed", "zero_stage": 4}, "lora", "must be 0-3"),
         ({"backend": "deepspeed", "deepspeed_config": "no/such.json"}, "lora", "no such file"),
         ({"backend": "fsdp"}, "lora", "must be single or deepspeed"),
@@ -509,8 +608,72 @@ def test_zero3_resume_continues_exactly(tmp_path, references):
         assert _state(out)["state"]["train_losses"] == _state(never_stopped)["state"]["train_losses"]
 
 
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_autotp_resume_continues_exactly(tmp_path, references):
+    """LoRA under TP 2 and ZeRO-3 (2 ranks) stopped right after the step-3 checkpoint (each rank's ZeRO-3
+    partition of its own TP shards, as ernie-pretrain writes them), then resumed to step 6: the numbers of one
+    process and of the run never stopped; the checkpoint's layout names its TP size, and a run laid out
+    otherwise refuses it."""
+    from ernie_zoo.finetune import run_finetune
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs["lora"]
+    out = root / "tp2-resumed"
+    worker = [__file__, "--worker", str(root), out.name, "lora", "3"]
+    with pytest.raises(RuntimeError, match="stopped after the first checkpoint"):
+        run_local_ranks([*worker, "stop", "2"], nproc=2, timeout=900)
+    saved = next((out / "checkpoints").glob("checkpoint-*"))
+    assert saved.name == "checkpoint-3"
+    metas = [json.loads((saved / "zero" / f"rank0000{r}.json").read_text()) for r in (0, 1)]
+    assert [(m["tp_size"], m["layout"]["tp_rank"]) for m in metas] == [(2, 0), (2, 1)]
+    layout = {"backend": "deepspeed", "world_size": 2, "zero_stage": 3, "tp_size": 2}
+    assert json.loads((saved / "trainer_state.json").read_text())["layout"] == layout
+    with pytest.raises(ValueError, match=r"laid out as \{[^}]*'tp_size': 2"):
+        run_finetune(_args(root, out.name, "lora", "single"))
+    run_local_ranks([*worker, "run", "2"], nproc=2, timeout=900)  # resume: auto
+    _compare(out, ref_out, ref, "lora", world=2, tp=2)
+    never_stopped = root / "tp2-lora-w2-z3"  # test_autotp_matches_one_process[lora-2-3], when it ran first
+    if never_stopped.is_dir():
+        a = _weights(out / "adapter" / "adapter_model.safetensors")
+        b = _weights(never_stopped / "adapter" / "adapter_model.safetensors")
+        assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
+        assert _state(out)["state"]["train_losses"] == _state(never_stopped)["state"]["train_losses"]
+
+
+def test_tp_size_must_divide_the_ranks(monkeypatch):
+    """Checked when the run reads its DeepSpeed config, before any model is built; TP ranks share a micro batch."""
+    import torch.distributed as dist
+
+    from ernie_zoo.finetune import build_args
+    from ernie_zoo.finetune.loop import deepspeed_config
+
+    args = build_args(
+        {"method": {"method": "full"}, "train": {"batch_size": 8}}, {"backend": "deepspeed", "tp_size": 2}
+    )
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 3)
+    with pytest.raises(ValueError, match="tp_size 2 .* does not divide the 3 launched ranks"):
+        deepspeed_config(args)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    config = deepspeed_config(args)
+    assert config["tensor_parallel"]["autotp_size"] == 2
+    assert config["train_micro_batch_size_per_gpu"] == 4  # 8 rows over 2 data-parallel ranks
+
+
+def test_tp_size_must_divide_the_heads():
+    """Checked by the engine before it starts the process group (every rank stops alike)."""
+    from ernie_zoo.models import ErnieZooConfig
+    from ernie_zoo.models.modeling import ErnieZooForSequenceClassification
+    from ernie_zoo.training.task_engine import DeepSpeedTaskEngine
+
+    model = ErnieZooForSequenceClassification(ErnieZooConfig(vocab_size=50, **SMALL))
+    with pytest.raises(ValueError, match="tensor parallel size 3 must divide .* num_attention_heads=4"):
+        DeepSpeedTaskEngine(model, None, None, {"tensor_parallel": {"autotp_size": 3}})
+
+
 # ----------------------------------------------------------------------------------------------- worker
-def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run") -> None:
+def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run", tp_size: str = "1") -> None:
     import os
 
     from ernie_zoo.finetune import run_finetune
@@ -528,9 +691,10 @@ def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run"
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    result = run_finetune(_args(Path(root), out, method, "deepspeed", int(zero_stage)))
+    result = run_finetune(_args(Path(root), out, method, "deepspeed", int(zero_stage), int(tp_size)))
     (Path(root) / out).mkdir(parents=True, exist_ok=True)
-    (Path(root) / out / f"rank{rank}.json").write_text(json.dumps({"shards": result["shards"]}))
+    shards = {"shards": result["shards"], "tp_shapes": result["tp_shapes"]}
+    (Path(root) / out / f"rank{rank}.json").write_text(json.dumps(shards))
 
 
 def _build_worker(root: str) -> None:
@@ -547,7 +711,7 @@ def _build_worker(root: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) in (6, 7) and sys.argv[1] == "--worker":
+    if len(sys.argv) in (6, 7, 8) and sys.argv[1] == "--worker":
         _worker(*sys.argv[2:])
     if len(sys.argv) == 3 and sys.argv[1] == "--build-worker":
         _build_worker(sys.argv[2])

@@ -17,6 +17,7 @@ from ernie_zoo.parallel.tp_plan import (
     check_tp_divisibility,
     deepspeed_partition_config,
     is_sharded,
+    lora_tp_plan,
     parameter_split,
     tp_plan_for,
 )
@@ -107,6 +108,44 @@ def test_deepspeed_specs_select_the_same_weights(make_config):
     assert gathered == {"ernie.embeddings.char_features.fusion.weight"}
     with pytest.raises(ValueError, match="unknown TP style"):
         deepspeed_partition_config({"ernie.x": "diagonal"})
+
+
+def test_lora_tp_plan_splits_each_factor_with_its_layer(make_config):
+    """Under peft LoRA the plan reaches the wrapped layers (`base_layer`), and the factor on the split side goes
+    with them: lora_B by output rows after a colwise layer, lora_A by input columns before a rowwise one; the
+    concat fusion gathers its output, so its factors stay whole. LoRA variants and partial wrapping are refused."""
+    import peft
+
+    from ernie_zoo.models.modeling import ErnieZooForSequenceClassification
+
+    def lora(**kwargs):
+        model = ErnieZooForSequenceClassification(make_config(feature_fusion="concat"))
+        targets = ["query", "key", "value", "dense", "fusion"]
+        return peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=targets, **kwargs))
+
+    model = lora()
+    plan = lora_tp_plan(model)
+    layer = "base_model.model.ernie.encoder.layer.*."
+    for name, style in BASE_TP_PLAN.items():
+        assert plan[f"base_model.model.ernie.{name}.base_layer"] == style
+    assert {k: v for k, v in plan.items() if ".lora_" in k} == {
+        **{f"{layer}attention.self.{m}.lora_B.*": "colwise" for m in ("query", "key", "value")},
+        f"{layer}intermediate.dense.lora_B.*": "colwise",
+        f"{layer}attention.output.dense.lora_A.*": "rowwise",
+        f"{layer}output.dense.lora_A.*": "rowwise",
+    }
+    specs = deepspeed_partition_config(plan)["layer_specs"]
+    names = [n for n, _ in model.named_parameters()]
+    split = {n for n in names if any(re.match(p, n) for spec in specs for p in spec["patterns"])}
+    assert "base_model.model.ernie.encoder.layer.1.attention.self.query.lora_B.default.weight" in split
+    assert "base_model.model.ernie.encoder.layer.1.attention.self.query.lora_A.default.weight" not in split
+    assert not any("pooler" in n or "classifier" in n for n in split)  # LoRA on the pooler: not in the plan
+    plain = ErnieZooForSequenceClassification(make_config())
+    assert lora_tp_plan(plain) == tp_plan_for(plain)  # nothing wrapped: the plan itself
+    with pytest.raises(ValueError, match="plain LoRA wrapping every planned layer only"):
+        lora_tp_plan(lora(use_dora=True))
+    with pytest.raises(ValueError, match="on 1 of 2 modules"):
+        lora_tp_plan(lora(layers_to_transform=[0]))
 
 
 # ------------------------------------------------------------------------- DTensor TP on 2 gloo ranks

@@ -350,7 +350,6 @@ class FinetuneArgs:
         """The shared rules (`DistributedArgs.validate`), then fine-tuning's own."""
         d = self.distributed
         d.validate()
-        check(d.tp_size in (None, 1), "distributed.tp_size", d.tp_size, "fine-tuning supports null or 1 only")
         check(d.recompute == "none", "distributed.recompute", d.recompute, "fine-tuning supports none only")
         if d.backend == "single":
             return

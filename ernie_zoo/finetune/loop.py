@@ -4,7 +4,7 @@
         ─ model (from_pretrained, or a seeded preset) ─ apply_method (full / peft / bottleneck)
         ─ train: AdamW + linear warm-up/decay (training.core, shared with pretraining), grad accumulation,
              clipping (+ distillation from teachers), on an engine (training.task_engine): one process, or
-             DeepSpeed ZeRO over the launched ranks (distributed.backend)
+             DeepSpeed ZeRO (+ AutoTP) over the launched ranks (distributed.backend, tp_size)
              every eval_every steps: dev metric → best checkpoint? → last checkpoint → early stop?
         ─ restore best ─ dev/test scores ─ export (merged or full model dir / adapter) ─ eval_results.json
 
@@ -254,41 +254,52 @@ def make_engine(
     device: torch.device,
     n_train: int,
 ) -> PlainEngine:
-    """The engine of `distributed.backend`: one process (`PlainEngine`), or DeepSpeed ZeRO over the launched
-    ranks, each reading its contiguous share of every batch of `train.batch_size` examples."""
+    """The engine of `distributed.backend`: one process (`PlainEngine`), or DeepSpeed ZeRO (+ AutoTP) over the
+    launched ranks, each data-parallel group reading its contiguous share of every batch of `train.batch_size`
+    examples."""
     t = args.train
     if args.distributed.backend == "single":
         return PlainEngine(model, optimizer, scheduler, t.max_grad_norm, device)
     import torch.distributed as dist
 
-    world = dist.get_world_size()
+    config = deepspeed_config(args)
+    dp = dist.get_world_size() // int((config.get("tensor_parallel") or {}).get("autotp_size") or 1)
     last = n_train % t.batch_size
-    if t.batch_size < world or 0 < last < world:
+    if t.batch_size < dp or 0 < last < dp:
         raise ValueError(
             f"recipe key 'train.batch_size' = {t.batch_size}: with {n_train} training examples an epoch's last "
-            f"batch has {last or t.batch_size} examples, fewer than the {world} data-parallel ranks that share "
+            f"batch has {last or t.batch_size} examples, fewer than the {dp} data-parallel ranks that share "
             "every batch; choose a batch size (or data.max_train_samples) that leaves none or at least that many"
         )
-    return DeepSpeedTaskEngine(model, optimizer, scheduler, deepspeed_config(args))
+    return DeepSpeedTaskEngine(model, optimizer, scheduler, config)
 
 
 def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
     """The DeepSpeed config of a `distributed.backend: deepspeed` run on the started process group: the json's
-    ZeRO and communication settings with the run's micro batch (`train.batch_size` over the ranks),
-    accumulation and clipping written over them. The engine trains with it; under ZeRO-3 the model is built by
-    it (`zero3_building`)."""
+    ZeRO and communication settings with the run's micro batch (`train.batch_size` over the data-parallel
+    ranks: the ranks over the TP size), accumulation, clipping and TP size written over them. The engine trains
+    with it (adding the AutoTP layer specs of its model); under ZeRO-3 the model is built by it
+    (`zero3_building`). Raises ValueError if the TP size does not divide the ranks."""
     import torch.distributed as dist
 
-    from ernie_zoo.parallel.deepspeed_backend import make_config
+    from ernie_zoo.parallel.deepspeed_backend import load_config, make_config
 
     t, d = args.train, args.distributed
+    base = load_config(d.deepspeed_config)
+    tp = d.tp_size or int((base.get("tensor_parallel") or {}).get("autotp_size") or 1)
+    world = dist.get_world_size()
+    if world % tp:
+        raise ValueError(
+            f"distributed.tp_size {tp} (null: the DeepSpeed json's autotp_size) does not divide the {world} "
+            "launched ranks; every group of tp_size ranks holds one copy of the model"
+        )
     return make_config(
-        d.deepspeed_config,
-        micro_batch_size=math.ceil(t.batch_size / dist.get_world_size()),
+        base,
+        micro_batch_size=math.ceil(t.batch_size / (world // tp)),
         grad_accum_steps=t.grad_accum,
         grad_clip=t.max_grad_norm,
         precision="fp32",
-        tp_size=1,
+        tp_size=tp,
         zero_stage=d.zero_stage,
     )
 
@@ -736,6 +747,9 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     out = None
     try:
         if distributed and (ds_config := deepspeed_config(args))["zero_optimization"].get("stage") == 3:
+            # without the TP section: AutoTP splits the model when the engine starts, and transformers'
+            # ZeRO-3 loader refuses to load checkpoints under a TP config
+            ds_config.pop("tensor_parallel", None)
             building.enter_context(zero3_building(ds_config))
         model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
         fresh += [name for name in task.attach(model) if name not in fresh]
@@ -775,7 +789,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
         layout: dict[str, Any] = {}
         if distributed:
             engine = trainer.engine
-            layout = {"shards": engine.shard_report()}
+            layout = {"shards": engine.shard_report(), "tp_shapes": engine.tp_shapes()}
             if not is_main:  # rank 0 evaluates and exports
                 return {"rank": engine.rank, "steps": state["global_step"], **layout}
             # The ZeRO shards consolidated: the same model built whole on rank 0, given the best trainable
@@ -792,6 +806,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
                 "backend": engine.backend,
                 "zero_stage": engine.zero_stage,
                 "world_size": engine.world_size,
+                "tp_size": engine.tp_size,
             }
 
         results: dict[str, Any] = {

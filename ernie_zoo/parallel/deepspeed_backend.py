@@ -14,10 +14,13 @@ the pickle-free ZeRO partition checkpoints) and `ernie_zoo.training.task_engine`
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +170,31 @@ def make_config(
     return cfg
 
 
+@contextlib.contextmanager
+def autotp_looks_inside(modules: list[torch.nn.Module]) -> Iterator[None]:
+    """While open, `modules` have no `weight` / `bias` attributes, so that DeepSpeed AutoTP splits the Linear
+    layers inside them by the partition config. AutoTP takes any module with a 2-D `weight` for a Linear layer
+    and never looks inside it; peft's LoRA layers show their base layer's weight as a property, so AutoTP would
+    skip them whole. Each module's class is swapped for a subclass without the two properties, and back."""
+    swapped = []
+    try:
+        for module in modules:
+            swapped.append((module, type(module)))
+            module.__class__ = _without_weight(type(module))
+        yield
+    finally:
+        for module, cls in swapped:
+            module.__class__ = cls
+
+
+@functools.cache
+def _without_weight(cls: type) -> type:
+    def missing(self):
+        raise AttributeError(f"{cls.__name__} hides its weight from AutoTP")
+
+    return type(cls.__name__, (cls,), {"weight": property(missing), "bias": property(missing)})
+
+
 def init_deepspeed_distributed() -> tuple[int, int, int]:
     """Start torch.distributed from the launcher's environment and DeepSpeed on it; (rank, world, local rank)."""
     import deepspeed
@@ -194,6 +222,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "WRAPPER_PREFIX",
     "ZERO_DIR",
+    "autotp_looks_inside",
     "build_config",
     "init_deepspeed_distributed",
     "load_config",

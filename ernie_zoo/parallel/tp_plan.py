@@ -52,11 +52,18 @@ OPTIONAL_ENTRIES = ("embeddings.char_features.fusion",)
 def tp_plan_for(model: nn.Module) -> dict[str, str]:
     """The TP plan with keys as paths in `model`, restricted to entries that exist in it.
 
-    Works for the base model and for head models (keys get the `ernie.` prefix). Raises ValueError if a
-    transformer-layer entry matches nothing, which would mean the architecture changed under the plan.
+    Works for the base model, head models (keys get the `ernie.` prefix) and models wrapped around them
+    (peft: `base_model.model.ernie.`): the prefix is the path of the first layer's query Linear. Raises
+    ValueError if a transformer-layer entry matches nothing, which would mean the architecture changed under
+    the plan.
     """
-    prefix = "" if not hasattr(model, "base_model_prefix") or model.base_model is model else "ernie."
     names = [name for name, _ in model.named_modules()]
+    anchor = "encoder.layer.0.attention.self.query"
+    prefixes = [name[: -len(anchor)] for name in names if name == anchor or name.endswith("." + anchor)]
+    if prefixes:
+        prefix = prefixes[0]
+    else:  # no encoder layer: the error below names the entry
+        prefix = "" if not hasattr(model, "base_model_prefix") or model.base_model is model else "ernie."
     plan = {}
     for key, style in BASE_TP_PLAN.items():
         full = prefix + key
@@ -65,6 +72,54 @@ def tp_plan_for(model: nn.Module) -> dict[str, str]:
         elif key not in OPTIONAL_ENTRIES:
             raise ValueError(f"TP plan entry {full!r} matches no module of {type(model).__name__}")
     return plan
+
+
+def planned_modules(model: nn.Module, plan: dict[str, str]) -> list[tuple[str, nn.Module, str]]:
+    """(path, module, style) of every module of `model` that an entry of `plan` matches."""
+    return [
+        (name, module, style)
+        for name, module in model.named_modules()
+        for pattern, style in plan.items()
+        if _path_match(name, pattern)
+    ]
+
+
+def lora_tp_plan(model: nn.Module, plan: dict[str, str] | None = None) -> dict[str, str]:
+    """`plan` (default `tp_plan_for(model)`) for a model in which peft LoRA wraps planned Linear layers: the
+    wrapper's `base_layer` takes the entry's style and the LoRA factors split so that the adapter's output is
+    laid out as the base layer's (y = W x + B A x, rank r):
+
+        colwise      W and B (r -> out) split by output rows; A replicated (x is whole)
+        rowwise      W and A (in -> r) split by input columns, A x all-reduced like W x; B replicated
+        colwise_gather_output   W split, output gathered; A and B replicated (x and y are whole)
+
+    Unwrapped entries stay as they are. Raises ValueError for an entry whose modules are wrapped by something
+    else than plain LoRA (a LoRA variant such as DoRA, another peft method) or only partly wrapped.
+    """
+    plan = tp_plan_for(model) if plan is None else plan
+    out: dict[str, str] = {}
+    for pattern, style in plan.items():
+        modules = [m for _, m, _ in planned_modules(model, {pattern: style})]
+        wrapped = [m for m in modules if hasattr(m, "base_layer")]
+        if not wrapped:
+            out[pattern] = style
+            continue
+        plain_lora = all(
+            hasattr(m, "lora_A") and hasattr(m, "lora_B") and not getattr(m, "lora_variant", None)
+            for m in wrapped
+        )
+        if len(wrapped) != len(modules) or not plain_lora:
+            raise ValueError(
+                f"TP entry {pattern!r}: its Linear layers are wrapped by {type(wrapped[0]).__name__} on "
+                f"{len(wrapped)} of {len(modules)} modules; tensor parallelism splits adapters of plain LoRA "
+                "wrapping every planned layer only"
+            )
+        out[f"{pattern}.base_layer"] = style
+        if style == "colwise":
+            out[f"{pattern}.lora_B.*"] = "colwise"
+        elif style == "rowwise":
+            out[f"{pattern}.lora_A.*"] = "rowwise"
+    return out
 
 
 def _path_match(name: str, pattern: str) -> bool:
@@ -199,7 +254,9 @@ __all__ = [
     "deepspeed_partition_config",
     "is_sharded",
     "local_shapes",
+    "lora_tp_plan",
     "parameter_split",
+    "planned_modules",
     "style_of",
     "tp_plan_for",
 ]

@@ -230,8 +230,9 @@ class DistributedArgs:
     )
     tp_size: int | None = arg(
         None,
-        "deepspeed backend: AutoTP tensor-parallel size; null: the json's autotp_size, else 1. Fine-tuning runs "
-        "at 1: null or 1 only (AutoTP would replace the Linear layers that LoRA wraps).",
+        "deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this "
+        "many ranks, which read the same rows; it must divide the ranks and the attention heads); null: the "
+        "json's autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap).",
     )
     zero_stage: int | None = arg(None, "deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's.")
     recompute: str = arg(

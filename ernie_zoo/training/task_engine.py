@@ -14,7 +14,8 @@ what `ernie_zoo.finetune.loop.Trainer` calls, so that the loop never touches the
     engine.load_optimizer_state(d)   the weights, Adam moments and step counts an exact resume needs
 
 `PlainEngine` is one process on one device. `DeepSpeedTaskEngine` wraps the model in DeepSpeed ZeRO (stage 0-3,
-gloo on CPU, NCCL on GPUs): the optimizer and the warm-up/decay schedule are the run's own (`training.core`),
+gloo on CPU, NCCL on GPUs), optionally with AutoTP tensor parallelism: the optimizer and the warm-up/decay
+schedule are the run's own (`training.core`),
 handed to `deepspeed.initialize`; the DeepSpeed json supplies ZeRO and communication settings, and the run's
 micro batch, accumulation steps and clipping are written over it (`parallel.deepspeed_backend.make_config`).
 """
@@ -134,8 +135,10 @@ class PlainEngine:
 class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
     """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
     started. `config` is the run's DeepSpeed config (`parallel.deepspeed_backend.make_config`'s, as
-    `finetune.loop.deepspeed_config` makes it: its micro batch is the rows one rank reads, its clipping the
-    run's); TP is not supported here.
+    `finetune.loop.deepspeed_config` makes it: its micro batch is the rows one data-parallel rank reads, its
+    clipping the run's). With `tensor_parallel.autotp_size` > 1, AutoTP splits the Linear layers of the TP plan
+    (`parallel.tp_plan`, as `ernie-pretrain` does; through peft's LoRA wrappers: `lora_tp_plan`) over groups of
+    that many ranks, which read the same rows.
 
     The process group must already be up (`parallel.deepspeed_backend.init_deepspeed_distributed`). Every rank
     builds the same model (same seed): under ZeRO-3 already partitioned (`deepspeed_engine.zero3_building`),
@@ -155,25 +158,45 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
         import torch.distributed as dist
         from deepspeed.utils import groups
 
-        from ernie_zoo.parallel.deepspeed_backend import init_deepspeed_distributed
+        from ernie_zoo.parallel.deepspeed_backend import autotp_looks_inside, init_deepspeed_distributed
+        from ernie_zoo.parallel.tp_plan import (
+            check_tp_divisibility,
+            deepspeed_partition_config,
+            lora_tp_plan,
+            planned_modules,
+        )
 
+        self.tp_size = int((config.get("tensor_parallel") or {}).get("autotp_size") or 1)
+        check_tp_divisibility(model.config, self.tp_size)  # before any rank waits for the others
         rank, world, local_rank = init_deepspeed_distributed()
         self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        wrappers: list[nn.Module] = []
+        if self.tp_size > 1:
+            if world % self.tp_size:
+                raise ValueError(f"distributed.tp_size {self.tp_size} does not divide the {world} ranks")
+            plan = lora_tp_plan(
+                model
+            )  # the TP plan, through LoRA's wrappers to their base layers and factors
+            wrapped = {k.removesuffix(".base_layer"): v for k, v in plan.items() if k.endswith(".base_layer")}
+            wrappers = [m for _, m, _ in planned_modules(model, wrapped)]
+            section = {**config["tensor_parallel"], "partition_config": deepspeed_partition_config(plan)}
+            config = {**config, "tensor_parallel": section}
         self.ds_config = config
-        self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
-        )
+        with autotp_looks_inside(wrappers):
+            self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config
+            )
         self.model = self.ds.module
         self.max_grad_norm = float(config["gradient_clipping"])
         self.zero_stage = int(self.ds_config["zero_optimization"].get("stage", 0))
-        self.tp_size = 1
         self.rank, self.world_size = rank, world
         self.dp_rank = groups._get_data_parallel_rank()
         self.dp_world_size = groups._get_data_parallel_world_size()
         self.is_main = dist.get_rank() == 0
         logger.info(
-            "DeepSpeed ZeRO-%d, DP %d, micro batch %d x %d accumulation per rank",
+            "DeepSpeed ZeRO-%d, TP %d x DP %d, micro batch %d x %d accumulation per rank",
             self.zero_stage,
+            self.tp_size,
             self.dp_world_size,
             config["train_micro_batch_size_per_gpu"],
             config["gradient_accumulation_steps"],
@@ -227,35 +250,43 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
         dist.barrier()
 
     @contextlib.contextmanager
-    def _gathered(self, params: list[torch.Tensor], modifier_rank: int | None = None):
+    def _whole(self, name: str, p: torch.Tensor, modifier_rank: int | None = None):
+        """Parameter `name` (`p`) whole inside the block on every rank: its ZeRO-3 partitions gathered, then its
+        AutoTP shards (DeepSpeed's `GatherReplacedLayerParams`, which splits it again on exit, keeping what
+        every TP rank wrote into it alike). With `modifier_rank`, that data-parallel rank's values win."""
         import deepspeed
+        from deepspeed.module_inject.layers import GatherReplacedLayerParams
 
+        owner = self.model.get_submodule(name.rpartition(".")[0])
         with deepspeed.zero.GatheredParameters(
-            params, modifier_rank=modifier_rank, enabled=self.zero_stage == 3
+            [p], modifier_rank=modifier_rank, enabled=self.zero_stage == 3
         ):
-            yield
+            with GatherReplacedLayerParams([p], owner, enabled=self.tp_size > 1):
+                yield
 
     def trainable_state(self) -> dict[str, torch.Tensor] | None:
-        """The whole trainable parameters as CPU copies on rank 0 (None on the others), gathered one parameter at
-        a time so no rank ever holds more than one whole parameter beyond its shard. Every rank must call it."""
+        """The whole trainable parameters as CPU copies on rank 0 (None on the others), gathered (over ZeRO-3
+        and TP) one parameter at a time, so no rank ever holds more than one whole parameter beyond its shard.
+        Every rank must call it."""
         state = {}
         for name, p in _trainable(self.model):
-            with self._gathered([p]):
+            with self._whole(name, p):
                 if self.is_main:
                     state[name] = p.detach().to("cpu", copy=True).contiguous()
         return state if self.is_main else None
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
-        """Every rank passes the same `state` (read from the shared checkpoint); rank 0's copy is partitioned."""
+        """Every rank passes the same `state` (read from the shared checkpoint) and copies it whole; ZeRO-3 keeps
+        data-parallel rank 0's, AutoTP each rank's shard of it."""
         params = check_trainable_state(self.model, state)
         for name, value in state.items():
             p = params[name]
-            with self._gathered([p], modifier_rank=0), torch.no_grad():
-                if self.is_main or self.zero_stage != 3:
-                    p.copy_(value.to(p.device))
+            with self._whole(name, p, modifier_rank=0), torch.no_grad():
+                p.copy_(value.to(p.device))
 
     def layout(self) -> dict[str, Any]:
-        return {"backend": self.backend, "world_size": self.world_size, "zero_stage": self.zero_stage}
+        tp = {"tp_size": self.tp_size} if self.tp_size > 1 else {}
+        return {"backend": self.backend, "world_size": self.world_size, "zero_stage": self.zero_stage, **tp}
 
     def save_optimizer_state(self, directory: str | os.PathLike) -> None:
         """This rank's ZeRO-3 partition (fp32 master weights and Adam moments); other stages keep none."""
@@ -270,8 +301,16 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
             )
         self.load_zero_partition(directory)
 
+    def tp_shapes(self) -> dict[str, list[int]]:
+        """name -> the shape of this rank's TP shard of every parameter (ZeRO-3: before partitioning it): a
+        split dimension divided by the TP size, replicated parameters whole."""
+        return {
+            n: [int(d) for d in getattr(p, "ds_shape", p.shape)] for n, p in self.model.named_parameters()
+        }
+
     def shard_report(self) -> dict[str, list[int]]:
-        """name -> [whole numel, numel this rank holds] for every parameter (ZeRO-3: its partition)."""
+        """name -> [numel of this rank's TP shard (without TP: the whole parameter), numel this rank holds (ZeRO-3:
+        its partition of that)] for every parameter."""
         report = {}
         for name, p in self.model.named_parameters():
             if hasattr(p, "ds_numel"):
