@@ -133,3 +133,11 @@ def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
     full_recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
     run(parser.parse_args(["--recipe", str(full_recipe), "--cluster", NODE, "--json"]))
     assert "under ZeRO stage 2 builds the model whole on every rank" in capsys.readouterr().err
+
+    # the recipe's tensor-parallel size is planned: TP 2 halves the data-parallel ranks and each GPU's weights
+    data["distributed"]["zero_stage"] = 3
+    data["distributed"]["tp_size"] = 2
+    full_recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    run(parser.parse_args(["--recipe", str(full_recipe), "--cluster", NODE, "--json"]))
+    tp2 = json.loads(capsys.readouterr().out)
+    assert (tp2["settings"]["tp"], tp2["dp"], tp2["settings"]["micro_batch"]) == (2, 4, 16)

@@ -93,6 +93,8 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
     }
     if d.zero_stage is not None:
         settings["zero_stage"] = d.zero_stage
+    if d.tp_size is not None:
+        settings["tp"] = d.tp_size  # AutoTP (ernie-finetune splits LoRA factors with their layers)
     if d.deepspeed_config:
         settings["deepspeed"] = d.deepspeed_config
     warnings = [
