@@ -16,7 +16,8 @@ split is read. Runs not finished yet are listed under ``missing``.
                         recipes/experiments/sentiment-frames-skep.yaml, recipes/zoo/sentiment-frames-skep-seed7.yaml
                         (SKEP on, silver + framed sentences)
     lexicon input:      recipes/experiments/sentiment-lexicon-skep.yaml, -skep-seed7.yaml (the same as the
-                        frames runs, plus the sentiment lexicon's bits as input: data.lexicon)
+                        frames runs, plus the sentiment lexicon's bits as input: data.lexicon), and -skep-seed3.yaml
+                        (a third seed, no frames run to pair it with)
 
     python bench/sentiment_skep_ablation.py     # ~1 min per run on one thread
 """
@@ -40,6 +41,8 @@ ARMS = {
     "skep_on_silver_frames": ("sentiment-frames-skep", "sentiment-frames-skep-seed7"),
     # the same with the sentiment lexicon as input bits (data.lexicon; ernie_zoo.text.sentiment.FEATURES)
     "skep_on_silver_frames_lexicon": ("sentiment-lexicon-skep", "sentiment-lexicon-skep-seed7"),
+    # a third seed of it (no frames run with that seed: a candidate for shipping, outside the ablation)
+    "skep_on_silver_frames_lexicon_seed3": ("sentiment-lexicon-skep-seed3",),
 }
 
 

@@ -11,10 +11,11 @@ import pytest
 import torch
 from test_finetune_loop import QUIET, SMALL
 
+from ernie_zoo import ErnieZooTokenizerFast
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.export import unwrap
 from ernie_zoo.models import ErnieZooForSequenceClassification
-from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
+from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, token_texts
 from ernie_zoo.text.sentiment import (
     FEATURES,
     SentimentLexicon,
@@ -22,7 +23,6 @@ from ernie_zoo.text.sentiment import (
     describe,
     lexicon_contributions,
     load_sentiment_lexicon,
-    token_features,
 )
 
 SEGMENT = list  # one character per word: the tests do not depend on jieba's dictionary
@@ -68,12 +68,10 @@ def test_bits_mark_words_negators_degrees_and_flipped_words(lexicon):
     ] * 2
 
 
-def test_token_features_or_the_characters_and_skip_special_tokens(lexicon):
-    text = "不很好"
-    offsets = [(0, 0), (0, 1), (1, 3), (0, 0)]  # [CLS] 不 很好 [SEP]
-    got = token_features(text, offsets, lexicon, special=[1, 0, 0, 1], segmenter=SEGMENT)
-    bit = {name: 1 << k for k, name in enumerate(FEATURES)}
-    assert got == [0, bit["NOT"], bit["DEG"] | bit["POS"] | bit["FLIP"], 0]
+def test_token_texts_drop_wordpiece_marks_and_special_tokens():
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "好": 4, "##好": 5, "ok": 6}
+    texts = token_texts(vocab, ["[PAD]", "[UNK]", "[CLS]", "[SEP]"], "[UNK]")
+    assert texts == ["", "\u25a1", "", "", "好", "好", "ok"]
 
 
 def test_save_load_roundtrip_fingerprint_and_same_as(lexicon, tmp_path):
@@ -86,7 +84,7 @@ def test_save_load_roundtrip_fingerprint_and_same_as(lexicon, tmp_path):
     assert not other.same_as(lexicon) and not lexicon.same_as(None)
 
 
-def test_classifier_lexicon_input_starts_at_zero_and_roundtrips(
+def test_classifier_computes_its_lexicon_bits_starts_at_zero_and_roundtrips(
     tiny_tokenizer, make_config, lexicon, tmp_path
 ):
     torch.manual_seed(0)
@@ -99,16 +97,29 @@ def test_classifier_lexicon_input_starts_at_zero_and_roundtrips(
         m.load_char_tables(tiny_tokenizer)
     assert model.lexicon_proj.weight.shape[1] == len(FEATURES) and not model.lexicon_proj.weight.any()
     texts = ["这家店很好", "不好，很失望"]
-    enc = tiny_tokenizer(texts, padding=True, return_tensors="pt", return_offsets_mapping=True)
-    offsets = enc.pop("offset_mapping").tolist()
-    ids = torch.tensor([token_features(t, o, lexicon, segmenter=SEGMENT) for t, o in zip(texts, offsets)])
-    assert int(ids.count_nonzero()) > 0
+    enc = tiny_tokenizer(texts, padding=True, return_tensors="pt")
+    model.set_sentiment_lexicon(
+        lexicon,
+        token_texts(tiny_tokenizer.get_vocab(), tiny_tokenizer.all_special_tokens, tiny_tokenizer.unk_token),
+    )
+    # The bits the model computes from the ids: those of the text the tokens spell, none on [CLS]/[SEP]/[PAD].
+    ids = model._lexicon_ids_for(enc["input_ids"])
+    bit = {name: 1 << k for k, name in enumerate(FEATURES)}
+    tokens = tiny_tokenizer.convert_ids_to_tokens(enc["input_ids"][1])
+    assert tokens[:3] == ["[CLS]", "不", "好"] and ids[1, :3].tolist() == [
+        0,
+        bit["NOT"],
+        bit["POS"] | bit["FLIP"],
+    ]
+    assert ids[0, -1] == 0 and ids[1, 4:7].tolist() == [bit["DEG"], bit["NEG"], bit["NEG"]]  # 很 失 望
     with torch.no_grad():
         base = plain(**enc).logits
-        torch.testing.assert_close(model(**enc, lexicon_ids=ids).logits, base)  # zero projection: no change
+        torch.testing.assert_close(model(**enc).logits, base)  # zero projection: no change
         model.lexicon_proj.weight.normal_()
-        moved = model(**enc, lexicon_ids=ids).logits
+        moved = model(**enc).logits
         assert not torch.allclose(moved, base)
+        torch.testing.assert_close(model(**enc, lexicon_ids=ids).logits, moved)  # given or computed: the same
+        assert not torch.allclose(model(**enc, lexicon_ids=torch.zeros_like(ids)).logits, moved)
         torch.testing.assert_close(
             plain(**enc, lexicon_ids=ids).logits, base
         )  # a plain classifier ignores them
@@ -117,22 +128,26 @@ def test_classifier_lexicon_input_starts_at_zero_and_roundtrips(
     with pytest.raises(ValueError, match="config.sentiment_features"):
         plain.set_sentiment_lexicon(lexicon)
 
-    model.set_sentiment_lexicon(lexicon)
     model.save_pretrained(tmp_path / "m")
+    tiny_tokenizer.save_pretrained(tmp_path / "m")
     assert (tmp_path / "m" / SENTIMENT_LEXICON_FILE).is_file()
     reloaded = ErnieZooForSequenceClassification.from_pretrained(tmp_path / "m").eval()
     assert reloaded.sentiment_lexicon.same_as(lexicon)
-    with torch.no_grad():
-        torch.testing.assert_close(reloaded(**enc, lexicon_ids=ids).logits, moved)
 
-    # Plain transformers loads the directory and runs it without lexicon bits (warned once, not an error).
+    # Plain transformers loads the directory with its lexicon and computes the same bits: the same logits.
     from transformers import AutoModelForSequenceClassification
 
     import ernie_zoo  # noqa: F401  (registers the architecture with the Auto classes)
 
     auto = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m").eval()
     with torch.no_grad():
-        assert auto(**enc).logits.shape == (2, 2)
+        torch.testing.assert_close(reloaded(**enc).logits, moved)
+        torch.testing.assert_close(auto(**enc).logits, moved)
+    # Without its tokenizer beside it the model cannot spell its tokens: it runs without the bits, warned.
+    (tmp_path / "m" / "tokenizer.json").unlink()
+    blind = ErnieZooForSequenceClassification.from_pretrained(tmp_path / "m").eval()
+    with torch.no_grad():
+        assert not torch.allclose(blind(**enc).logits, moved)
 
 
 # ------------------------------------------------------------------------------------- fine-tuning + Taskflow
@@ -143,7 +158,7 @@ DEV_WORDS = {"美丽": 1, "高兴": 1, "幸福": 1, "悲伤": -1, "痛苦": -1, 
 
 def _lexicon_only_task(tmp_path):
     """Texts "我觉得<word>。" whose polarity shows nowhere but in the lexicon: the dev words' characters never occur
-    in train (the vocabulary trained on the training texts reads them as [UNK]), so only the lexicon tells them."""
+    in train (the vocabulary has them, their embeddings never train), so only the lexicon tells them."""
     lexicon = SentimentLexicon(words={w: (p, 0.8) for w, p in {**TRAIN_WORDS, **DEV_WORDS}.items()})
     lexicon.save(tmp_path / "lexicon.tsv")
     rng = random.Random(0)
@@ -156,6 +171,14 @@ def _lexicon_only_task(tmp_path):
         (tmp_path / f"{split}.jsonl").write_text(
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
         )
+    # A vocabulary of every word's characters: the model spells its tokens to find the lexicon's words ([UNK] never
+    # matches one).
+    ErnieZooTokenizerFast.train_vocab(
+        [f"我觉得{w}。" for w in {**TRAIN_WORDS, **DEV_WORDS}],
+        vocab_size=200,
+        min_frequency=1,
+        show_progress=False,
+    ).save_pretrained(tmp_path / "tokenizer")
 
 
 def _run(tmp_path, out, lexicon, method="full"):
@@ -168,15 +191,21 @@ def _run(tmp_path, out, lexicon, method="full"):
                     "dev_file": str(tmp_path / "dev.jsonl"),
                     "lexicon": str(tmp_path / "lexicon.tsv") if lexicon else None,
                 },
-                "model": {"vocab_size": 200, "config_overrides": SMALL},
+                "model": {
+                    "tokenizer": str(tmp_path / "tokenizer"),
+                    "config_overrides": {**SMALL, "initializer_range": 0.02},
+                },
                 "method": {"method": method},
                 "train": {
                     "output_dir": str(tmp_path / out),
-                    "max_steps": 40,
+                    "max_steps": 60,
                     "eval_every": 20,
                     "batch_size": 16,
                     "learning_rate": 5e-3 if method == "full" else 1e-2,
                     "seed": 0,
+                    # the training words' characters hide half the time: the bits (computed before the
+                    # dropout) must carry the polarity
+                    "token_dropout": 0.5,
                     "tensorboard": False,
                     **QUIET,
                 },
@@ -195,7 +224,9 @@ def test_fine_tuning_learns_polarity_from_the_lexicon_and_taskflow_uses_it(tmp_p
         with_lexicon["dev"]["accuracy"],
     )
     assert with_lexicon["dev"]["accuracy"] >= 0.9
-    assert without["dev"]["accuracy"] <= 0.75  # every dev text reads 我觉得[UNK][UNK]。 without the lexicon
+    assert (
+        without["dev"]["accuracy"] <= 0.75
+    )  # the dev words' embeddings are untrained: a guess without the lexicon
 
     out = tmp_path / "lex"
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
@@ -207,7 +238,15 @@ def test_fine_tuning_learns_polarity_from_the_lexicon_and_taskflow_uses_it(tmp_p
     from ernie_zoo.taskflow import Taskflow
 
     senta = Taskflow("sentiment_analysis", task_path=str(out))
-    assert [r["label"] for r in senta(["我觉得幸福。", "我觉得可怕。"])] == ["positive", "negative"]
+    texts = ["我觉得幸福。", "我觉得可怕。", "我不觉得可怕。"]
+    ours = senta(texts)
+    assert [r["label"] for r in ours[:2]] == ["positive", "negative"]
+    # transformers' pipeline on the same directory: the model computes its bits itself, so the same scores
+    from transformers import pipeline
+
+    theirs = pipeline("text-classification", model=str(out))(texts)
+    assert [r["label"] for r in theirs] == [r["label"] for r in ours]
+    assert [r["score"] for r in theirs] == pytest.approx([r["score"] for r in ours], abs=1e-5)
 
     # A saved lexicon classifier without its lexicon file is refused, not run blind.
     blind = tmp_path / "blind"

@@ -752,7 +752,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             ds_config.pop("tensor_parallel", None)
             building.enter_context(zero3_building(ds_config))
         model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
-        fresh += [name for name in task.attach(model) if name not in fresh]
+        fresh += [name for name in task.attach(model, tokenizer) if name not in fresh]
         teachers = (
             Teachers(t.distill_from, task, tokenizer, device, t.distill_alpha, t.distill_temperature)
             if t.distill_from
@@ -795,7 +795,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             # The ZeRO shards consolidated: the same model built whole on rank 0, given the best trainable
             # weights (gathered by save_best); frozen weights never changed, so base + trainable is the model.
             model, _, _ = build_model(args, task, tokenizer, output_dir / "base_model")
-            task.attach(model)
+            task.attach(model, tokenizer)
             seed_everything(t.seed)
             model, _ = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
             load_trainable_state(model, load_file(str(trainer.ckpt_dir / "best" / TRAINABLE)))

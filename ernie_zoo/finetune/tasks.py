@@ -21,12 +21,12 @@ from torch import nn
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import find_lexicon
-from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
+from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, sentiment_lexicon_ids, token_texts
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.lexicon import EntityLexicon
-from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon, token_features
+from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 
 from .data import (
@@ -134,7 +134,7 @@ class Task:
     def config_updates(self) -> dict[str, Any]:
         return {}
 
-    def attach(self, model: nn.Module) -> list[str]:
+    def attach(self, model: nn.Module, tokenizer) -> list[str]:
         """Give the freshly built model what it needs besides weights (the NER entity lexicon); returns the
         modules that adapter methods must train in full (the lexicon's input projection)."""
         return []
@@ -206,11 +206,17 @@ class SequenceClassificationTask(Task):
         logger.info("sentiment lexicon %s: %d entries", path, len(lexicon))
         return lexicon
 
-    def attach(self, model: nn.Module) -> list[str]:
+    def attach(self, model: nn.Module, tokenizer) -> list[str]:
         if self.lexicon is None:
             return []
-        model.set_sentiment_lexicon(self.lexicon)
+        model.set_sentiment_lexicon(
+            self.lexicon, self._token_texts(tokenizer)
+        )  # it computes bits from input ids
         return ["lexicon_proj"]
+
+    @staticmethod
+    def _token_texts(tokenizer) -> list[str]:
+        return token_texts(tokenizer.get_vocab(), tokenizer.all_special_tokens, tokenizer.unk_token)
 
     def vocab_texts(self) -> Iterator[str]:
         for ex in self.splits["train"]:
@@ -221,23 +227,20 @@ class SequenceClassificationTask(Task):
     def encode(self, examples: Sequence[ClassificationExample], tokenizer) -> list[dict[str, Any]]:
         texts = [ex.text for ex in examples]
         pairs = [ex.text_pair for ex in examples] if self.data_args.text_pair_column else None
-        lexicon = self.lexicon
-        enc = tokenizer(
-            texts,
-            pairs,
-            truncation=True,
-            max_length=self.data_args.max_length,
-            return_offsets_mapping=lexicon is not None,
-            return_special_tokens_mask=lexicon is not None,
-        )
+        enc = tokenizer(texts, pairs, truncation=True, max_length=self.data_args.max_length)
         index = {label: i for i, label in enumerate(self.labels)}
+        # The bits the model would compute from the ids (ErnieZooForSequenceClassification), computed here once,
+        # before token_dropout replaces tokens by [MASK]: a masked token keeps its bits, as the NER tagger's do.
+        lexicon_ids = (
+            sentiment_lexicon_ids(enc["input_ids"], self._token_texts(tokenizer), self.lexicon)
+            if self.lexicon is not None
+            else None
+        )
         features = []
         for i, ex in enumerate(examples):
-            f = {k: enc[k][i] for k in enc.keys() if k not in ("offset_mapping", "special_tokens_mask")}
-            if lexicon is not None:
-                f["lexicon_ids"] = token_features(
-                    ex.text, enc["offset_mapping"][i], lexicon, enc["special_tokens_mask"][i]
-                )
+            f = {k: enc[k][i] for k in enc.keys()}
+            if lexicon_ids is not None:
+                f["lexicon_ids"] = lexicon_ids[i]
             if self.data_args.multi_label:
                 hot = [0.0] * len(self.labels)
                 for label in ex.labels:
@@ -323,7 +326,7 @@ class TokenClassificationTask(Task):
         logger.info("entity lexicon %s: %d words, types %s", path, len(lexicon), ", ".join(lexicon.types))
         return lexicon
 
-    def attach(self, model: nn.Module) -> list[str]:
+    def attach(self, model: nn.Module, tokenizer) -> list[str]:
         if self.lexicon is None:
             return []
         if not hasattr(model, "set_entity_lexicon"):
@@ -571,7 +574,7 @@ class TextCorrectionTask(Task):
         defaults = {"detection_loss_weight": 0.3, "correction_min_prob": 0.0}
         return {k: v for k, v in defaults.items() if k not in self.args.model.config_overrides}
 
-    def attach(self, model: nn.Module) -> list[str]:
+    def attach(self, model: nn.Module, tokenizer) -> list[str]:
         """The confusion sets travel with the model (saved as confusion_sets.json); the detector is new."""
         target = getattr(model, "base_model", model)
         for m in (model, target, getattr(target, "model", None)):

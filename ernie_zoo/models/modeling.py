@@ -25,8 +25,10 @@ too).
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -47,7 +49,8 @@ from transformers.models.ernie.modeling_ernie import (
 )
 from transformers.utils import cached_file
 
-from ernie_zoo.text.sentiment import SentimentLexicon, load_sentiment_lexicon
+from ernie_zoo.text.lexicon import token_masks
+from ernie_zoo.text.sentiment import SentimentLexicon, char_features, load_sentiment_lexicon
 
 from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF
@@ -194,6 +197,10 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         self.lexicon_proj = nn.Linear(bits, self.config.hidden_size, bias=False) if bits else None
         self._warned_no_lexicon = False
 
+    def _lexicon_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        """The lexicon bits a head computes from its input ids itself when a caller gives none (None: it cannot)."""
+        return None
+
     def _embed_with_lexicon(
         self, input_ids: torch.Tensor, lexicon_ids: torch.Tensor | None, pinyin_ids: torch.Tensor | None
     ) -> torch.Tensor:
@@ -205,11 +212,14 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         `lexicon_proj` starts at zero, so a model given a lexicon starts out computing exactly what it did without
         one. Without `lexicon_ids` (a plain transformers pipeline) the model runs without lexicon bits, warned once."""
         if lexicon_ids is None:
+            lexicon_ids = self._lexicon_ids_for(input_ids)
+        if lexicon_ids is None:
             if not self._warned_no_lexicon:
                 self._warned_no_lexicon = True
                 logger.warning(
-                    "this model was trained with lexicon input bits but got no lexicon_ids; it runs without them "
-                    "(Taskflow computes them from the lexicon saved with the model)"
+                    "this model was trained with lexicon input bits but got no lexicon_ids and has no lexicon "
+                    "to compute them from; it runs without them (Taskflow computes them from the lexicon saved "
+                    "with the model)"
                 )
             lexicon_ids = torch.zeros_like(input_ids)
         elif lexicon_ids.shape != input_ids.shape:
@@ -447,17 +457,67 @@ class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
 
 
 SENTIMENT_LEXICON_FILE = "sentiment_lexicon.tsv"
+_UNKNOWN = (
+    "\u25a1"  # an [UNK] token's text when the lexicon bits are computed from token ids (never a lexicon word)
+)
+
+
+def token_texts(vocab: dict[str, int], special: Iterable[str], unk_token: str | None = None) -> list[str]:
+    """Each token id's text as it stands in the input: WordPiece's `##` dropped, '' for special tokens ([CLS],
+    [SEP], [PAD], [MASK]), a placeholder for [UNK]."""
+    special = set(special)
+    out = [""] * (max(vocab.values(), default=-1) + 1)
+    for token, i in vocab.items():
+        if token == unk_token:
+            out[i] = _UNKNOWN
+        elif token not in special:
+            out[i] = token[2:] if token.startswith("##") and len(token) > 2 else token
+    return out
+
+
+def sentiment_lexicon_ids(
+    rows: Sequence[Sequence[int]], texts: Sequence[str], lexicon: SentimentLexicon
+) -> list[list[int]]:
+    """The sentiment-lexicon bits (`lexicon_ids`) of rows of token ids: the text the tokens spell (`texts`:
+    `token_texts` of the vocabulary) read by `char_features`, each token the OR of its characters' bits."""
+    out = []
+    for row in rows:
+        pieces = [texts[i] if 0 <= i < len(texts) else _UNKNOWN for i in row]
+        offsets, end = [], 0
+        for piece in pieces:
+            offsets.append((end, end + len(piece)))
+            end += len(piece)
+        out.append(token_masks(char_features("".join(pieces), lexicon), offsets))
+    return out
+
+
+def _tokenizer_texts(model_name_or_path: str | os.PathLike, **hub_kwargs) -> list[str] | None:
+    """`token_texts` of the tokenizer.json saved next to a model, or None when there is none."""
+    path = cached_file(
+        str(model_name_or_path), "tokenizer.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs
+    )
+    if path is None:
+        return None
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    special = [t["content"] for t in data.get("added_tokens", []) if t.get("special")]
+    return token_texts(data["model"]["vocab"], special, data["model"].get("unk_token"))
 
 
 @register("text-classification", default=True)
 class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenceClassification):
     """Sequence classification; with `config.sentiment_features` (the bit names of
-    `ernie_zoo.text.sentiment.FEATURES`) it also reads each token's sentiment-lexicon bits as `lexicon_ids`, added
-    before the encoder by `lexicon_proj` as the NER tagger reads its entity lexicon. The lexicon is saved next to
-    the weights (`sentiment_lexicon.tsv`) and read back into `model.sentiment_lexicon`, which Taskflow computes
-    `lexicon_ids` with (`ernie_zoo.text.sentiment.token_features`)."""
+    `ernie_zoo.text.sentiment.FEATURES`) it also reads each token's sentiment-lexicon bits (`lexicon_ids`), added
+    before the encoder by `lexicon_proj` as the NER tagger reads its entity lexicon.
+
+    The model computes the bits itself from `input_ids`: the tokens' texts joined (`token_texts` of the vocabulary
+    it was trained with) are read by `ernie_zoo.text.sentiment.char_features` and each token gets the OR of its
+    characters' bits. So `forward(input_ids)` is all a caller gives, and transformers' pipeline, peft, Taskflow and
+    the fine-tuning loop all compute the same bits. The lexicon is saved next to the weights
+    (`sentiment_lexicon.tsv`) and read back, with the vocabulary of the tokenizer.json beside it, by
+    `from_pretrained`; explicit `lexicon_ids` are used as given."""
 
     sentiment_lexicon: SentimentLexicon | None = None  # set by from_pretrained or the fine-tuning loop
+    _token_texts: list[str] | None = None
 
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
@@ -469,11 +529,17 @@ class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenc
     def reads_lexicon(self) -> bool:
         return self.lexicon_proj is not None
 
-    def set_sentiment_lexicon(self, lexicon: SentimentLexicon | None) -> None:
-        """Attach the lexicon whose bits `lexicon_ids` encode (a model with `config.sentiment_features`)."""
+    def set_sentiment_lexicon(
+        self, lexicon: SentimentLexicon | None, texts: Sequence[str] | None = None
+    ) -> None:
+        """Attach the lexicon whose bits `lexicon_ids` encode (a model with `config.sentiment_features`) and the
+        text of each token id (`token_texts` of the tokenizer's vocabulary), which the bits are computed from."""
         if lexicon is not None and not self.reads_lexicon:
             raise ValueError("this classifier reads no lexicon bits (config.sentiment_features is not set)")
+        if texts is not None and len(texts) > self.config.vocab_size:
+            raise ValueError(f"{len(texts)} token texts for a vocabulary of {self.config.vocab_size}")
         self.sentiment_lexicon = lexicon
+        self._token_texts = list(texts) if texts is not None else self._token_texts
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
         super().save_pretrained(save_directory, *args, **kwargs)
@@ -481,8 +547,8 @@ class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenc
             self.sentiment_lexicon.save(Path(save_directory) / SENTIMENT_LEXICON_FILE)
 
     def load_sentiment_lexicon(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
-        """Attach the lexicon saved with a model (a local directory, or a hub repo through the hub cache), if it has
-        one and this classifier reads lexicon bits."""
+        """Attach the lexicon saved with a model (a local directory, or a hub repo through the hub cache) and its
+        tokenizer's token texts, if it has them and this classifier reads lexicon bits."""
         if not self.reads_lexicon:
             return
         path = cached_file(
@@ -492,9 +558,17 @@ class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenc
             **hub_kwargs,
         )
         if path is not None:
-            self.set_sentiment_lexicon(load_sentiment_lexicon(path))
+            self.set_sentiment_lexicon(
+                load_sentiment_lexicon(path), _tokenizer_texts(model_name_or_path, **hub_kwargs)
+            )
 
     load_saved_files = load_sentiment_lexicon
+
+    def _lexicon_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor | None:
+        if self.sentiment_lexicon is None or self._token_texts is None:
+            return None
+        rows = sentiment_lexicon_ids(input_ids.tolist(), self._token_texts, self.sentiment_lexicon)
+        return torch.tensor(rows, dtype=torch.long, device=input_ids.device)
 
     forward = _head_forward(ErnieForSequenceClassification)
 

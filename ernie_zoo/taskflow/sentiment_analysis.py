@@ -15,8 +15,8 @@ With a local model directory (task_path=; here a tiny model the test-suite train
 ['negative', 'positive']
 
 A model fine-tuned with a sentiment lexicon (`ernie-finetune --data.lexicon FILE`) carries it in its directory
-(`sentiment_lexicon.tsv`); Taskflow marks each token's sentiment words, negators, degree adverbs and negated words
-(`ernie_zoo.text.sentiment.FEATURES`) and passes them to the model as `lexicon_ids`.
+(`sentiment_lexicon.tsv`); the model marks each token's sentiment words, negators, degree adverbs and negated words
+(`ernie_zoo.text.sentiment.FEATURES`) itself, from the input ids, so transformers' pipeline gives the same scores.
 
 Labels come from the model's `config.id2label`. Texts longer than `max_seq_len` are split (sentences first) and
 the chunk probabilities are averaged weighted by chunk length in characters; `label` is the arg-max of that
@@ -37,7 +37,6 @@ from typing import Any
 import torch
 
 from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
-from ernie_zoo.text.sentiment import token_features
 
 from .task import EncoderTask, Prepared, Result, register_task
 
@@ -73,20 +72,13 @@ class SentimentAnalysis(EncoderTask):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        # A classifier trained with a sentiment lexicon reads its bits as `lexicon_ids` (models/modeling.py).
+        # A classifier trained with a sentiment lexicon computes its bits from the input ids (models/modeling.py).
         self.lexicon = getattr(self.model, "sentiment_lexicon", None)
         if getattr(self.model.config, "sentiment_features", None) and self.lexicon is None:
             raise ValueError(
                 f"{self.loaded.source.location}: the model was trained with a sentiment lexicon "
                 f"(config.sentiment_features) but its directory has no {SENTIMENT_LEXICON_FILE}"
             )
-
-    def encode(self, texts: list[str]) -> list[dict[str, Any]]:
-        items = super().encode(texts)
-        if self.lexicon is not None:
-            for text, item in zip(texts, items):
-                item["lexicon_ids"] = token_features(text, item["offsets"], self.lexicon, item["special"])
-        return items
 
     def run_batch(self, batch: dict[str, torch.Tensor], chunks: list) -> list[torch.Tensor]:
         logits = self.model(**batch).logits.float()  # (B, num_labels)

@@ -1,7 +1,7 @@
 """Sentiment lexicons read and applied: `SentimentLexicon` (sentiment words with polarity and strength, negators,
 degree adverbs), the HowNet-style score (`lexicon_score`, `lexicon_contributions`), the high-precision silver label
-(`weak_sentiment_label`), and the per-character input bits a sentiment classifier reads (`char_features`,
-`token_features`, the classifier's `lexicon_ids`: `ernie_zoo.models.lexicon_input`).
+(`weak_sentiment_label`), and the per-character input bits a lexicon-reading sentiment classifier computes its
+`lexicon_ids` from (`char_features`; `ernie_zoo.models.modeling.ErnieZooForSequenceClassification`).
 
 The lexicon is built from the offline source lexicons by `python -m ernie_zoo.data.sentiment_lexicon`, which also
 holds the merge rules; this module only reads its file format and applies it (standard library at import time;
@@ -38,7 +38,6 @@ __all__ = [
     "lexicon_score",
     "load_sentiment_lexicon",
     "segment",
-    "token_features",
     "weak_sentiment_label",
 ]
 
@@ -358,20 +357,6 @@ def char_features(
         for c in range(start, end):
             out[c] |= mask
     return out
-
-
-def token_features(
-    text: str,
-    offsets: Sequence[tuple[int, int] | None],
-    lexicon: SentimentLexicon,
-    special: Sequence[int] | None = None,
-    segmenter: Callable[[str], Sequence[str]] | None = None,
-) -> list[int]:
-    """`lexicon_ids` of one encoding of ``text``: the OR of its characters' `char_features` per token; 0 for
-    special tokens and tokens without characters."""
-    from .lexicon import token_masks
-
-    return token_masks(char_features(text, lexicon, segmenter), offsets, special)
 
 
 def describe(mask: int) -> str:
