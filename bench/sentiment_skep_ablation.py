@@ -2,7 +2,7 @@
 lexicon as input bits on vs off.
 
 Each arm is fine-tuned the same way (recipes/experiments/sentiment-*.yaml and
-recipes/zoo/sentiment-frames-skep-seed7.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160, checkpoint chosen
+recipes/zoo/sentiment-lexicon-skep-seed3.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160, checkpoint chosen
 on the multi-domain dev) with two seeds; this script scores every run's exported model with
 `Taskflow("sentiment_analysis", task_path=..., precision="fp32")` on the multi-domain dev (per domain) and on
 the review dev split, and writes per-run numbers, each arm's mean and its seeds' spread. Dev only: no test
@@ -13,7 +13,7 @@ split is read. Runs not finished yet are listed under ``missing``.
     SKEP off, reviews:  recipes/experiments/sentiment-reviews-base.yaml, -base-seed7.yaml  (no silver sentences)
     candidates:         recipes/experiments/sentiment-skep.yaml, -skep-seed7.yaml
                         (SKEP on, silver2: twice the silver)
-                        recipes/experiments/sentiment-frames-skep.yaml, recipes/zoo/sentiment-frames-skep-seed7.yaml
+                        recipes/experiments/sentiment-frames-skep.yaml, recipes/experiments/sentiment-frames-skep-seed7.yaml
                         (SKEP on, silver + framed sentences)
     lexicon input:      recipes/experiments/sentiment-lexicon-skep.yaml, -skep-seed7.yaml (the same as the
                         frames runs, plus the sentiment lexicon's bits as input: data.lexicon), and -skep-seed3.yaml

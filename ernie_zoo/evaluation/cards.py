@@ -62,7 +62,7 @@ def _uses_sentiment_lexicon(stage: dict[str, Any]) -> bool:
     """Whether a training stage (an entry of training.json's `stages`) used the sentiment lexicon: its recipe names
     one for the sentiment masking unit (`data.sentiment_lexicon` of a pretraining recipe), or it trains on the
     silver sentences the lexicon labelled (`recipes/zoo/sentiment_silver.py` writes them to a `sentiment_silver*`
-    dataset). Read from the recipe file in this checkout; a stage whose recipe is not here counts as not using it."""
+    dataset), or a sequence classifier reads it as input (`data.lexicon`). Read from the recipe file in this checkout; a stage whose recipe is not here counts as not using it."""
     import yaml
 
     from ernie_zoo.data.corpora import repo_root
@@ -72,8 +72,10 @@ def _uses_sentiment_lexicon(stage: dict[str, Any]) -> bool:
         return False
     config = yaml.safe_load((root / recipe).read_text(encoding="utf-8")) or {}
     data = config.get("data") or {}
-    return bool(data.get("sentiment_lexicon")) or any(
-        "sentiment_silver" in str(data.get(key) or "") for key in ("train_file", "dev_file")
+    return (
+        bool(data.get("sentiment_lexicon"))
+        or (config.get("task") == "sequence_classification" and bool(data.get("lexicon")))
+        or any("sentiment_silver" in str(data.get(key) or "") for key in ("train_file", "dev_file"))
     )
 
 

@@ -2,7 +2,7 @@
 
     ernie-zoo serve --task sentiment_analysis --task ner --port 8000
     curl -s localhost:8000/v1/sentiment_analysis -d '{"texts": ["这家餐厅的服务非常棒！"]}'
-    {"task":"sentiment_analysis","results":[{"text":"这家餐厅的服务非常棒！","label":"positive","score":0.97...}]}
+    {"task":"sentiment_analysis","results":[{"text":"这家餐厅的服务非常棒！","label":"positive","score":0.96...}]}
 
 In Python: `create_app(ServeConfig(tasks=[...]))` is a FastAPI app (run it under any ASGI server);
 `serve(config)` runs it under uvicorn. See docs/serving.md.

@@ -6,7 +6,7 @@
 #   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6, 7 -> runs/zoo/pretrain{,2,3,4,5,6,7}/checkpoint-*
 #   4. fine-tune sentiment (after SKEP sentiment knowledge pretraining from stage 7), the two NER taggers of the
 #      shipped ensemble (A from stage 5, B from stage 7, both with the entity lexicon; B's last stage distilled)
-#      and train the poetry LM                                          -> runs/zoo/{sentiment-frames-skep-seed7,ner-lex-3,ner-s7-kd,poetry-s5}
+#      and train the poetry LM                                          -> runs/zoo/{sentiment-lexicon-skep-seed3,ner-lex-3,ner-s7-kd,poetry-s5}
 #   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>; then
 #      distil the fast NER tagger (1 layer) from the shipped ensemble, ship it (int8) -> ernie_zoo/zoo/ernie-zoo-mini-ner-fast
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
@@ -76,12 +76,13 @@ done
 $PY -m ernie_zoo.evaluation.correction --baseline --out bench/results/correction_baselines.json
 
 # Sentiment (ernie-zoo-mini-sentiment): SKEP pretraining from stage 7 on the cleaned corpora above less every
-# held-out text, then fine-tuning on the review train split + silver general-domain sentences the lexicon labels.
+# held-out text, then fine-tuning on the review train split + silver general-domain sentences the lexicon labels,
+# the lexicon also given as input bits (data.lexicon).
 $PY -m ernie_zoo.data.sentiment_lexicon
 $PY recipes/zoo/skep_mix.py --src $C
 $PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-skep-s7.yaml
 $PY recipes/zoo/sentiment_silver.py --out ~/.cache/ernie_zoo/datasets/sentiment_silver3 --frames 3000
-$PY -m ernie_zoo.finetune.cli recipes/zoo/sentiment-frames-skep-seed7.yaml
+$PY -m ernie_zoo.finetune.cli recipes/zoo/sentiment-lexicon-skep-seed3.yaml
 
 echo "== 5. ship"
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.

@@ -102,14 +102,13 @@ MODELS = {
         ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
         [],
     ),
-    # Of the SKEP fine-tunings (bench/results/sentiment_skep_ablation.json), the best on the multi-domain dev among
-    # those that get issue #19's three sentences right (tests/test_zoo_models.py); the better-dev ones (0.817, 0.810
-    # vs 0.791, within 1.2 dev standard errors) read 终于考上了理想的大学，太开心了！ as negative.
+    # Of the SKEP fine-tunings (bench/results/sentiment_skep_ablation.json), the best on the multi-domain dev: the
+    # third seed of the lexicon-input runs (all three get issue #19's sentences right, tests/test_zoo_models.py).
     "ernie-zoo-mini-sentiment": (
-        "runs/zoo/sentiment-frames-skep-seed7",
+        "runs/zoo/sentiment-lexicon-skep-seed3",
         None,
         ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7", "skep-s7"],
-        [("recipes/zoo/sentiment-frames-skep-seed7.yaml", "runs/zoo/sentiment-frames-skep-seed7")],
+        [("recipes/zoo/sentiment-lexicon-skep-seed3.yaml", "runs/zoo/sentiment-lexicon-skep-seed3")],
     ),
     # The pair with the best dev entity F1 of the 45 pairs of our 10 lexicon taggers
     # (`python recipes/experiments/ner_ensemble.py <the 10 run dirs> --pairs`).
@@ -181,8 +180,10 @@ DATA = {
     "10,422 silver general-domain sentences (news, Xinhua idiom examples and explanations, fortunes) that the "
     "lexicon labels only when every sentiment word in them agrees and none is negated, balanced per source and "
     "label, and 2,707 framed sentences that put a common lexicon word in a degree or exclamation frame (太{w}了！, "
-    "非常{w}。) or negate a positive one (一点也不{w}。) (recipes/zoo/sentiment_silver.py --frames 3000); best "
-    "checkpoint by multi-domain dev accuracy.",
+    "非常{w}。) or negate a positive one (一点也不{w}。) (recipes/zoo/sentiment_silver.py --frames 3000), with the "
+    "same merged lexicon as input: each token also carries five bits (a positive or negative sentiment word, a "
+    "negator, a degree adverb, a sentiment word a negator flips) through a projection added to its embedding, and "
+    "the lexicon ships with the model (sentiment_lexicon.tsv); best checkpoint by multi-domain dev accuracy.",
     "ernie-zoo-mini-ner": "A mean-emission ensemble of two CRF taggers of different lineages (their mean emissions "
     "decoded with their mean transition scores), both trained on MSRA train (47,768 sentences after holding out 2,521 "
     "as our dev split) with BIOES tags, batches grouped by length, token dropout 0.1 (each input character replaced by "
