@@ -272,3 +272,41 @@ def test_attach_ngram_lm_writes_lm_weights_and_manifest(fused_dir, tmp_path):
         attach_ngram_lm(model_dir, data, fusion, max_bytes=1000)
     assert not list(model_dir.glob(".*.tmp"))
     assert NGRAM_FILE in verify_manifest(model_dir)
+
+
+def test_an_int8_stored_correction_model_decodes_as_the_float_one(fused_dir, tmp_path):
+    """Int8 weight storage of a correction model, whose head is tied to the word embeddings: stored once, tied
+    again on load, and fused decoding with the model's gains makes the same changes."""
+    import shutil
+
+    from safetensors import safe_open
+
+    from ernie_zoo.models.int8 import int8_weights_file, save_int8_weights
+    from ernie_zoo.taskflow import Taskflow
+
+    float_dir, int8_dir = tmp_path / "fp32", tmp_path / "int8"
+    shutil.copytree(fused_dir, float_dir)
+    model = ErnieZooForSpellingCorrection.from_pretrained(float_dir).eval()
+    # the model's gains count as much as the LM's, so its weights take part in every choice
+    model.config.correction_fusion = FusionWeights(lm=1.0, word=0.0, model=1.0, threshold=0.5).to_dict()
+    model.save_pretrained(float_dir)
+    shutil.copytree(float_dir, int8_dir)
+    save_int8_weights(model, int8_dir)
+    assert int8_weights_file(int8_dir) is not None
+    with safe_open(str(int8_dir / "model.safetensors"), "pt") as f:
+        assert not any(k.startswith("cls.predictions.decoder.weight") for k in f.keys())
+    loaded = ErnieZooForSpellingCorrection.from_pretrained(int8_dir).eval()
+    assert loaded.cls.predictions.decoder.weight is loaded.ernie.embeddings.word_embeddings.weight
+    assert loaded.ngram_lm is not None and loaded.fusion == model.fusion
+    enc = {"input_ids": torch.tensor([[2, 40, 41, 42, 43, 3]])}
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**enc).logits, model(**enc).logits, atol=0.05, rtol=0)
+    texts = ["我们明天在见面吧。他非长高兴。", "他在家里看书。", "在家里很好。"]
+    expected = Taskflow("text_correction", task_path=str(float_dir))(texts)
+    got = Taskflow("text_correction", task_path=str(int8_dir))(texts)
+    assert [r["target"] for r in got] == [r["target"] for r in expected]
+    assert expected[0]["target"] != texts[0]
+    for a, b in zip(got, expected):
+        assert [e["position"] for e in a["errors"]] == [e["position"] for e in b["errors"]]
+        for ea, eb in zip(a["errors"], b["errors"]):
+            assert ea["score"] == pytest.approx(eb["score"], abs=0.05)
