@@ -69,6 +69,18 @@ def test_lm_prune_drops_rare_ngrams_and_stays_normalised(tmp_path):
     assert np.array_equal(again.log_probs("我们再见"), lm.log_probs("我们再见"))
     with pytest.raises(ValueError, match="min_count"):
         lm.prune(0)
+    with pytest.raises(ValueError, match="from_order"):
+        lm.prune(2, from_order=1)
+
+
+def test_lm_prune_from_the_top_order_keeps_the_lower_orders_whole():
+    lm, whole = _lm(), _lm()
+    lm.prune(4, from_order=3)
+    assert np.array_equal(lm._tables[2]["keys"], whole._tables[2]["keys"])  # bigrams untouched
+    assert (lm._tables[2]["nums"] < 4).any()
+    assert (lm._tables[3]["nums"] >= 4).all() and len(lm._tables[3]["keys"]) < len(whole._tables[3]["keys"])
+    for context in ["我们", "非常", "见面"]:
+        assert math.isclose(sum(lm.distribution(context).values()), 1.0, rel_tol=1e-9)
 
 
 # ----------------------------------------------------------------------------- the word model
@@ -272,3 +284,119 @@ def test_attach_ngram_lm_writes_lm_weights_and_manifest(fused_dir, tmp_path):
         attach_ngram_lm(model_dir, data, fusion, max_bytes=1000)
     assert not list(model_dir.glob(".*.tmp"))
     assert NGRAM_FILE in verify_manifest(model_dir)
+
+
+# ----------------------------------------------------------------------------- the LM's text and variants
+
+
+def _write_pairs(path, texts):
+    path.write_text(
+        "".join(json.dumps({"source": t, "target": t}, ensure_ascii=False) + "\n" for t in texts),
+        encoding="utf-8",
+    )
+
+
+@pytest.fixture
+def lm_data(tmp_path, monkeypatch):
+    """A synthetic split (train: two TEXTS sentences, dev: one held-out sentence), a running-text file that holds
+    the train sentences again, the dev sentence, a test sentence and new text, and a stand-in SIGHAN-2015."""
+    import ernie_zoo.evaluation.correction as correction
+
+    data = tmp_path / "csc"
+    data.mkdir()
+    _write_pairs(data / "train.jsonl", ["我们明天再见面吧。", "他在家里看书。"])
+    _write_pairs(data / "dev.jsonl", ["今天下午开会讨论工作。"])
+    corpus = tmp_path / "news.txt"
+    corpus.write_text(
+        "我们明天再见面吧。今天下午开会讨论工作。\n"  # a train sentence again, the dev sentence
+        "学生们在教室里认真学习。老师在黑板上写字。\n"  # the first: a test sentence
+        "他在家里看书。短句。\n",  # a train sentence again; too short a sentence
+        encoding="utf-8",
+    )
+    test = [("学生们在教是里认真学习。", "学生们在教室里认真学习。")]
+    monkeypatch.setattr(correction, "read_sighan2015", lambda raw_dir=None: test)
+    return data, corpus
+
+
+def test_lm_texts_dedupe_sources_and_drop_dev_and_test_sentences(lm_data):
+    from ernie_zoo.evaluation.correction import correction_lm_texts
+
+    data, corpus = lm_data
+    texts, dropped = correction_lm_texts(["train", str(corpus)], data)
+    assert texts == ["我们明天再见面吧。", "他在家里看书。", "老师在黑板上写字。"]
+    assert dropped == {"dev": 1, "sighan2015_test": 1}
+    assert correction_lm_texts(["train"], data) == (texts[:2], {"dev": 0, "sighan2015_test": 0})
+    with pytest.raises(FileNotFoundError, match="neither 'train' nor a text file"):
+        correction_lm_texts(["nowhere.txt"], data)
+
+
+def test_lm_variants_share_one_fit_and_prune_as_a_fresh_fit(lm_data):
+    from ernie_zoo.evaluation.correction import build_correction_lm, correction_lms
+
+    data, corpus = lm_data
+    sources = ["train", str(corpus)]
+    seen = [(lm.num_ngrams, spec) for lm, spec in correction_lms(data, 3, [2, 1], sources, [3, 2, 4])]
+    # ascending min counts, whatever the order asked; orders above the LM's skipped
+    assert [(s["prune_from_order"], s["min_count"]) for _, s in seen] == [(3, 1), (3, 2), (2, 1), (2, 2)]
+    for kept, spec in seen:
+        lm, again = build_correction_lm(data, 3, spec["min_count"], sources, spec["prune_from_order"])
+        assert lm.num_ngrams == kept == spec["ngrams_kept"] and again == spec
+        assert spec["text"] == sources and spec["sentences"] == 3 and spec["order"] == 3
+    fitted = seen[0][1]["ngrams_fitted"]
+    assert seen[3][0] < seen[1][0] < seen[0][0] == seen[2][0] == fitted
+
+
+def test_attach_ngram_lm_rebuilds_the_lm_from_the_text_it_names(fused_dir, lm_data, tmp_path):
+    import shutil
+
+    from ernie_zoo.evaluation.correction import attach_ngram_lm, build_correction_lm
+
+    data, corpus = lm_data
+    model_dir = tmp_path / "model"
+    shutil.copytree(fused_dir, model_dir)
+    lm, spec = build_correction_lm(data, 4, 1, ["train", str(corpus)])
+    chosen = {"lm": 1.0, "word": 0.0, "model": 1.0, "threshold": 5.0, "min_distance": 4}
+    fusion = tmp_path / "fusion.json"
+    fusion.write_text(json.dumps({"ngram_lm": spec, "chosen": chosen}, ensure_ascii=False))
+    assert attach_ngram_lm(model_dir, data, fusion)["ngrams"] == spec["ngrams_kept"]
+    loaded = ErnieZooForSpellingCorrection.from_pretrained(model_dir)
+    assert loaded.ngram_lm.order == 4
+    assert np.array_equal(loaded.ngram_lm.log_probs("老师在黑板上写字。"), lm.log_probs("老师在黑板上写字。"))
+
+
+def test_an_int8_stored_correction_model_decodes_as_the_float_one(fused_dir, tmp_path):
+    """Int8 weight storage of a correction model, whose head is tied to the word embeddings: stored once, tied
+    again on load, and fused decoding with the model's gains makes the same changes."""
+    import shutil
+
+    from safetensors import safe_open
+
+    from ernie_zoo.models.int8 import int8_weights_file, save_int8_weights
+    from ernie_zoo.taskflow import Taskflow
+
+    float_dir, int8_dir = tmp_path / "fp32", tmp_path / "int8"
+    shutil.copytree(fused_dir, float_dir)
+    model = ErnieZooForSpellingCorrection.from_pretrained(float_dir).eval()
+    # the model's gains count as much as the LM's, so its weights take part in every choice
+    model.config.correction_fusion = FusionWeights(lm=1.0, word=0.0, model=1.0, threshold=0.5).to_dict()
+    model.save_pretrained(float_dir)
+    shutil.copytree(float_dir, int8_dir)
+    save_int8_weights(model, int8_dir)
+    assert int8_weights_file(int8_dir) is not None
+    with safe_open(str(int8_dir / "model.safetensors"), "pt") as f:
+        assert not any(k.startswith("cls.predictions.decoder.weight") for k in f.keys())
+    loaded = ErnieZooForSpellingCorrection.from_pretrained(int8_dir).eval()
+    assert loaded.cls.predictions.decoder.weight is loaded.ernie.embeddings.word_embeddings.weight
+    assert loaded.ngram_lm is not None and loaded.fusion == model.fusion
+    enc = {"input_ids": torch.tensor([[2, 40, 41, 42, 43, 3]])}
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**enc).logits, model(**enc).logits, atol=0.05, rtol=0)
+    texts = ["我们明天在见面吧。他非长高兴。", "他在家里看书。", "在家里很好。"]
+    expected = Taskflow("text_correction", task_path=str(float_dir))(texts)
+    got = Taskflow("text_correction", task_path=str(int8_dir))(texts)
+    assert [r["target"] for r in got] == [r["target"] for r in expected]
+    assert expected[0]["target"] != texts[0]
+    for a, b in zip(got, expected):
+        assert [e["position"] for e in a["errors"]] == [e["position"] for e in b["errors"]]
+        for ea, eb in zip(a["errors"], b["errors"]):
+            assert ea["score"] == pytest.approx(eb["score"], abs=0.05)

@@ -124,14 +124,28 @@ def test_an_int8_directory_loads_to_the_same_tagging(tiny_tokenizer, make_config
     assert torch.equal(after.predictions, before.predictions)
 
 
-def test_int8_storage_refuses_tied_weights(make_config, tmp_path):
+def test_int8_storage_stores_tied_weights_once_and_refuses_other_shared_tensors(make_config, tmp_path):
     from ernie_zoo.models import ErnieZooForMaskedLM
 
     model = ErnieZooForMaskedLM(make_config(tie_word_embeddings=True))
+    word, decoder = "ernie.embeddings.word_embeddings.weight", "cls.predictions.decoder.weight"
     assert model.cls.predictions.decoder.weight is model.ernie.embeddings.word_embeddings.weight
+    model.save_pretrained(tmp_path)
+    save_int8_weights(model, tmp_path, min_elements=1024)
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
+        keys = set(f.keys())
+    assert word + ".int8" in keys and not any(k.startswith(decoder) for k in keys)  # stored once
+    reloaded = ErnieZooForMaskedLM.from_pretrained(tmp_path, dtype=torch.float32)
+    assert (
+        reloaded.cls.predictions.decoder.weight is reloaded.ernie.embeddings.word_embeddings.weight
+    )  # tied again
+    torch.testing.assert_close(reloaded.state_dict()[decoder], model.state_dict()[word], atol=0.02, rtol=0)
+    # a tensor shared by keys the model does not tie again on load: refused, nothing written
+    layers = model.ernie.encoder.layer
+    layers[1].attention.self.query.weight = layers[0].attention.self.query.weight
     with pytest.raises(ValueError, match="tied weights"):
-        save_int8_weights(model, tmp_path)
-    assert not (tmp_path / "model.safetensors").exists()
+        save_int8_weights(model, tmp_path / "shared")
+    assert not (tmp_path / "shared" / "model.safetensors").exists()
 
 
 # ------------------------------------------------------------------------------------------------- the ensemble

@@ -515,3 +515,27 @@ def test_sentiment_lexicon_licence_follows_what_a_stage_used():
     assert not _uses_sentiment_lexicon({"recipe": "recipes/finetune/sentiment_full.yaml"})  # reviews only
     assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/no-such-skep.yaml"})
     assert not _uses_sentiment_lexicon({"name": "a stage without a recipe"})
+
+
+def test_the_csc_card_describes_the_lm_it_ships():
+    from ernie_zoo.evaluation.cards import _csc_lm_text
+
+    # an LM of the training split pruned from the bigrams (what bench/results/csc_fusion.json said before #22's LM)
+    old = _csc_lm_text({"order": 3, "min_count": 2})
+    assert old.startswith("a character 3-gram Kneser-Ney LM of the clean training text,")
+    assert old.endswith("(n-grams seen once pruned)")
+    new = _csc_lm_text(
+        {
+            "order": 4,
+            "min_count": 3,
+            "prune_from_order": 3,
+            "text": ["train", "~/corpora/msra.txt"],
+            "sentences": 342287,
+            "characters": 7560560,
+        }
+    )
+    assert "4-gram" in new and "342,287 sentences, 7.6M characters, less every dev and SIGHAN-2015" in new
+    assert new.endswith("(3-grams and longer seen fewer than 3 times pruned)")
+    assert _csc_lm_text({"order": 3, "min_count": 2, "prune_from_order": 3}).endswith(
+        "(3-grams seen once pruned)"
+    )

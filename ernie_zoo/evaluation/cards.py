@@ -239,7 +239,9 @@ def _storage(r: dict[str, Any]) -> str:
     if fmt == "int8-rowwise":
         return (
             "int8 safetensors (`ernie_zoo.models.int8`: each weight matrix as int8 rows with one scale per row, "
-            "dequantised to fp32 when loaded; biases, LayerNorm and CRF in fp16)"
+            "dequantised to fp32 when loaded; biases, LayerNorm"
+            + (" and CRF" if r.get("kind") == "ner" else "")
+            + " in fp16)"
         )
     return f"{fmt} safetensors"
 
@@ -732,9 +734,8 @@ def _eval_csc(r: dict[str, Any]) -> list[str]:
         out += [
             "",
             "Decoding fuses three scores of each confusion-set candidate (gains over the character as written, in "
-            f"nats): a character {(r.get('fusion_choice') or {}).get('ngram_lm', {}).get('order', 'n')}-gram "
-            "Kneser-Ney LM of the clean training text, shipped with the model as `ngram_lm.safetensors` (n-grams "
-            "seen once pruned); the best-segmentation log-probability of the 9 characters around the change under "
+            f"nats): {_csc_lm_text((r.get('fusion_choice') or {}).get('ngram_lm') or {})}; the best-segmentation "
+            "log-probability of the 9 characters around the change under "
             "jieba's word frequencies; and this model's correction head. A change is made when "
             f"{w['lm']:g} × LM + {w['word']:g} × words + {w['model']:g} × model > {w['threshold']:g}, best first, "
             f"none within {w['min_distance']} characters of another (`threshold=` overrides it per call).",
@@ -783,6 +784,28 @@ def _eval_csc(r: dict[str, Any]) -> list[str]:
         "",
     ]
     return out
+
+
+def _csc_lm_text(spec: dict[str, Any]) -> str:
+    """The shipped n-gram LM in words, from bench/csc_fusion.py's description of it."""
+    text = spec.get("text", ["train"])
+    source = (
+        "the clean training text"
+        if text == ["train"]
+        else f"the clean training text and the other sentences of its corpora ({spec['sentences']:,} sentences, "
+        f"{spec['characters'] / 1e6:.1f}M characters, less every dev and SIGHAN-2015 sentence)"
+    )
+    count, start = spec.get("min_count", 2), spec.get("prune_from_order", 2)
+    seen = "seen once" if count == 2 else f"seen fewer than {count} times"
+    pruned = (
+        f"n-grams {seen} pruned"
+        if start == 2
+        else f"{start}-grams{' and longer' if start < spec.get('order', start) else ''} {seen} pruned"
+    )
+    return (
+        f"a character {spec.get('order', 'n')}-gram Kneser-Ney LM of {source}, shipped with the model as "
+        f"`ngram_lm.safetensors` ({pruned})"
+    )
 
 
 def render_card(

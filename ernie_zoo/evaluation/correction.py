@@ -18,10 +18,11 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,16 @@ from ernie_zoo.text.correction import correction_scores
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NgramCorrector", "evaluate_correction_model", "read_pairs", "read_sighan2015"]
+__all__ = [
+    "NgramCorrector",
+    "attach_ngram_lm",
+    "build_correction_lm",
+    "correction_lms",
+    "correction_lm_texts",
+    "evaluate_correction_model",
+    "read_pairs",
+    "read_sighan2015",
+]
 
 SIGHAN_MEMBER = "pycorrector/data/sighan2015_test.tsv"
 
@@ -187,11 +197,95 @@ def evaluate_correction_model(
     return results
 
 
+TRAIN_TEXT = "train"
+
+
+def correction_lm_texts(sources: Sequence[str], csc_data: Path) -> tuple[list[str], dict[str, int]]:
+    """The clean sentences a correction n-gram LM is fitted on, and what was dropped.
+
+    A source is `"train"` (the clean side of `csc_data`'s synthetic training split) or a text file of running text
+    (one text a line: the corpora `scripts/prepare_corpora.py` writes), cut into sentences as the synthetic split
+    was (`ernie_zoo.data.spelling.iter_sentences`), each sentence once and not at all when an earlier source holds
+    it (the training split's as the split holds them). Every sentence of `csc_data`'s dev split (its targets) and
+    every SIGHAN-2015 test sentence (source or target, cut the same way) is dropped, so that neither dev choices nor
+    the test score read text the LM was fitted on (the test is read only when a source beyond the training split
+    is named: the split holds none of its sentences)."""
+    from ernie_zoo.data.spelling import iter_sentences
+
+    dev = {t for _, t in read_pairs(csc_data / "dev.jsonl")} if (csc_data / "dev.jsonl").is_file() else set()
+    test = (
+        {s for pair in read_sighan2015() for s in iter_sentences(pair)} if sources != [TRAIN_TEXT] else set()
+    )
+    texts: list[str] = []
+    seen: set[str] = set()
+    dropped = {"dev": 0, "sighan2015_test": 0}
+    for source in sources:
+        if source == TRAIN_TEXT:  # as the split holds them: a sentence it repeats counts as often
+            new = [t for _, t in read_pairs(csc_data / "train.jsonl")]
+        else:
+            path = Path(source).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"LM text {source!r}: neither {TRAIN_TEXT!r} nor a text file")
+            with path.open(encoding="utf-8") as f:
+                new = [t for t in dict.fromkeys(iter_sentences(f)) if t not in seen]
+        for text in new:
+            if text in dev:
+                dropped["dev"] += 1
+            elif text in test:
+                dropped["sighan2015_test"] += 1
+            else:
+                texts.append(text)
+        seen.update(new)
+    return texts, dropped
+
+
+def correction_lms(
+    csc_data: Path,
+    order: int,
+    min_counts: Sequence[int],
+    sources: Sequence[str] = (TRAIN_TEXT,),
+    prune_from: Sequence[int] = (2,),
+) -> Iterator[tuple[CharNgramLM, dict[str, Any]]]:
+    """The character n-gram LM of fused decoding, fitted once on `correction_lm_texts(sources, csc_data)`, then for
+    each order in `prune_from` (those above `order` skipped) and each of `min_counts`, pruned to the n-grams of that
+    order and above seen `min_count` times (`CharNgramLM.prune`); each with its description (what
+    bench/csc_fusion.py records and `attach_ngram_lm` rebuilds from)."""
+    texts, dropped = correction_lm_texts(list(sources), csc_data)
+    fitted_lm = CharNgramLM(order=order).fit(texts)
+    fitted = fitted_lm.num_ngrams
+    for from_order in [k for k in prune_from if k <= order]:
+        lm = copy.deepcopy(fitted_lm) if len(prune_from) > 1 else fitted_lm
+        # ascending: each prune starts from the last, which is the same as pruning the fitted LM
+        for min_count in sorted(min_counts):
+            lm.prune(min_count, from_order)
+            yield (
+                lm,
+                {
+                    "order": order,
+                    "min_count": min_count,
+                    "prune_from_order": from_order,
+                    "text": list(sources),
+                    "sentences": len(texts),
+                    "characters": sum(map(len, texts)),
+                    "dropped_sentences": dropped,
+                    "ngrams_fitted": fitted,
+                    "ngrams_kept": lm.num_ngrams,
+                },
+            )
+
+
+def build_correction_lm(
+    csc_data: Path, order: int, min_count: int, sources: Sequence[str] = (TRAIN_TEXT,), prune_from: int = 2
+) -> tuple[CharNgramLM, dict[str, Any]]:
+    """One LM of `correction_lms`: fitted on `sources`, pruned at `min_count` from order `prune_from` up."""
+    return next(correction_lms(csc_data, order, [min_count], sources, [prune_from]))
+
+
 def attach_ngram_lm(
     model_dir: Path, csc_data: Path, fusion: Path, max_bytes: int = 25_000_000
 ) -> dict[str, Any]:
     """Ship fused decoding with a text_correction model: fit the character n-gram LM that `fusion` (the results
-    of bench/csc_fusion.py) describes on the clean side of `csc_data`'s training split, prune it the same way,
+    of bench/csc_fusion.py) describes on the text it names (`build_correction_lm`), prune it the same way,
     write it into `model_dir` as `ngram_lm.safetensors`, set the chosen weights as config.json's
     `correction_fusion`, and rewrite the manifest. Refused when the directory would exceed `max_bytes`."""
     from ernie_zoo.models.correction import NGRAM_FILE
@@ -200,8 +294,13 @@ def attach_ngram_lm(
 
     chosen = json.loads(Path(fusion).read_text(encoding="utf-8"))
     spec, weights = chosen["ngram_lm"], FusionWeights(**chosen["chosen"])
-    lm = CharNgramLM(order=spec["order"]).fit([t for _, t in read_pairs(csc_data / "train.jsonl")])
-    lm.prune(spec["min_count"])
+    lm, _ = build_correction_lm(
+        csc_data,
+        spec["order"],
+        spec["min_count"],
+        spec.get("text", [TRAIN_TEXT]),
+        spec.get("prune_from_order", 2),
+    )
     if lm.num_ngrams != spec["ngrams_kept"]:
         raise ValueError(
             f"the LM fitted on {csc_data} keeps {lm.num_ngrams} n-grams, {fusion} chose its weights with "

@@ -186,6 +186,10 @@ def load_int8_state_dict(
     return dequantize_state_dict(load_file(str(path)), dtype)
 
 
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.numel() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
 def save_int8_weights(
     model: nn.Module,
     directory: str | os.PathLike,
@@ -197,9 +201,14 @@ def save_int8_weights(
     quantised from the model's own values (keep it in fp32); the other float tensors are stored in `other_dtype`
     (default fp16, None keeps their dtype).
 
-    Tied parameters (one tensor under several keys) are refused: the format stores every key on its own.
+    Tied parameters (one tensor under several keys) are stored once when the model ties them again on load (its
+    `all_tied_weights_keys`, as transformers' `save_pretrained` drops them: a masked-LM head's decoder tied to the
+    word embeddings); any other tensor shared between keys is refused: the format stores every key on its own.
     """
     state = model.state_dict()
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if target in state and source in state and _same_storage(state[target], state[source]):
+            del state[target]
     seen: dict[int, str] = {}
     for key, tensor in state.items():
         ptr = tensor.untyped_storage().data_ptr() if tensor.numel() else None

@@ -137,13 +137,16 @@ class CharNgramLM:
             "types": types.astype(np.float64),
         }
 
-    def prune(self, min_count: int) -> CharNgramLM:
-        """Drop the n-grams of order >= 2 counted fewer than `min_count` times (continuation counts below the top
-        order); the tables are rebuilt from what is kept, with the fitted discounts, so each p_k(. | h) still sums
-        to 1 (the dropped mass goes to the lower orders). Returns ``self``."""
+    def prune(self, min_count: int, from_order: int = 2) -> CharNgramLM:
+        """Drop the n-grams of order >= `from_order` (at least 2) counted fewer than `min_count` times (continuation
+        counts below the top order); the lower orders stay whole. The tables are rebuilt from what is kept, with the
+        fitted discounts, so each p_k(. | h) still sums to 1 (the dropped mass goes to the lower orders). Returns
+        ``self``."""
         if min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {min_count}")
-        for k in range(2, self.order + 1):
+        if from_order < 2:
+            raise ValueError(f"from_order must be >= 2 (unigrams are never pruned), got {from_order}")
+        for k in range(from_order, self.order + 1):
             t = self._tables[k]
             keep = t["nums"] >= min_count
             self._store(k, t["keys"][keep], t["nums"][keep], self.discounts[k])
