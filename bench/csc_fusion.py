@@ -266,7 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     result = {
-        "command": " ".join(["python bench/csc_fusion.py", *(argv if argv is not None else sys.argv[1:])]),
+        # as typed, with the home directory the shell expanded written as ~ (the record holds no user's paths)
+        "command": " ".join(
+            ["python bench/csc_fusion.py", *(argv if argv is not None else sys.argv[1:])]
+        ).replace(str(Path.home()) + os.sep, "~" + os.sep),
         "model": str(args.model.relative_to(REPO) if args.model.is_relative_to(REPO) else args.model),
         "dev_sentences": {"choose": half, "report": len(dev) - half},
         "ngram_lm": top["ngram_lm"],
