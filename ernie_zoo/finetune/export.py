@@ -104,12 +104,7 @@ def load_finetuned(
             )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
-        for load in (
-            "load_entity_lexicon",
-            "load_sentiment_lexicon",
-        ):  # the adapter directory's lexicon, if any
-            if hasattr(base, load):
-                getattr(base, load)(path)
+        base.load_saved_files(path)  # the adapter directory's lexicon, if it carries one
         model = load_adapter(base, path)
     elif (path / "config.json").is_file():
         config = ErnieZooConfig.from_pretrained(str(path))

@@ -20,8 +20,8 @@ from torch import nn
 
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
-from ernie_zoo.models.crf_tagger import find_lexicon
-from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, sentiment_lexicon_ids, token_texts
+from ernie_zoo.models.crf_tagger import LEXICON_FILE
+from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, saved_file, sentiment_lexicon_ids, token_texts
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
@@ -139,6 +139,16 @@ class Task:
         modules that adapter methods must train in full (the lexicon's input projection)."""
         return []
 
+    def _lexicon_path(self, saved_name: str) -> str | Path | None:
+        """data.lexicon (it must exist), else the file `saved_name` a base model was saved with, else None."""
+        if self.data_args.lexicon:
+            path = Path(self.data_args.lexicon).expanduser()
+            if not path.is_file():
+                raise FileNotFoundError(f"data.lexicon: no such file: {path}")
+            return path
+        base = self.args.model.model_name_or_path
+        return saved_file(Path(base).expanduser(), saved_name) if base else None
+
     # --------------------------------------------------------------- evaluation
     @property
     def metric(self) -> str:
@@ -191,15 +201,9 @@ class SequenceClassificationTask(Task):
 
     def _read_lexicon(self) -> SentimentLexicon | None:
         """data.lexicon (a sentiment lexicon), else the lexicon a base model was saved with."""
-        if self.data_args.lexicon:
-            path = Path(self.data_args.lexicon).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"data.lexicon: no such file: {path}")
-        else:
-            base = self.args.model.model_name_or_path
-            path = Path(base).expanduser() / SENTIMENT_LEXICON_FILE if base else None
-            if path is None or not path.is_file():
-                return None
+        path = self._lexicon_path(SENTIMENT_LEXICON_FILE)
+        if path is None:
+            return None
         lexicon = load_sentiment_lexicon(path)
         if not lexicon.words:
             raise ValueError(f"data.lexicon: {path} holds no sentiment words")
@@ -209,9 +213,8 @@ class SequenceClassificationTask(Task):
     def attach(self, model: nn.Module, tokenizer) -> list[str]:
         if self.lexicon is None:
             return []
-        model.set_sentiment_lexicon(
-            self.lexicon, self._token_texts(tokenizer)
-        )  # it computes bits from input ids
+        # the model computes the bits from its input ids: it spells them with the tokenizer's token texts
+        model.set_sentiment_lexicon(self.lexicon, self._token_texts(tokenizer))
         return ["lexicon_proj"]
 
     @staticmethod
@@ -310,19 +313,12 @@ class TokenClassificationTask(Task):
 
     def _read_lexicon(self) -> EntityLexicon | None:
         """data.lexicon, else the lexicon a base model was saved with (a lexicon tagger fine-tuned further)."""
-        if self.data_args.lexicon:
-            path = Path(self.data_args.lexicon).expanduser()
-            if not path.is_file():
-                raise FileNotFoundError(f"data.lexicon: no such file: {path}")
-            lexicon = EntityLexicon.load(path)
-            if not lexicon.types:
-                raise ValueError(f"data.lexicon: {path} gives its words no entity types")
-        else:
-            base = self.args.model.model_name_or_path
-            path = find_lexicon(Path(base).expanduser()) if base else None
-            if path is None:
-                return None
-            lexicon = EntityLexicon.load(path)
+        path = self._lexicon_path(LEXICON_FILE)
+        if path is None:
+            return None
+        lexicon = EntityLexicon.load(path)
+        if self.data_args.lexicon and not lexicon.types:
+            raise ValueError(f"data.lexicon: {path} gives its words no entity types")
         logger.info("entity lexicon %s: %d words, types %s", path, len(lexicon), ", ".join(lexicon.types))
         return lexicon
 

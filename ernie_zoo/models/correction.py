@@ -34,12 +34,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers.modeling_outputs import ModelOutput
-from transformers.utils import cached_file
 
 from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets, is_cjk
 from ernie_zoo.text.words import WordUnigram
 
-from .modeling import ErnieZooForMaskedLM
+from .modeling import ErnieZooForMaskedLM, saved_file
 from .ngram import CharNgramLM
 from .registry import register
 
@@ -79,36 +78,17 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
         weights = getattr(self.config, "correction_fusion", None)
         return FusionWeights(**weights) if weights and self.ngram_lm is not None else None
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        if pretrained_model_name_or_path is not None:
-            # transformers' own file lookup: a local directory or a hub id (through its cache), like the weights
-            hub = {
-                k: kwargs[k] for k in ("cache_dir", "revision", "token", "local_files_only") if k in kwargs
-            }
-            path = cached_file(
-                pretrained_model_name_or_path,
-                CONFUSION_FILE,
-                _raise_exceptions_for_missing_entries=False,
-                **hub,
-            )
-            if path is not None:
-                model.confusion_sets = ConfusionSets.load(path)
-            path = cached_file(
-                pretrained_model_name_or_path, NGRAM_FILE, _raise_exceptions_for_missing_entries=False, **hub
-            )
-            if path is not None:
-                model.ngram_lm = CharNgramLM.load(path)
-        return loaded
+    def load_saved_files(self, model_name_or_path, **hub_kwargs) -> None:
+        if (path := saved_file(model_name_or_path, CONFUSION_FILE, **hub_kwargs)) is not None:
+            self.confusion_sets = ConfusionSets.load(path)
+        if (path := saved_file(model_name_or_path, NGRAM_FILE, **hub_kwargs)) is not None:
+            self.ngram_lm = CharNgramLM.load(path)
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        super().save_pretrained(save_directory, *args, **kwargs)
+    def save_saved_files(self, directory: Path) -> None:
         if self.confusion_sets is not None:
-            self.confusion_sets.save(Path(save_directory) / CONFUSION_FILE)
+            self.confusion_sets.save(directory / CONFUSION_FILE)
         if self.ngram_lm is not None:
-            self.ngram_lm.save(Path(save_directory) / NGRAM_FILE)
+            self.ngram_lm.save(directory / NGRAM_FILE)
 
     @property
     def detection_loss_weight(self) -> float:

@@ -32,13 +32,12 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutput, TokenClassifierOutput
-from transformers.utils import cached_file
 
 from ernie_zoo.text.lexicon import EntityLexicon
 
 from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF, compact
-from .modeling import ErnieZooPreTrainedModel
+from .modeling import ErnieZooPreTrainedModel, saved_file
 from .registry import register
 
 logger = logging.getLogger(__name__)
@@ -126,17 +125,10 @@ def crf_outputs(
     return loss, predictions
 
 
-def find_lexicon(model_name_or_path: str | os.PathLike, **hub_kwargs) -> str | None:
-    """Path of the `entity_lexicon.txt` saved with a model (a local directory, or a hub repo through the hub
-    cache), or None when the model has none."""
-    return cached_file(
-        str(model_name_or_path), LEXICON_FILE, _raise_exceptions_for_missing_entries=False, **hub_kwargs
-    )
-
-
 class EntityLexiconMixin:
     """The entity lexicon of a tagger that reads one (`config.lexicon_types`): attached as `entity_lexicon`,
-    saved next to the weights by `save_pretrained` and read back by `from_pretrained`."""
+    saved next to the weights by `save_pretrained` and read back by `from_pretrained` (`save_saved_files` /
+    `load_saved_files`)."""
 
     entity_lexicon: EntityLexicon | None = None  # set by from_pretrained or the fine-tuning loop
 
@@ -158,14 +150,13 @@ class EntityLexiconMixin:
         has one and this tagger reads a lexicon."""
         if not self.reads_lexicon:
             return
-        path = find_lexicon(model_name_or_path, **hub_kwargs)
+        path = saved_file(model_name_or_path, LEXICON_FILE, **hub_kwargs)
         if path is not None:
             self.set_entity_lexicon(EntityLexicon.load(path))
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        super().save_pretrained(save_directory, *args, **kwargs)
+    def save_saved_files(self, directory: Path) -> None:
         if self.entity_lexicon is not None:
-            self.entity_lexicon.save(Path(save_directory) / LEXICON_FILE)
+            self.entity_lexicon.save(directory / LEXICON_FILE)
 
     load_saved_files = load_entity_lexicon
 
@@ -252,7 +243,6 @@ __all__ = [
     "LEXICON_FILE",
     "crf_outputs",
     "default_crf_mask",
-    "find_lexicon",
     "model_inputs",
     "viterbi_predictions",
 ]

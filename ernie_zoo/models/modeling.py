@@ -180,8 +180,16 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         return loaded
 
     def load_saved_files(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
-        """Read what this head saves next to its weights (a local directory, or a hub repo through the hub cache):
-        nothing here; the lexicon-reading heads read their lexicon."""
+        """Read what this head saves next to its weights (`save_saved_files`; from a local directory, or a hub repo
+        through the hub cache, found with `saved_file`): nothing here; the lexicon-reading heads read their lexicon,
+        the spelling corrector its confusion sets and n-gram LM."""
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        super().save_pretrained(save_directory, *args, **kwargs)
+        self.save_saved_files(Path(save_directory))
+
+    def save_saved_files(self, directory: Path) -> None:
+        """Write what this head keeps next to its weights (read back by `load_saved_files`): nothing here."""
 
     def _add_classifier(self, config: ErnieZooConfig, add_pooling_layer: bool) -> None:
         """`ernie`, `dropout` and `classifier` of a classification head, as transformers' ERNIE heads name them."""
@@ -457,9 +465,8 @@ class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
 
 
 SENTIMENT_LEXICON_FILE = "sentiment_lexicon.tsv"
-_UNKNOWN = (
-    "\u25a1"  # an [UNK] token's text when the lexicon bits are computed from token ids (never a lexicon word)
-)
+# an [UNK] token's text when the lexicon bits are computed from token ids (never a lexicon word)
+_UNKNOWN = "\u25a1"
 
 
 def token_texts(vocab: dict[str, int], special: Iterable[str], unk_token: str | None = None) -> list[str]:
@@ -491,11 +498,17 @@ def sentiment_lexicon_ids(
     return out
 
 
+def saved_file(model_name_or_path: str | os.PathLike, name: str, **hub_kwargs) -> str | None:
+    """The file `name` saved next to a model (a local directory, or a hub repo through the hub cache, as the weights
+    are found), or None when it has none."""
+    return cached_file(
+        str(model_name_or_path), name, _raise_exceptions_for_missing_entries=False, **hub_kwargs
+    )
+
+
 def _tokenizer_texts(model_name_or_path: str | os.PathLike, **hub_kwargs) -> list[str] | None:
     """`token_texts` of the tokenizer.json saved next to a model, or None when there is none."""
-    path = cached_file(
-        str(model_name_or_path), "tokenizer.json", _raise_exceptions_for_missing_entries=False, **hub_kwargs
-    )
+    path = saved_file(model_name_or_path, "tokenizer.json", **hub_kwargs)
     if path is None:
         return None
     data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -541,22 +554,16 @@ class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenc
         self.sentiment_lexicon = lexicon
         self._token_texts = list(texts) if texts is not None else self._token_texts
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        super().save_pretrained(save_directory, *args, **kwargs)
+    def save_saved_files(self, directory: Path) -> None:
         if self.sentiment_lexicon is not None:
-            self.sentiment_lexicon.save(Path(save_directory) / SENTIMENT_LEXICON_FILE)
+            self.sentiment_lexicon.save(directory / SENTIMENT_LEXICON_FILE)
 
     def load_sentiment_lexicon(self, model_name_or_path: str | os.PathLike, **hub_kwargs) -> None:
         """Attach the lexicon saved with a model (a local directory, or a hub repo through the hub cache) and its
         tokenizer's token texts, if it has them and this classifier reads lexicon bits."""
         if not self.reads_lexicon:
             return
-        path = cached_file(
-            str(model_name_or_path),
-            SENTIMENT_LEXICON_FILE,
-            _raise_exceptions_for_missing_entries=False,
-            **hub_kwargs,
-        )
+        path = saved_file(model_name_or_path, SENTIMENT_LEXICON_FILE, **hub_kwargs)
         if path is not None:
             self.set_sentiment_lexicon(
                 load_sentiment_lexicon(path), _tokenizer_texts(model_name_or_path, **hub_kwargs)

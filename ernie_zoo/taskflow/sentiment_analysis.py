@@ -73,8 +73,7 @@ class SentimentAnalysis(EncoderTask):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         # A classifier trained with a sentiment lexicon computes its bits from the input ids (models/modeling.py).
-        self.lexicon = getattr(self.model, "sentiment_lexicon", None)
-        if getattr(self.model.config, "sentiment_features", None) and self.lexicon is None:
+        if getattr(self.model.config, "sentiment_features", None) and self.model.sentiment_lexicon is None:
             raise ValueError(
                 f"{self.loaded.source.location}: the model was trained with a sentiment lexicon "
                 f"(config.sentiment_features) but its directory has no {SENTIMENT_LEXICON_FILE}"
