@@ -84,6 +84,30 @@ def test_save_load_roundtrip_fingerprint_and_same_as(lexicon, tmp_path):
     assert not other.same_as(lexicon) and not lexicon.same_as(None)
 
 
+def test_a_saved_copy_keeps_the_files_header(lexicon, tmp_path):
+    """The builder writes each source's licence into the file's header: a copy saved beside a model keeps it."""
+    lexicon.save(tmp_path / "plain.tsv")
+    text = (tmp_path / "plain.tsv").read_text(encoding="utf-8")
+    header = ["# built from: hownet (research lexicon), jassa (GPL-3.0-or-later)", "# merge rules: majority"]
+    (tmp_path / "built.tsv").write_text("\n".join(header) + "\n" + text, encoding="utf-8")
+    built = load_sentiment_lexicon(tmp_path / "built.tsv")
+    assert built.header[:2] == header
+    built.save(tmp_path / "copy.tsv")
+    assert (tmp_path / "copy.tsv").read_text(encoding="utf-8") == (tmp_path / "built.tsv").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_the_shipped_lexicon_names_its_sources_and_licences():
+    from ernie_zoo.zoo import ZOO_DIR
+
+    shipped = load_sentiment_lexicon(ZOO_DIR / "ernie-zoo-mini-sentiment" / SENTIMENT_LEXICON_FILE)
+    header = "\n".join(shipped.header)
+    for source in sorted({s for sources in shipped.sources.values() for s in sources}):
+        assert f"#   {source}: " in header and "licence" in header, source
+    assert "LICENSES.md" in header and "GPL-3.0-or-later" in header
+
+
 def test_classifier_computes_its_lexicon_bits_starts_at_zero_and_roundtrips(
     tiny_tokenizer, make_config, lexicon, tmp_path
 ):

