@@ -362,6 +362,28 @@ def test_card_shows_multidomain_numbers_next_to_the_baselines():
     assert "lexicon_count_hownet: negative (2 of 10 test sentences)" in text
 
 
+def test_card_says_which_way_a_domain_below_the_target_errs():
+    from ernie_zoo.evaluation.cards import _md_why
+
+    def split(everyday_f1, predicted_negative):
+        scores = _scores(0.8, {"news": 0.9, "everyday": everyday_f1})
+        for d, b in scores["domains"].items():
+            b["gold"] = {"negative": 3, "positive": 2}
+            b["predicted"] = {"negative": predicted_negative if d == "everyday" else 3, "positive": 1}
+        return scores
+
+    r = {"multidomain": {"dev": split(0.7, 4), "test": split(0.6, 5)}}
+    why = _md_why(r)
+    assert why.startswith(
+        "Why: everyday leans negative (dev: 4 of 5 read as negative, 3 are; test: 5 of 5 read as negative, 3 are)."
+    )
+    assert "news leans" not in why and "good news without a sentiment word" in why
+    r["multidomain"]["test"]["domains"]["everyday"]["predicted"]["negative"] = 1
+    assert "everyday leans positive" in _md_why(r) and "good news" not in _md_why(r)
+    r["multidomain"]["test"]["domains"]["everyday"]["macro_f1"] = 0.85  # every domain meets the target
+    assert _md_why(r) is None
+
+
 def test_multidomain_baselines_measured_on_other_files_are_refused(tmp_path):
     from ernie_zoo.evaluation.zoo import _multidomain_baselines
 

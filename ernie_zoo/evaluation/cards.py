@@ -511,7 +511,41 @@ def _eval_sentiment_multidomain(r: dict[str, Any]) -> list[str]:
             "",
         ]
     out.append(_md_targets(r, base))
+    why = _md_why(r)
+    if why:
+        out += ["", why]
     return out
+
+
+def _md_why(r: dict[str, Any]) -> str | None:
+    """Why the per-domain target is missed, from the recorded label counts: in which direction a domain below it
+    errs (the model's positive / negative counts against the gold ones, dev and test), and where its labels come
+    from. None when every domain meets the target."""
+    md, target = r["multidomain"], MULTIDOMAIN_TARGETS["domain"]
+    low = [d for d, b in md["test"]["domains"].items() if b["macro_f1"] < target]
+    if not low or not all("predicted" in md[s]["domains"].get(d, {}) for s in ("dev", "test") for d in low):
+        return None
+
+    def counts(split: str, domain: str) -> str:
+        b = md[split]["domains"][domain]
+        return f"{split}: {b['predicted']['negative']} of {b['size']} read as negative, {b['gold']['negative']} are"
+
+    def lean(d: str) -> str:
+        b = md["test"]["domains"][d]
+        return "negative" if b["predicted"]["negative"] > b["gold"]["negative"] else "positive"
+
+    leans = "; ".join(f"{d} leans {lean(d)} ({counts('dev', d)}; {counts('test', d)})" for d in low)
+    why = (
+        f"Why: {leans}. The only gold sentiment labels here are reviews; outside them the model learns from "
+        "sentences the lexicon labels (each holds a sentiment word and no negator) and from short framed ones."
+    )
+    if "everyday" in low and lean("everyday") == "negative":
+        why += (
+            " Many everyday sentences tell good news without a sentiment word, often through a worry that came to "
+            "nothing or a negation (dev: 本来担心下雪路滑会迟到,结果同事顺路捎了我一程。 这次感冒不算严重,吃了两天药就差不多好了。), "
+            "and the model reads such sentences as negative."
+        )
+    return why
 
 
 def _eval_ner(r: dict[str, Any]) -> list[str]:
