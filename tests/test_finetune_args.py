@@ -48,6 +48,13 @@ def test_recipe_loads_and_repeats_every_help_text(path):
         assert first_words in " ".join(text.replace("#", " ").split()), (path.name, key)
 
 
+def test_the_task_help_names_every_task():
+    from ernie_zoo.finetune.args import TASKS
+    from ernie_zoo.training.recipe import field_help
+
+    assert all(task in field_help(FinetuneArgs)["task"] for task in TASKS)
+
+
 def test_flat_names_are_unique_and_map_to_sections():
     aliases = flat_aliases()
     assert aliases["learning_rate"] == "train.learning_rate"

@@ -1,4 +1,4 @@
-"""Typed run arguments of `ernie-finetune`: a recipe dataclass read by `ernie_zoo.training.recipe` (jsonargparse).
+"""Typed run arguments of `ernie-finetune`: a recipe dataclass parsed by `ernie_zoo.training.recipe`.
 
 A recipe mirrors the dataclasses below (each field's docstring is what `--help` prints and what
 `--print_config` writes as a YAML comment):
