@@ -275,7 +275,14 @@ CASES = [
     ("pretrain-missing-recipe", "ernie-pretrain", ["ROOT/none.yaml"], None, 2, "none.yaml"),
     ("pretrain-unknown-key", "ernie-pretrain", ["ROOT/bad_recipe.yaml"], None, 2, "no_such_key"),
     ("finetune-missing-recipe", "ernie-finetune", ["ROOT/none.yaml"], None, 2, "none.yaml"),
-    ("finetune-merge-usage", "ernie-finetune", ["merge", "only-one"], None, 2, "usage: ernie-finetune merge"),
+    (
+        "finetune-merge-usage",
+        "ernie-finetune",
+        ["merge", "only-one"],
+        None,
+        2,
+        "ernie-finetune merge: error: the following arguments are required: output_dir",
+    ),
 ]
 assert len(CASES) >= 25
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ernie_zoo.finetune import FinetuneArgs, build_args, dump_recipe, format_help
-from ernie_zoo.finetune.args import _flat_aliases
+from ernie_zoo.finetune import FinetuneArgs, build_args, dump_recipe
+from ernie_zoo.finetune.args import flat_aliases
+from ernie_zoo.finetune.cli import main
 from ernie_zoo.training.recipe import iter_fields
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,15 +41,22 @@ def test_recipe_loads_and_repeats_every_help_text(path):
     # (issue #21): complete up to it, and without it they run on one process, as they did.
     zoo = path.parent in (ZOO, EXPERIMENTS)
     assert set(data) == (sections - {"distributed"} if zoo else sections)  # complete recipes, litgpt style
-    for key, _, field in iter_fields(FinetuneArgs):
+    for key, _, help in iter_fields(FinetuneArgs):
         if zoo and key.startswith("distributed."):
             continue
-        first_words = " ".join(field.metadata["help"].split()[:4])
+        first_words = " ".join(help.split()[:4])
         assert first_words in " ".join(text.replace("#", " ").split()), (path.name, key)
 
 
+def test_the_task_help_names_every_task():
+    from ernie_zoo.finetune.args import TASKS
+    from ernie_zoo.training.recipe import field_help
+
+    assert all(task in field_help(FinetuneArgs)["task"] for task in TASKS)
+
+
 def test_flat_names_are_unique_and_map_to_sections():
-    aliases = _flat_aliases()
+    aliases = flat_aliases()
     assert aliases["learning_rate"] == "train.learning_rate"
     assert aliases["lora_r"] == "method.lora_r"
     assert aliases["task"] == "task"
@@ -76,7 +85,7 @@ def test_overrides_flat_and_dotted_with_types():
         ({"trian": {"epochs": 1}}, {}, ValueError, "unknown recipe key 'trian'"),
         ({"train": {"epoch": 1}}, {}, ValueError, "unknown recipe key 'train.epoch'"),
         ({}, {"no_such_key": 1}, ValueError, "unknown recipe key 'no_such_key'"),
-        ({}, {"batch_size": "big"}, TypeError, "expected an integer"),
+        ({}, {"batch_size": "big"}, ValueError, "key \"train.batch_size\": Expected a <class 'int'>"),
         ({}, {"task": "summarization"}, ValueError, "task"),
         ({}, {"tag_scheme": "iob2"}, ValueError, "tag_scheme"),
         ({}, {"use_crf": "true"}, ValueError, "token_classification"),
@@ -99,10 +108,13 @@ def test_dump_reloads_to_the_same_arguments(tmp_path):
     assert build_args(path) == args
 
 
-def test_help_lists_every_key():
-    text = format_help()
-    for key, _, _ in iter_fields(FinetuneArgs):
+def test_help_lists_every_key(capsys):
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    flat = re.sub(r"(\w)- ", r"\1-", " ".join(text.split()))  # argparse may wrap a line after a hyphen
+    for key, _, help in iter_fields(FinetuneArgs):
         assert f"--{key} " in text
+        assert help[:60] in flat, key
     # Its own recipes and keys, not ernie-pretrain's.
     assert "recipes/finetune/" in text and "--train.learning_rate" in text
     assert "recipes/pretrain/" not in text and "--optim.lr" not in text
@@ -157,3 +169,17 @@ def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
     # build_all.sh runs no experiment: its commands name none.
     for path in EXPERIMENTS.iterdir():
         assert path.name == "README.md" or position(path.stem) is None, path.name
+
+
+def test_cli_flat_and_dotted_overrides_resume_and_errors(capsys, tmp_path):
+    """The command line: RECIPE.yaml, then flat or dotted keys; --resume alone; --print_config; errors exit 2."""
+    argv = [str(RECIPES[0]), "--learning_rate", "3e-4", "--method.lora_r=4", "--resume", "--print_config"]
+    assert main(argv) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["train"]["learning_rate"] == 3e-4 and printed["method"]["lora_r"] == 4
+    assert printed["train"]["resume"] == "latest"
+    assert main([str(RECIPES[0]), "--train.lerning_rate", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown recipe key 'train.lerning_rate'; valid keys in train:" in err and "learning_rate" in err
+    assert main([str(RECIPES[0]), "--use_crf", "maybe"]) == 2
+    assert 'key "model.use_crf"' in capsys.readouterr().err

@@ -315,7 +315,7 @@ def test_the_cli_builds_an_ensemble_directory_and_names_bad_taggers(
     adapter.mkdir()
     (adapter / CONFIG_NAME).write_text("{}", encoding="utf-8")
     for bad, message in (
-        ([dirs[0]], "usage: ernie-finetune ensemble"),
+        ([dirs[0]], "an ensemble needs at least two tagger directories"),
         (
             [dirs[0], str(other)],
             f"member 1's config differs from member 0's in .*id2label.*member 1 = {other}",

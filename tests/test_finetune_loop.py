@@ -415,7 +415,7 @@ def test_cli_help_errors_and_non_mergeable_adapter(tmp_path, capsys):
     assert cli_main(["--train.no_such_key", "1"]) == 2
     assert "unknown recipe key 'train.no_such_key'" in capsys.readouterr().err
     assert cli_main(["--epochs", "many"]) == 2
-    assert "expected a number" in capsys.readouterr().err
+    assert "key \"train.epochs\": Expected a <class 'float'>" in capsys.readouterr().err
     assert cli_main(["--method", "prefix_tuning"]) == 2
     assert "past key values" in capsys.readouterr().err
 
@@ -454,7 +454,7 @@ def test_cli_help_errors_and_non_mergeable_adapter(tmp_path, capsys):
     assert cli_main(["merge", str(out), str(tmp_path / "merged")]) == 2
     assert "cannot be merged" in capsys.readouterr().err
     # a second run into the same directory resumes (and finds the run complete) instead of starting over
-    assert cli_main([*argv, "--print-recipe"]) == 0
+    assert cli_main([*argv, "--print_config"]) == 0
     assert "pfeiffer" in capsys.readouterr().out
 
 

@@ -576,7 +576,7 @@ def test_loop_logs_the_mean_over_ranks_and_only_rank0_reports(loop_run):
     from ernie_zoo.training.engine import SingleDeviceEngine
     from ernie_zoo.training.logging_utils import read_metrics
     from ernie_zoo.training.pretrain import _eval_batches, evaluate
-    from ernie_zoo.training.recipe import load_recipe, parse_cli
+    from ernie_zoo.training.recipe import PretrainRecipe, cli_args, parse_recipe
 
     tmp, local, logs = loop_run
     run_dir = tmp / "run"
@@ -590,8 +590,7 @@ def test_loop_logs_the_mean_over_ranks_and_only_rank0_reports(loop_run):
 
     # eval: the ranks split the 3 held-out batches; the logged metrics are those of all of them, as one
     # process computes them on the final weights (checkpoint-4's fp32 export)
-    path, overrides, _ = parse_cli(_loop_args(run_dir, tmp / "tok"))
-    recipe = load_recipe(path, overrides)
+    recipe = parse_recipe(PretrainRecipe, cli_args(_loop_args(run_dir, tmp / "tok")))
     tokenizer = load_tokenizer(recipe, run_dir)
     _, eval_ds, _ = load_dataset(recipe, tokenizer)
     batches = _eval_batches(recipe, tokenizer, eval_ds)

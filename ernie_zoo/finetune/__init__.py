@@ -20,7 +20,6 @@ from .args import (
     TrainArgs,
     build_args,
     dump_recipe,
-    format_help,
 )
 from .bottleneck import BottleneckConfig, BottleneckModel
 from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
@@ -47,7 +46,6 @@ __all__ = [
     "dump_recipe",
     "entity_scores",
     "export",
-    "format_help",
     "load_adapter",
     "load_finetuned",
     "merge_adapter",

@@ -1,7 +1,7 @@
-"""Typed run arguments of `ernie-finetune`: a recipe dataclass read by `ernie_zoo.training.recipe`.
+"""Typed run arguments of `ernie-finetune`: a recipe dataclass parsed by `ernie_zoo.training.recipe`.
 
-A recipe mirrors the dataclasses below (each field's help is what `--help` prints and what
-`--print-recipe` writes as a YAML comment):
+A recipe mirrors the dataclasses below (each field's docstring is what `--help` prints and what
+`--print_config` writes as a YAML comment):
 
     task: sequence_classification
     data:   {train_file: train.jsonl, dev_file: dev.jsonl}
@@ -17,18 +17,11 @@ errors that name the key.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ernie_zoo.training.recipe import (
-    DistributedArgs,
-    arg,
-    iter_fields,
-    load_recipe,
-    recipe_help,
-    recipe_to_yaml,
-)
+from ernie_zoo.training.recipe import DistributedArgs, iter_fields, load_recipe, recipe_to_yaml
 from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_source
 
 TASKS = ("sequence_classification", "token_classification", "generation", "text_correction")
@@ -38,208 +31,187 @@ TASKS = ("sequence_classification", "token_classification", "generation", "text_
 class DataArgs:
     """Where the examples come from and how they are read."""
 
-    train_file: str | None = arg(
-        None,
-        "Training file: .csv, .tsv, .jsonl/.json, or a char-per-line tagged file (.conll/.bio/.bmes/.bioes/.txt) "
-        "for token classification. `~` is expanded.",
-    )
-    dev_file: str | None = arg(
-        None, "Development file (same format); drives early stopping and best-checkpoint selection."
-    )
-    test_file: str | None = arg(None, "Optional test file, scored once with the best checkpoint at the end.")
-    dataset_name: str | None = arg(None, "A datasets hub name, used instead of local files (needs network).")
-    dataset_config: str | None = arg(None, "Configuration name of dataset_name, if it has several.")
-    train_split: str = arg("train", "Split of dataset_name used for training.")
-    dev_split: str | None = arg("validation", "Split of dataset_name used as the development set.")
-    test_split: str | None = arg(None, "Split of dataset_name used as the test set.")
-    file_format: str | None = arg(
-        None, "Force a file format (csv, tsv, jsonl, conll); default: the extension."
-    )
-    text_column: str = arg("text", "Column holding the input text.")
-    text_pair_column: str | None = arg(
-        None, "Column holding the second text of a text pair (sequence classification)."
-    )
-    label_column: str = arg("label", "Column holding the label (sequence classification).")
-    labels: list[str] | None = arg(
-        None,
-        "Label names in id order; default: the sorted labels of the training data. A label outside the list "
-        "is an error.",
-    )
-    multi_label: bool = arg(
-        False,
-        "Multi-label classification: a label cell holds several labels (a list in jsonl, or "
-        "label_separator-joined text in csv/tsv).",
-    )
-    label_separator: str = arg(",", "Separator of several labels in one csv/tsv cell (multi_label).")
-    entities_column: str = arg("entities", "Column of jsonl span files holding [{start, end, type}, ...].")
-    entity_types: list[str] | None = arg(
-        None, "Entity types; default: the sorted types of the training data."
-    )
-    tag_scheme: str = arg(
-        "bio",
-        "Tags the token classifier learns: bio or bioes. Files in BIO, BIOES or BMES are all read; this only "
-        "picks the output tags.",
-    )
-    lexicon: str | None = arg(
-        None,
-        "Entity lexicon file for token classification (entity_lexicon.txt format; build one with `python -m "
-        "ernie_zoo.data.lexicon`): the tagger sees each token's lexicon matches as extra input bits and saves the "
-        "lexicon with the model. Needs use_crf. For sequence classification of single texts, a sentiment lexicon "
-        "file (`python -m ernie_zoo.data.sentiment_lexicon`): the classifier sees each token's sentiment-word "
-        "polarity, negator, degree-adverb and negated bits (ernie_zoo.text.sentiment.FEATURES) and saves the "
-        "lexicon with the model. A base model saved with a lexicon keeps using its own when this is null.",
-    )
-    confusion_sets: str | None = arg(
-        None,
-        "Text correction: confusion-set file (confusion_sets.json, built by `python -m ernie_zoo.data.spelling`); "
-        "decoding may only turn a character into one of its confusable characters, and the file is saved with the "
-        "model. Null: any character may become any other.",
-    )
-    prompt_column: str = arg("prompt", "Column holding the prompt (generation), e.g. a poem title.")
-    target_column: str = arg(
-        "target",
-        "Column holding the continuation to learn (generation) or the corrected text (text_correction).",
-    )
-    max_length: int = arg(
-        128, "Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated."
-    )
-    max_train_samples: int | None = arg(None, "Use at most this many training examples (the first N).")
-    max_eval_samples: int | None = arg(None, "Use at most this many dev/test examples (the first N).")
+    train_file: str | None = None
+    """Training file: .csv, .tsv, .jsonl/.json, or a char-per-line tagged file (.conll/.bio/.bmes/.bioes/.txt)
+    for token classification. `~` is expanded."""
+    dev_file: str | None = None
+    """Development file (same format); drives early stopping and best-checkpoint selection."""
+    test_file: str | None = None
+    """Optional test file, scored once with the best checkpoint at the end."""
+    dataset_name: str | None = None
+    """A datasets hub name, used instead of local files (needs network)."""
+    dataset_config: str | None = None
+    """Configuration name of dataset_name, if it has several."""
+    train_split: str = "train"
+    """Split of dataset_name used for training."""
+    dev_split: str | None = "validation"
+    """Split of dataset_name used as the development set."""
+    test_split: str | None = None
+    """Split of dataset_name used as the test set."""
+    file_format: str | None = None
+    """Force a file format (csv, tsv, jsonl, conll); default: the extension."""
+    text_column: str = "text"
+    """Column holding the input text."""
+    text_pair_column: str | None = None
+    """Column holding the second text of a text pair (sequence classification)."""
+    label_column: str = "label"
+    """Column holding the label (sequence classification)."""
+    labels: list[str] | None = None
+    """Label names in id order; default: the sorted labels of the training data. A label outside the list is an
+    error."""
+    multi_label: bool = False
+    """Multi-label classification: a label cell holds several labels (a list in jsonl, or label_separator-joined
+    text in csv/tsv)."""
+    label_separator: str = ","
+    """Separator of several labels in one csv/tsv cell (multi_label)."""
+    entities_column: str = "entities"
+    """Column of jsonl span files holding [{start, end, type}, ...]."""
+    entity_types: list[str] | None = None
+    """Entity types; default: the sorted types of the training data."""
+    tag_scheme: str = "bio"
+    """Tags the token classifier learns: bio or bioes. Files in BIO, BIOES or BMES are all read; this only picks
+    the output tags."""
+    lexicon: str | None = None
+    """Entity lexicon file for token classification (entity_lexicon.txt format; build one with `python -m
+    ernie_zoo.data.lexicon`): the tagger sees each token's lexicon matches as extra input bits and saves the
+    lexicon with the model. Needs use_crf. For sequence classification of single texts, a sentiment lexicon
+    file (`python -m ernie_zoo.data.sentiment_lexicon`): the classifier sees each token's sentiment-word
+    polarity, negator, degree-adverb and negated bits (ernie_zoo.text.sentiment.FEATURES) and saves the
+    lexicon with the model. A base model saved with a lexicon keeps using its own when this is null."""
+    confusion_sets: str | None = None
+    """Text correction: confusion-set file (confusion_sets.json, built by `python -m ernie_zoo.data.spelling`);
+    decoding may only turn a character into one of its confusable characters, and the file is saved with the
+    model. Null: any character may become any other."""
+    prompt_column: str = "prompt"
+    """Column holding the prompt (generation), e.g. a poem title."""
+    target_column: str = "target"
+    """Column holding the continuation to learn (generation) or the corrected text (text_correction)."""
+    max_length: int = 128
+    """Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated."""
+    max_train_samples: int | None = None
+    """Use at most this many training examples (the first N)."""
+    max_eval_samples: int | None = None
+    """Use at most this many dev/test examples (the first N)."""
 
 
 @dataclass
 class ModelArgs:
     """The base model and tokenizer."""
 
-    model_name_or_path: str | None = arg(
-        None,
-        "A from_pretrained directory (pretrained or converted checkpoint), a model shipped in the package by "
-        "name (ernie-zoo-mini-zh: the zoo's pretrained encoder; resolved like Taskflow's model=) or a hub id. "
-        "null: a randomly initialised `preset` is built and saved to output_dir/base_model.",
-    )
-    preset: str = arg(
-        "tiny",
-        "Size preset for a randomly initialised model, used only when model_name_or_path is null (see "
-        "`ernie-zoo info`).",
-    )
-    tokenizer: str | None = arg(
-        None,
-        "Tokenizer directory; default: model_name_or_path, or a vocabulary trained on the training texts when "
-        "the model is built from a preset. A shipped model name works here too.",
-    )
-    vocab_size: int = arg(8000, "Vocabulary size when a tokenizer is trained on the training texts.")
-    config_overrides: dict[str, Any] = arg(
-        help="ErnieZooConfig fields to set, e.g. {feature_fusion: concat, hidden_dropout_prob: 0.1} "
-        "(architecture fields only for presets).",
-        default_factory=dict,
-    )
-    use_crf: bool = arg(
-        False, "Token classification: decode with a linear-chain CRF layer on top of the classifier."
-    )
+    model_name_or_path: str | None = None
+    """A from_pretrained directory (pretrained or converted checkpoint), a model shipped in the package by name
+    (ernie-zoo-mini-zh: the zoo's pretrained encoder; resolved like Taskflow's model=) or a hub id. null: a
+    randomly initialised `preset` is built and saved to output_dir/base_model."""
+    preset: str = "tiny"
+    """Size preset for a randomly initialised model, used only when model_name_or_path is null (see `ernie-zoo
+    info`)."""
+    tokenizer: str | None = None
+    """Tokenizer directory; default: model_name_or_path, or a vocabulary trained on the training texts when the
+    model is built from a preset. A shipped model name works here too."""
+    vocab_size: int = 8000
+    """Vocabulary size when a tokenizer is trained on the training texts."""
+    config_overrides: dict[str, Any] = field(default_factory=dict)
+    """ErnieZooConfig fields to set, e.g. {feature_fusion: concat, hidden_dropout_prob: 0.1} (architecture fields
+    only for presets)."""
+    use_crf: bool = False
+    """Token classification: decode with a linear-chain CRF layer on top of the classifier."""
 
 
 @dataclass
 class MethodArgs:
     """How the model is adapted: full fine-tuning, a peft method, or bottleneck adapters."""
 
-    method: str = arg(
-        "lora",
-        "full, lora, adalora, ia3, loha, lokr, prompt_tuning, p_tuning, prefix_tuning (generation only), "
-        "houlsby or pfeiffer (bottleneck adapters).",
-    )
-    lora_r: int = arg(8, "Rank of LoRA / LoHa / LoKr updates (AdaLoRA: the initial rank).")
-    lora_alpha: int = arg(16, "LoRA scaling numerator (scale = alpha / r).")
-    lora_dropout: float = arg(0.05, "Dropout on the LoRA input.")
-    target_modules: list[str] | None = arg(
-        None,
-        "Module names to adapt; default: query, key, value, dense (+ the char-feature fusion Linear when "
-        "feature_fusion is concat).",
-    )
-    modules_to_save: list[str] | None = arg(
-        None, "Modules trained fully and saved with the adapter; default: the task head (classifier, crf)."
-    )
-    num_virtual_tokens: int = arg(16, "Virtual tokens of prompt_tuning / p_tuning / prefix_tuning.")
-    reduction_factor: int = arg(16, "Bottleneck adapters: hidden_size / bottleneck width.")
-    adapter_non_linearity: str = arg("relu", "Bottleneck adapters: activation (relu, gelu, silu, tanh).")
+    method: str = "lora"
+    """full, lora, adalora, ia3, loha, lokr, prompt_tuning, p_tuning, prefix_tuning (generation only), houlsby or
+    pfeiffer (bottleneck adapters)."""
+    lora_r: int = 8
+    """Rank of LoRA / LoHa / LoKr updates (AdaLoRA: the initial rank)."""
+    lora_alpha: int = 16
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.05
+    """Dropout on the LoRA input."""
+    target_modules: list[str] | None = None
+    """Module names to adapt; default: query, key, value, dense (+ the char-feature fusion Linear when
+    feature_fusion is concat)."""
+    modules_to_save: list[str] | None = None
+    """Modules trained fully and saved with the adapter; default: the task head (classifier, crf)."""
+    num_virtual_tokens: int = 16
+    """Virtual tokens of prompt_tuning / p_tuning / prefix_tuning."""
+    reduction_factor: int = 16
+    """Bottleneck adapters: hidden_size / bottleneck width."""
+    adapter_non_linearity: str = "relu"
+    """Bottleneck adapters: activation (relu, gelu, silu, tanh)."""
 
 
 @dataclass
 class TrainArgs:
     """The training loop."""
 
-    output_dir: str = arg(
-        "outputs/finetune", "The final model, checkpoints, TensorBoard logs and eval_results.json go here."
-    )
-    epochs: float = arg(3.0, "Passes over the training data (fractions allowed); max_steps wins if set.")
-    max_steps: int | None = arg(None, "Stop after this many optimizer steps.")
-    batch_size: int = arg(32, "Examples per batch.")
-    group_by_length: bool = arg(
-        False,
-        "Batch examples of similar length (shuffled, then sorted by length within windows of 50 batches; the "
-        "batch order is shuffled again): less padding, so faster on data of mixed lengths. Seeded, so resumes "
-        "see the same batches.",
-    )
-    eval_batch_size: int = arg(64, "Examples per evaluation batch.")
-    grad_accum: int = arg(1, "Batches per optimizer step.")
-    learning_rate: float | None = arg(
-        None, "Peak learning rate; default: 5e-5 full fine-tuning, 1e-3 LoRA/adapters, 3e-2 prompt methods."
-    )
-    weight_decay: float = arg(
-        0.01,
-        "AdamW weight decay (not on biases, LayerNorm weights or the embedding block: the rule pretraining "
-        "uses, ernie_zoo.training.core).",
-    )
-    warmup_ratio: float = arg(0.06, "Fraction of the steps with linear learning-rate warm-up.")
-    max_grad_norm: float = arg(1.0, "Gradient clipping norm (0 disables).")
-    token_dropout: float = arg(
-        0.0,
-        "Training only: replace each input token (not special tokens or padding) by [MASK] with this "
-        "probability, and its pinyin by 0 (the reading would give the character away); the labels stay, so "
-        "the model learns to read from context, e.g. for names never seen in training. Seeded by seed, epoch "
-        "and batch, so a resumed run sees the same masks.",
-    )
-    distill_from: list[str] | None = arg(
-        None,
-        "Knowledge distillation: fine-tuned models of the same task, vocabulary and labels (run output "
-        "directories) whose mean logits the model also learns: loss = (1 - distill_alpha) * task loss + "
-        "distill_alpha * T^2 * KL(teachers || model) at temperature distill_temperature, over every row "
-        "(sequence classification) or labelled token (token classification; a CRF tagger's emissions). The "
-        "teachers read the batch before token_dropout.",
-    )
-    distill_alpha: float = arg(
-        0.5, "Weight of the distillation loss (0 < alpha <= 1) when distill_from is set."
-    )
-    distill_temperature: float = arg(
-        1.0, "Softmax temperature T of the distillation loss (> 0; above 1 softens the teachers' outputs)."
-    )
-    eval_every: int | None = arg(
-        None, "Evaluate and checkpoint every N optimizer steps; default: every epoch."
-    )
-    metric: str | None = arg(
-        None,
-        "Dev score for early stopping and the best checkpoint; default: accuracy (classification), micro_f1 "
-        "(multi-label), f1 (NER), loss (generation).",
-    )
-    patience: int = arg(3, "Stop after this many evaluations without dev improvement (0: never stop early).")
-    seed: int = arg(42, "Seeds initialisation, data order and dropout.")
-    resume: str = arg(
-        "auto",
-        "auto: continue from the newest valid checkpoint in output_dir/checkpoints if there is one; latest: the "
-        "same but one must exist; never: start fresh; or the path of a checkpoint directory.",
-    )
-    overwrite: bool = arg(
-        False,
-        "Start fresh in a non-empty output_dir that holds no checkpoint to resume (its files are removed).",
-    )
-    tensorboard: bool = arg(True, "Write TensorBoard events to output_dir/runs.")
-    progress: bool = arg(True, "Show a tqdm progress bar.")
-    merge: bool = arg(
-        True,
-        "Merge LoRA-style adapters into the base weights in the exported model (output_dir is then a plain "
-        "from_pretrained directory; the adapter stays in output_dir/adapter).",
-    )
-    device: str = arg("auto", "auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
-    num_threads: int | None = arg(None, "torch CPU threads; null: torch's default.")
+    output_dir: str = "outputs/finetune"
+    """The final model, checkpoints, TensorBoard logs and eval_results.json go here."""
+    epochs: float = 3.0
+    """Passes over the training data (fractions allowed); max_steps wins if set."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps."""
+    batch_size: int = 32
+    """Examples per batch."""
+    group_by_length: bool = False
+    """Batch examples of similar length (shuffled, then sorted by length within windows of 50 batches; the batch
+    order is shuffled again): less padding, so faster on data of mixed lengths. Seeded, so resumes see the
+    same batches."""
+    eval_batch_size: int = 64
+    """Examples per evaluation batch."""
+    grad_accum: int = 1
+    """Batches per optimizer step."""
+    learning_rate: float | None = None
+    """Peak learning rate; default: 5e-5 full fine-tuning, 1e-3 LoRA/adapters, 3e-2 prompt methods."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not on biases, LayerNorm weights or the embedding block: the rule pretraining uses,
+    ernie_zoo.training.core)."""
+    warmup_ratio: float = 0.06
+    """Fraction of the steps with linear learning-rate warm-up."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+    token_dropout: float = 0.0
+    """Training only: replace each input token (not special tokens or padding) by [MASK] with this probability,
+    and its pinyin by 0 (the reading would give the character away); the labels stay, so the model learns to
+    read from context, e.g. for names never seen in training. Seeded by seed, epoch and batch, so a resumed
+    run sees the same masks."""
+    distill_from: list[str] | None = None
+    """Knowledge distillation: fine-tuned models of the same task, vocabulary and labels (run output directories)
+    whose mean logits the model also learns: loss = (1 - distill_alpha) * task loss + distill_alpha * T^2 *
+    KL(teachers || model) at temperature distill_temperature, over every row (sequence classification) or
+    labelled token (token classification; a CRF tagger's emissions). The teachers read the batch before
+    token_dropout."""
+    distill_alpha: float = 0.5
+    """Weight of the distillation loss (0 < alpha <= 1) when distill_from is set."""
+    distill_temperature: float = 1.0
+    """Softmax temperature T of the distillation loss (> 0; above 1 softens the teachers' outputs)."""
+    eval_every: int | None = None
+    """Evaluate and checkpoint every N optimizer steps; default: every epoch."""
+    metric: str | None = None
+    """Dev score for early stopping and the best checkpoint; default: accuracy (classification), micro_f1
+    (multi-label), f1 (NER), loss (generation)."""
+    patience: int = 3
+    """Stop after this many evaluations without dev improvement (0: never stop early)."""
+    seed: int = 42
+    """Seeds initialisation, data order and dropout."""
+    resume: str = "auto"
+    """auto: continue from the newest valid checkpoint in output_dir/checkpoints if there is one; latest: the
+    same but one must exist; never: start fresh; or the path of a checkpoint directory."""
+    overwrite: bool = False
+    """Start fresh in a non-empty output_dir that holds no checkpoint to resume (its files are removed)."""
+    tensorboard: bool = True
+    """Write TensorBoard events to output_dir/runs."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+    merge: bool = True
+    """Merge LoRA-style adapters into the base weights in the exported model (output_dir is then a plain
+    from_pretrained directory; the adapter stays in output_dir/adapter)."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu), cpu, cuda or cuda:N."""
+    num_threads: int | None = None
+    """torch CPU threads; null: torch's default."""
 
 
 #: Methods the deepspeed backend runs (tested under ZeRO-3 against one process). AdaLoRA re-allocates ranks from
@@ -251,12 +223,13 @@ DEEPSPEED_METHODS = ("full", "lora")
 class FinetuneArgs:
     """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
 
-    task: str = arg("sequence_classification", f"One of {', '.join(TASKS)}.")
-    data: DataArgs = arg(help="", default_factory=DataArgs)
-    model: ModelArgs = arg(help="", default_factory=ModelArgs)
-    method: MethodArgs = arg(help="", default_factory=MethodArgs)
-    train: TrainArgs = arg(help="", default_factory=TrainArgs)
-    distributed: DistributedArgs = arg(help="", default_factory=DistributedArgs)
+    task: str = "sequence_classification"
+    """One of sequence_classification, token_classification, generation, text_correction."""
+    data: DataArgs = field(default_factory=DataArgs)
+    model: ModelArgs = field(default_factory=ModelArgs)
+    method: MethodArgs = field(default_factory=MethodArgs)
+    train: TrainArgs = field(default_factory=TrainArgs)
+    distributed: DistributedArgs = field(default_factory=DistributedArgs)
 
     def validate(self) -> None:
         """Check what types alone cannot; raises ValueError naming the key."""
@@ -403,10 +376,7 @@ class FinetuneArgs:
         )
 
 
-SECTIONS = ("data", "model", "method", "train", "distributed")
-
-
-def _flat_aliases() -> dict[str, str]:
+def flat_aliases() -> dict[str, str]:
     """Leaf name -> dotted key, e.g. "learning_rate" -> "train.learning_rate" (names are unique)."""
     aliases: dict[str, str] = {}
     for key, _, _ in iter_fields(FinetuneArgs):
@@ -417,58 +387,18 @@ def _flat_aliases() -> dict[str, str]:
     return aliases
 
 
-def dotted_key(key: str) -> str:
-    """`lora_r` -> `method.lora_r`; dotted and unknown keys are returned unchanged."""
-    return key if "." in key else _flat_aliases().get(key, key)
-
-
-def normalize_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Turn flat keys into dotted ones (`lora_r` -> `method.lora_r`); dotted or unknown keys pass through
-    (unknown ones are rejected, with the valid keys listed, when the recipe is built)."""
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        dotted = dotted_key(key)
-        if dotted in out:
-            raise ValueError(f"--{key} given twice (as --{dotted})")
-        out[dotted] = value
-    return out
-
-
-def _flatten(recipe: dict[str, Any]) -> dict[str, Any]:
-    """A nested recipe dict as dotted overrides (sections are expanded, mapping-valued keys kept whole)."""
-    out: dict[str, Any] = {}
-    for key, value in recipe.items():
-        if key in SECTIONS:
-            if value is None:
-                continue
-            if not isinstance(value, dict):
-                raise TypeError(f"recipe section {key!r} must be a mapping, got {value!r}")
-            for sub, sub_value in value.items():
-                out[f"{key}.{sub}"] = sub_value
-        else:
-            out[key] = value
-    return out
-
-
 def build_args(
     recipe: str | Path | dict[str, Any] | None = None, overrides: dict[str, Any] | None = None
 ) -> FinetuneArgs:
     """`FinetuneArgs` from a YAML path or a recipe dict, plus flat or dotted overrides; validated."""
-    overrides = normalize_overrides(overrides or {})
-    if isinstance(recipe, dict):
-        return load_recipe(None, {**_flatten(recipe), **overrides}, cls=FinetuneArgs)
-    if recipe is not None and not Path(recipe).is_file():
+    if recipe is not None and not isinstance(recipe, dict) and not Path(recipe).is_file():
         raise ValueError(f"recipe {recipe} does not exist")
-    return load_recipe(recipe, overrides, cls=FinetuneArgs)
-
-
-def format_help() -> str:
-    return recipe_help(
-        FinetuneArgs,
-        prog="ernie-finetune",
-        recipes_dir="recipes/finetune/",
-        example="--train.learning_rate 3e-4",
-    )
+    aliases, dotted = flat_aliases(), {}
+    for key, value in (overrides or {}).items():
+        if aliases.get(key, key) in dotted:
+            raise ValueError(f"--{key} given twice (as --{aliases[key]})")
+        dotted[aliases.get(key, key)] = value
+    return load_recipe(recipe, dotted, cls=FinetuneArgs)
 
 
 def dump_recipe(args: FinetuneArgs) -> str:
@@ -486,8 +416,6 @@ __all__ = [
     "TASKS",
     "TrainArgs",
     "build_args",
-    "dotted_key",
     "dump_recipe",
-    "format_help",
-    "normalize_overrides",
+    "flat_aliases",
 ]

@@ -1,5 +1,6 @@
 """`ernie-finetune`: fine-tune from a YAML recipe with `--key value` overrides.
 
+ernie-finetune RECIPE.yaml [--section.key VALUE | --key VALUE ...] [--print_config]
 ernie-finetune recipes/finetune/sentiment_lora.yaml --train.output_dir outputs/senta
 ernie-finetune --task token_classification --train_file msra.bmes --use_crf true --model_name_or_path ernie-zoo-mini-zh
 ernie-finetune merge ADAPTER_DIR OUTPUT_DIR     # fold a LoRA-style adapter into a plain model directory
@@ -12,70 +13,21 @@ import json
 import logging
 import sys
 
-from ernie_zoo.training.recipe import parse_cli
+from jsonargparse import ArgumentError, ArgumentParser
 
-from .args import FinetuneArgs, build_args, dotted_key, dump_recipe, format_help
+from ernie_zoo.training.recipe import recipe_from_cli
 
-
-def _dotted_argv(argv: list[str]) -> list[str]:
-    """Rewrite `--flat_key` tokens as `--section.flat_key` so parse_cli knows their types."""
-    out = []
-    for token in argv:
-        # `--resume` stays flat: parse_cli reads it alone as resume=latest (build_args maps it to train.resume).
-        if token.startswith("--") and token not in ("--help", "--print-recipe", "--resume"):
-            key, eq, value = token[2:].partition("=")
-            token = f"--{dotted_key(key.replace('-', '_'))}{eq}{value}"
-        out.append(token)
-    return out
+from .args import FinetuneArgs, flat_aliases
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console script; returns the exit status (2 for bad arguments or data)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] == "merge":
-        if len(argv) != 3:
-            print(
-                "ernie-finetune: error: usage: ernie-finetune merge ADAPTER_DIR OUTPUT_DIR", file=sys.stderr
-            )
-            return 2
-        from .export import merge_adapter
-
-        try:
-            print(f"merged model written to {merge_adapter(argv[1], argv[2])}")
-        except (ValueError, OSError) as e:
-            print(f"ernie-finetune: error: {e}", file=sys.stderr)
-            return 2
-        return 0
-    if argv and argv[0] == "ensemble":
-        dirs = [a for a in argv[1:] if a != "--int8"]
-        if len(dirs) < 3 or any(a.startswith("--") for a in dirs):
-            print(
-                "ernie-finetune: error: usage: ernie-finetune ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]",
-                file=sys.stderr,
-            )
-            return 2
-        from .export import build_ensemble
-
-        try:
-            out = build_ensemble(dirs[1:], dirs[0], int8="--int8" in argv)
-        except (ValueError, OSError) as e:
-            print(f"ernie-finetune: error: {e}", file=sys.stderr)
-            return 2
-        size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
-        print(f"ensemble of {len(dirs) - 1} taggers written to {out} ({size / 1e6:.1f} MB)")
-        return 0
-    try:
-        path, overrides, flags = parse_cli(_dotted_argv(argv), cls=FinetuneArgs)
-        if flags["help"] or not argv:
-            print(__doc__ + "\n" + format_help())
-            return 0
-        args = build_args(path, overrides)
-    except (OSError, TypeError, ValueError) as e:
-        print(f"ernie-finetune: error: {e}", file=sys.stderr)
-        return 2
-    if flags["print_recipe"]:
-        print(dump_recipe(args), end="")
-        return 0
+    if argv and argv[0] in ("merge", "ensemble"):
+        return _export_command(argv[0], argv[1:])
+    args = recipe_from_cli(argv or ["--help"], FinetuneArgs, "ernie-finetune", __doc__, flat_aliases())
+    if isinstance(args, int):  # --help, --print_config or an error
+        return args
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .loop import run_finetune
 
@@ -92,6 +44,34 @@ def main(argv: list[str] | None = None) -> int:
             summary[split] = {k: v for k, v in result[split].items() if isinstance(v, (int, float))}
     print(json.dumps(summary, indent=2, ensure_ascii=False))
     print(f"model: {args.train.output_dir}  (all scores: {args.train.output_dir}/eval_results.json)")
+    return 0
+
+
+def _export_command(name: str, argv: list[str]) -> int:
+    """`merge ADAPTER_DIR OUTPUT_DIR` or `ensemble OUTPUT_DIR TAGGER_DIR TAGGER_DIR [...] [--int8]`."""
+    from .export import build_ensemble, merge_adapter
+
+    command = merge_adapter if name == "merge" else build_ensemble
+    parser = ArgumentParser(prog=f"ernie-finetune {name}", description=command.__doc__, exit_on_error=False)
+    if name == "merge":
+        parser.add_argument("adapter_dir", help="an ernie-finetune output directory or its adapter/")
+    parser.add_argument("output_dir", help="the directory to write (atomically)")
+    if name == "ensemble":
+        parser.add_argument("tagger_dirs", nargs="+", help="two or more fine-tuned CRF tagger directories")
+        parser.add_argument(
+            "--int8", action="store_true", help="store the weights as int8 rows (about half of fp16)"
+        )
+    try:
+        args = vars(parser.parse_args(argv))
+        out = command(**args)
+    except (ArgumentError, ValueError, OSError) as e:
+        print(f"ernie-finetune {name}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    if name == "merge":
+        print(f"merged model written to {out}")
+    else:
+        size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+        print(f"ensemble of {len(args['tagger_dirs'])} taggers written to {out} ({size / 1e6:.1f} MB)")
     return 0
 
 

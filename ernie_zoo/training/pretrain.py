@@ -3,6 +3,7 @@
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml                       # train (auto-resumes if interrupted)
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --optim.lr 1e-3 --max_steps 50
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --resume              # must continue from a checkpoint
+    ernie-pretrain recipes/pretrain/tiny-cpu.yaml --print_config        # the resolved recipe as YAML
     ernie-pretrain --help                                               # every recipe key with its help
 
 One optimizer step (grad_accum_steps micro batches)::
@@ -50,7 +51,7 @@ from .engine import build_model_config, build_model_for, make_engine
 from .logging_utils import MetricsLogger, format_count, progress_bar, write_json_atomic
 from .mfu import mfu, peak_flops_for, training_flops
 from .mlm import masked_lm_loss  # noqa: F401  (re-exported: the loop's loss lives in mlm.py)
-from .recipe import PretrainRecipe, load_recipe, parse_cli, recipe_help, recipe_to_yaml, to_dict
+from .recipe import PretrainRecipe, recipe_from_cli, recipe_to_yaml, to_dict
 
 logger = logging.getLogger(__name__)
 
@@ -488,22 +489,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    try:
-        path, overrides, flags = parse_cli(argv)
-    except ValueError as e:
-        print(f"ernie-pretrain: error: {e}", file=sys.stderr)
-        return 2
-    if flags["help"]:
-        print(recipe_help())
-        return 0
-    try:
-        recipe = load_recipe(path, overrides)
-    except (OSError, TypeError, ValueError) as e:
-        print(f"ernie-pretrain: error: {e}", file=sys.stderr)
-        return 2
-    if flags["print_recipe"]:
-        print(recipe_to_yaml(recipe), end="")
-        return 0
+    usage = "\n\n".join(__doc__.split("\n\n")[:2])  # the title and the example commands
+    recipe = recipe_from_cli(argv, PretrainRecipe, "ernie-pretrain", usage)
+    if isinstance(recipe, int):  # --help, --print_config or an error
+        return recipe
     is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun / deepspeed: only rank 0 reports
     logging.basicConfig(
         level=logging.INFO if is_main else logging.WARNING,

@@ -1,41 +1,43 @@
-"""Typed run recipes: dataclasses with a help string per field, loaded from YAML and dotted CLI overrides.
+"""Typed run recipes: dataclasses whose field docstrings are the help, parsed by jsonargparse.
 
-The litgpt pattern: one YAML file fully describes a run; every key is a field of a dataclass whose help text
-is what `--help` prints and what the YAML repeats as comments (`recipe_to_yaml` writes both). Overrides use
-dotted keys::
+The litgpt pattern: one YAML file fully describes a run; every key is a field of a dataclass whose docstring is
+what `--help` prints and what the YAML repeats as comments (`recipe_to_yaml` writes both). jsonargparse reads the
+YAML, applies dotted overrides, checks every value against the field types and rejects unknown keys::
 
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --optim.lr 1e-3 --max_steps 50
 
-Unknown keys raise a `ValueError` naming the key and the valid keys of its section, values are checked against
-the field types (`"1e-3"` becomes a float where a float is declared; `"abc"` for an int is an error).
-
-The machinery here (`load_recipe`, `parse_cli`, `recipe_to_yaml`, `recipe_help`) is generic over any
-dataclass, so other commands (fine-tuning) can reuse it with their own recipe class.
+`load_recipe` (a path and {dotted key: value}) and `recipe_from_cli` (a command line) are generic over any recipe
+dataclass; `ernie-finetune` uses them with its own class. A recipe's `validate()` then checks what types cannot.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
+import sys
 import textwrap
-import types
 import typing
+from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import cache
 from typing import Any, TypeVar
 
+import docstring_parser
 import yaml
+from jsonargparse import (
+    ActionConfigFile,
+    ArgumentError,
+    ArgumentParser,
+    DefaultHelpFormatter,
+    set_parsing_settings,
+)
+
+# Field docstrings are the help text; jsonargparse reads them only when asked (litgpt asks the same way).
+set_parsing_settings(docstring_parse_attribute_docstrings=True)
 
 T = TypeVar("T")
-
-
-def arg(
-    default: Any = dataclasses.MISSING, help: str = "", *, default_factory: Any = dataclasses.MISSING
-) -> Any:
-    """A dataclass field carrying its help text (shown by `--help` and as a YAML comment)."""
-    if default_factory is not dataclasses.MISSING:
-        return field(default_factory=default_factory, metadata={"help": help})
-    return field(default=default, metadata={"help": help})
 
 
 # --------------------------------------------------------------------------------------------- the recipe
@@ -43,116 +45,118 @@ def arg(
 class ModelArgs:
     """The encoder: a size preset plus optional overrides, and the character features."""
 
-    preset: str | None = arg(
-        "tiny",
-        "Size preset from ernie_zoo.models.presets.PRESETS (tiny, mini, base, 10b, 100b, ...); null to give hidden_size, num_hidden_layers, num_attention_heads and intermediate_size explicitly.",
-    )
-    hidden_size: int | None = arg(None, "Hidden width; overrides the preset.")
-    num_hidden_layers: int | None = arg(None, "Number of transformer layers; overrides the preset.")
-    num_attention_heads: int | None = arg(None, "Number of attention heads; overrides the preset.")
-    intermediate_size: int | None = arg(None, "Feed-forward width; overrides the preset.")
-    max_position_embeddings: int | None = arg(
-        None, "Position table size; overrides the preset (must be >= data.max_seq_len)."
-    )
-    vocab_size: int | None = arg(
-        None,
-        "Embedding rows; null: the tokenizer's vocabulary size. May exceed it (e.g. padded to a multiple of 64), never be smaller.",
-    )
-    hidden_dropout_prob: float = arg(0.1, "Dropout on hidden states.")
-    attention_probs_dropout_prob: float = arg(0.1, "Dropout on attention probabilities.")
-    use_pinyin: bool = arg(True, "Embed the context-aware pinyin (syllable + tone) of each Han character.")
-    use_radical: bool = arg(True, "Embed the Kangxi radical of each character.")
-    use_strokes: bool = arg(True, "Embed the total stroke count of each character.")
-    use_stroke_sequence: bool = arg(False, "Embed the 5-type stroke sequence of each character.")
-    feature_fusion: str = arg(
-        "add",
-        "How character features join the word embedding: add (ERNIE-style sum) or concat (ChineseBERT-style concat + projection).",
-    )
-    init_from: str | None = arg(
-        None,
-        "Start from the weights of this from_pretrained directory (e.g. an earlier run's checkpoint: continued pretraining with a new schedule or data); its architecture and vocabulary must match this section's. null: random initialisation.",
-    )
+    preset: str | None = "tiny"
+    """Size preset from ernie_zoo.models.presets.PRESETS (tiny, mini, base, 10b, 100b, ...); null to give
+    hidden_size, num_hidden_layers, num_attention_heads and intermediate_size explicitly."""
+    hidden_size: int | None = None
+    """Hidden width; overrides the preset."""
+    num_hidden_layers: int | None = None
+    """Number of transformer layers; overrides the preset."""
+    num_attention_heads: int | None = None
+    """Number of attention heads; overrides the preset."""
+    intermediate_size: int | None = None
+    """Feed-forward width; overrides the preset."""
+    max_position_embeddings: int | None = None
+    """Position table size; overrides the preset (must be >= data.max_seq_len)."""
+    vocab_size: int | None = None
+    """Embedding rows; null: the tokenizer's vocabulary size. May exceed it (e.g. padded to a multiple of 64),
+    never be smaller."""
+    hidden_dropout_prob: float = 0.1
+    """Dropout on hidden states."""
+    attention_probs_dropout_prob: float = 0.1
+    """Dropout on attention probabilities."""
+    use_pinyin: bool = True
+    """Embed the context-aware pinyin (syllable + tone) of each Han character."""
+    use_radical: bool = True
+    """Embed the Kangxi radical of each character."""
+    use_strokes: bool = True
+    """Embed the total stroke count of each character."""
+    use_stroke_sequence: bool = False
+    """Embed the 5-type stroke sequence of each character."""
+    feature_fusion: str = "add"
+    """How character features join the word embedding: add (ERNIE-style sum) or concat (ChineseBERT-style concat
+    + projection)."""
+    init_from: str | None = None
+    """Start from the weights of this from_pretrained directory (e.g. an earlier run's checkpoint: continued
+    pretraining with a new schedule or data); its architecture and vocabulary must match this section's. null:
+    random initialisation."""
 
 
 @dataclass
 class TokenizerArgs:
     """Where the tokenizer comes from."""
 
-    path: str | None = arg(
-        None,
-        "Saved tokenizer directory (save_pretrained); null: train a WordPiece vocabulary on the training text and save it in output_dir/tokenizer.",
-    )
-    vocab_size: int = arg(21128, "Vocabulary size when training one (BERT-zh uses 21128).")
-    min_frequency: int = arg(
-        2, "A character needs this many occurrences to get its own token when training one."
-    )
-    do_lower_case: bool = arg(True, "Lower-case Latin text.")
+    path: str | None = None
+    """Saved tokenizer directory (save_pretrained); null: train a WordPiece vocabulary on the training text and
+    save it in output_dir/tokenizer."""
+    vocab_size: int = 21128
+    """Vocabulary size when training one (BERT-zh uses 21128)."""
+    min_frequency: int = 2
+    """A character needs this many occurrences to get its own token when training one."""
+    do_lower_case: bool = True
+    """Lower-case Latin text."""
 
 
 @dataclass
 class DataArgs:
     """Training text and the held-out split."""
 
-    files: list[str] = arg(
-        help="Text files (one document per line) or .jsonl files with a 'text' field. Relative paths resolve against the working directory.",
-        default_factory=list,
-    )
-    dataset_dir: str | None = arg(
-        None,
-        "A tokenized dataset saved with datasets' save_to_disk (e.g. by `ernie-zoo prepare-data`); used instead of files. Needs tokenizer.path.",
-    )
-    max_seq_len: int = arg(128, "Tokens per example, [CLS] and [SEP] included.")
-    eval_fraction: float = arg(
-        0.05, "Fraction of examples held out (seeded) for evaluation; 0 disables evaluation."
-    )
-    split_seed: int | None = arg(
-        None,
-        "Seed of the held-out split; null: the recipe's seed. A stage that continues an earlier run with a new seed (new data order and masks) sets this to the earlier run's seed, so the examples that run held out stay held out.",
-    )
-    num_proc: int = arg(1, "Processes for tokenization and boundary precompute.")
-    cache_dir: str | None = arg(None, "Cache for the prepared dataset; null: no cache.")
-    lexicon: str | None = arg(
-        None,
-        "Entity lexicon file (one entity per line) for entity masking; null: none (entities then come only from POS tags, if use_pos_entities).",
-    )
-    user_dict: str | None = arg(None, "Extra jieba user dictionary for phrase boundaries.")
-    sentiment_lexicon: str | None = arg(
-        None,
-        "Sentiment lexicon written by `python -m ernie_zoo.data.sentiment_lexicon` (word, kind, polarity, strength, sources per line) for the sentiment masking unit: its sentiment words are found as whole words of the segmentation; needed by a sentiment stage in masking.schedule. null: none.",
-    )
-    sentiment_min_sources: int = arg(
-        1,
-        "Use only the sentiment words at least this many of the lexicon's sources agree on (precision over coverage).",
-    )
-    use_pos_entities: bool = arg(
-        False, "Also mark person/place/organisation names found by jieba's POS tagger as entities."
-    )
-    pack: bool = arg(
-        False,
-        "Join consecutive short documents into examples of up to max_seq_len tokens (no padding wasted on short lines); held-out documents are packed among themselves.",
-    )
+    files: list[str] = field(default_factory=list)
+    """Text files (one document per line) or .jsonl files with a 'text' field. Relative paths resolve against the
+    working directory."""
+    dataset_dir: str | None = None
+    """A tokenized dataset saved with datasets' save_to_disk (e.g. by `ernie-zoo prepare-data`); used instead of
+    files. Needs tokenizer.path."""
+    max_seq_len: int = 128
+    """Tokens per example, [CLS] and [SEP] included."""
+    eval_fraction: float = 0.05
+    """Fraction of examples held out (seeded) for evaluation; 0 disables evaluation."""
+    split_seed: int | None = None
+    """Seed of the held-out split; null: the recipe's seed. A stage that continues an earlier run with a new seed
+    (new data order and masks) sets this to the earlier run's seed, so the examples that run held out stay
+    held out."""
+    num_proc: int = 1
+    """Processes for tokenization and boundary precompute."""
+    cache_dir: str | None = None
+    """Cache for the prepared dataset; null: no cache."""
+    lexicon: str | None = None
+    """Entity lexicon file (one entity per line) for entity masking; null: none (entities then come only from POS
+    tags, if use_pos_entities)."""
+    user_dict: str | None = None
+    """Extra jieba user dictionary for phrase boundaries."""
+    sentiment_lexicon: str | None = None
+    """Sentiment lexicon written by `python -m ernie_zoo.data.sentiment_lexicon` (word, kind, polarity, strength,
+    sources per line) for the sentiment masking unit: its sentiment words are found as whole words of the
+    segmentation; needed by a sentiment stage in masking.schedule. null: none."""
+    sentiment_min_sources: int = 1
+    """Use only the sentiment words at least this many of the lexicon's sources agree on (precision over
+    coverage)."""
+    use_pos_entities: bool = False
+    """Also mark person/place/organisation names found by jieba's POS tagger as entities."""
+    pack: bool = False
+    """Join consecutive short documents into examples of up to max_seq_len tokens (no padding wasted on short
+    lines); held-out documents are packed among themselves."""
 
 
 @dataclass
 class MaskingArgs:
     """Knowledge masking (ERNIE 1.0, SKEP): a staged schedule of char -> phrase -> entity (-> sentiment) masking."""
 
-    schedule: list[dict[str, Any]] = arg(
-        help="Stages in order: each {strategy: char|phrase|entity|sentiment (or a {name: probability} mixture), until_step: N or null for the last stage}. sentiment (SKEP) masks the words of data.sentiment_lexicon first, within the same budget, and trains the word polarity head.",
-        default_factory=lambda: [{"strategy": "char", "until_step": None}],
-    )
-    mlm_probability: float = arg(0.15, "Fraction of tokens selected for prediction.")
-    max_ngram: int = arg(
-        1, "Mask spans of up to this many consecutive units, n drawn with p(n) ~ 1/n; 1: single units."
-    )
-    eval_strategy: str = arg(
-        "char",
-        "Masking of the held-out split. Its masks are drawn once, so evaluations are comparable across the whole schedule.",
-    )
-    polarity_weight: float = arg(
-        1.0,
-        "With a sentiment stage: weight of the sentiment-word polarity loss (SKEP; a linear head on the final hidden state of each masked sentiment-word token, saved with the model) added to the MLM loss. 0: no polarity head.",
-    )
+    schedule: list[dict[str, Any]] = field(default_factory=lambda: [{"strategy": "char", "until_step": None}])
+    """Stages in order: each {strategy: char|phrase|entity|sentiment (or a {name: probability} mixture),
+    until_step: N or null for the last stage}. sentiment (SKEP) masks the words of data.sentiment_lexicon
+    first, within the same budget, and trains the word polarity head."""
+    mlm_probability: float = 0.15
+    """Fraction of tokens selected for prediction."""
+    max_ngram: int = 1
+    """Mask spans of up to this many consecutive units, n drawn with p(n) ~ 1/n; 1: single units."""
+    eval_strategy: str = "char"
+    """Masking of the held-out split. Its masks are drawn once, so evaluations are comparable across the whole
+    schedule."""
+    polarity_weight: float = 1.0
+    """With a sentiment stage: weight of the sentiment-word polarity loss (SKEP; a linear head on the final
+    hidden state of each masked sentiment-word token, saved with the model) added to the MLM loss. 0: no
+    polarity head."""
 
     def uses_sentiment(self) -> bool:
         """Whether a stage of the schedule, or the held-out split's masking, uses the sentiment unit."""
@@ -165,81 +169,86 @@ class MaskingArgs:
 class OptimArgs:
     """AdamW with linear warmup and cosine/linear decay."""
 
-    lr: float = arg(5e-4, "Peak learning rate.")
-    betas: list[float] = arg(help="AdamW betas (beta1, beta2).", default_factory=lambda: [0.9, 0.999])
-    eps: float = arg(1e-8, "AdamW epsilon.")
-    weight_decay: float = arg(
-        0.01, "Decoupled weight decay; biases, LayerNorm weights and embeddings are not decayed."
-    )
-    warmup_steps: int = arg(0, "Steps of linear warmup from 0 to lr.")
-    decay: str = arg("cosine", "Decay after warmup: cosine, linear or constant.")
-    min_lr_ratio: float = arg(0.0, "Final learning rate as a fraction of lr.")
-    grad_clip: float | None = arg(1.0, "Clip the global gradient norm to this value; null or 0 disables.")
+    lr: float = 5e-4
+    """Peak learning rate."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas (beta1, beta2)."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay; biases, LayerNorm weights and embeddings are not decayed."""
+    warmup_steps: int = 0
+    """Steps of linear warmup from 0 to lr."""
+    decay: str = "cosine"
+    """Decay after warmup: cosine, linear or constant."""
+    min_lr_ratio: float = 0.0
+    """Final learning rate as a fraction of lr."""
+    grad_clip: float | None = 1.0
+    """Clip the global gradient norm to this value; null or 0 disables."""
 
 
 @dataclass
 class CheckpointArgs:
     """Atomic checkpoints with rotation."""
 
-    interval: int = arg(1000, "Save a checkpoint every this many optimizer steps (0: only at the end).")
-    keep_last: int = arg(3, "Keep the newest N checkpoints; older ones are deleted.")
-    save_final: bool = arg(True, "Also save a checkpoint after the last step.")
+    interval: int = 1000
+    """Save a checkpoint every this many optimizer steps (0: only at the end)."""
+    keep_last: int = 3
+    """Keep the newest N checkpoints; older ones are deleted."""
+    save_final: bool = True
+    """Also save a checkpoint after the last step."""
 
 
 @dataclass
 class EvalArgs:
     """Periodic evaluation on the held-out split."""
 
-    interval: int = arg(500, "Evaluate every this many optimizer steps (0: only at the end).")
-    max_batches: int | None = arg(
-        None, "Evaluate on at most this many batches; null: the whole held-out split."
-    )
-    batch_size: int | None = arg(None, "Evaluation batch size; null: micro_batch_size.")
+    interval: int = 500
+    """Evaluate every this many optimizer steps (0: only at the end)."""
+    max_batches: int | None = None
+    """Evaluate on at most this many batches; null: the whole held-out split."""
+    batch_size: int | None = None
+    """Evaluation batch size; null: micro_batch_size."""
 
 
 @dataclass
 class LoggingArgs:
     """Progress bar, TensorBoard and metrics files."""
 
-    interval: int = arg(10, "Log training metrics every this many optimizer steps.")
-    tensorboard: bool = arg(True, "Write TensorBoard event files to output_dir/tensorboard.")
-    progress_bar: bool = arg(True, "Show a tqdm progress bar.")
-    peak_flops: float | None = arg(
-        None,
-        "Peak FLOP/s of one device for the MFU estimate; null: looked up for known GPUs at the run's precision, not reported on CPU.",
-    )
+    interval: int = 10
+    """Log training metrics every this many optimizer steps."""
+    tensorboard: bool = True
+    """Write TensorBoard event files to output_dir/tensorboard."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar."""
+    peak_flops: float | None = None
+    """Peak FLOP/s of one device for the MFU estimate; null: looked up for known GPUs at the run's precision, not
+    reported on CPU."""
 
 
 @dataclass
 class DistributedArgs:
     """How training is spread over processes and devices (ernie-pretrain and ernie-finetune alike)."""
 
-    backend: str = arg(
-        "single",
-        "single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher "
-        "such as torchrun or deepspeed starts, ernie_zoo.parallel.deepspeed_backend; gloo on CPU). Fine-tuning "
-        "under deepspeed splits every batch of train.batch_size examples over the ranks, runs method full or "
-        "lora only, takes train.device as each rank's own, and resumes with the same number of ranks under ZeRO "
-        "stage 3.",
-    )
-    deepspeed_config: str | None = arg(
-        None,
-        "deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch sizes, gradient "
-        "accumulation and clipping (and, pretraining, precision) are written over it. null: the built-in ZeRO-3 "
-        "default.",
-    )
-    tp_size: int | None = arg(
-        None,
-        "deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this "
-        "many ranks, which read the same rows; it must divide the ranks and the attention heads); null: the "
-        "json's autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap).",
-    )
-    zero_stage: int | None = arg(None, "deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's.")
-    recompute: str = arg(
-        "none",
-        "deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none "
-        "keeps activations. Fine-tuning: none only.",
-    )
+    backend: str = "single"
+    """single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher
+    such as torchrun or deepspeed starts, ernie_zoo.parallel.deepspeed_backend; gloo on CPU). Fine-tuning
+    under deepspeed splits every batch of train.batch_size examples over the ranks, runs method full or lora
+    only, takes train.device as each rank's own, and resumes with the same number of ranks under ZeRO stage 3.
+    """
+    deepspeed_config: str | None = None
+    """deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch sizes, gradient
+    accumulation and clipping (and, pretraining, precision) are written over it. null: the built-in ZeRO-3
+    default."""
+    tp_size: int | None = None
+    """deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this many
+    ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
+    autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap)."""
+    zero_stage: int | None = None
+    """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's."""
+    recompute: str = "none"
+    """deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none keeps
+    activations. Fine-tuning: none only."""
 
     def validate(self) -> None:
         """The rules of both commands; raises `ValueError` naming the key."""
@@ -273,40 +282,40 @@ class DistributedArgs:
 class PretrainRecipe:
     """Masked-language-model pretraining of an ErnieZoo encoder with knowledge masking."""
 
-    output_dir: str = arg(
-        "runs/pretrain", "Checkpoints, TensorBoard events, metrics.jsonl and summary.json go here."
-    )
-    seed: int = arg(0, "Seeds initialisation, the data order, the masks and dropout.")
-    max_steps: int = arg(1000, "Optimizer steps to train.")
-    micro_batch_size: int = arg(32, "Examples per forward/backward pass.")
-    grad_accum_steps: int = arg(
-        1,
-        "Micro batches per optimizer step (global batch = micro_batch_size * grad_accum_steps * data-parallel size).",
-    )
-    precision: str = arg(
-        "fp32",
-        "fp32, bf16 (autocast; slow on CPUs without bf16 units) or fp16 (autocast + loss scaling; CUDA only).",
-    )
-    device: str = arg("auto", "auto (cuda if available, else cpu), cpu, cuda or cuda:N.")
-    num_threads: int | None = arg(None, "torch CPU threads; null: torch's default.")
-    sparse_last_layer: bool = arg(
-        True,
-        "Run the last encoder layer's queries and feed-forward, and the MLM head, only at masked positions (the "
-        "loss reads nothing else: same value, less compute). Off: the full last layer, then the head on the masked rows.",
-    )
-    resume: str = arg(
-        "auto",
-        "auto: continue from the newest valid checkpoint in output_dir if there is one; latest: the same but one must exist; never: start fresh (output_dir must hold no checkpoints); or the path of a checkpoint directory.",
-    )
-    model: ModelArgs = arg(help="", default_factory=ModelArgs)
-    tokenizer: TokenizerArgs = arg(help="", default_factory=TokenizerArgs)
-    data: DataArgs = arg(help="", default_factory=DataArgs)
-    masking: MaskingArgs = arg(help="", default_factory=MaskingArgs)
-    optim: OptimArgs = arg(help="", default_factory=OptimArgs)
-    checkpoint: CheckpointArgs = arg(help="", default_factory=CheckpointArgs)
-    eval: EvalArgs = arg(help="", default_factory=EvalArgs)
-    logging: LoggingArgs = arg(help="", default_factory=LoggingArgs)
-    distributed: DistributedArgs = arg(help="", default_factory=DistributedArgs)
+    output_dir: str = "runs/pretrain"
+    """Checkpoints, TensorBoard events, metrics.jsonl and summary.json go here."""
+    seed: int = 0
+    """Seeds initialisation, the data order, the masks and dropout."""
+    max_steps: int = 1000
+    """Optimizer steps to train."""
+    micro_batch_size: int = 32
+    """Examples per forward/backward pass."""
+    grad_accum_steps: int = 1
+    """Micro batches per optimizer step (global batch = micro_batch_size * grad_accum_steps * data-parallel
+    size)."""
+    precision: str = "fp32"
+    """fp32, bf16 (autocast; slow on CPUs without bf16 units) or fp16 (autocast + loss scaling; CUDA only)."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu), cpu, cuda or cuda:N."""
+    num_threads: int | None = None
+    """torch CPU threads; null: torch's default."""
+    sparse_last_layer: bool = True
+    """Run the last encoder layer's queries and feed-forward, and the MLM head, only at masked positions (the
+    loss reads nothing else: same value, less compute). Off: the full last layer, then the head on the masked
+    rows."""
+    resume: str = "auto"
+    """auto: continue from the newest valid checkpoint in output_dir if there is one; latest: the same but one
+    must exist; never: start fresh (output_dir must hold no checkpoints); or the path of a checkpoint
+    directory."""
+    model: ModelArgs = field(default_factory=ModelArgs)
+    tokenizer: TokenizerArgs = field(default_factory=TokenizerArgs)
+    data: DataArgs = field(default_factory=DataArgs)
+    masking: MaskingArgs = field(default_factory=MaskingArgs)
+    optim: OptimArgs = field(default_factory=OptimArgs)
+    checkpoint: CheckpointArgs = field(default_factory=CheckpointArgs)
+    eval: EvalArgs = field(default_factory=EvalArgs)
+    logging: LoggingArgs = field(default_factory=LoggingArgs)
+    distributed: DistributedArgs = field(default_factory=DistributedArgs)
 
     def validate(self) -> None:
         """Check values that types alone cannot; raises `ValueError` naming the key."""
@@ -433,258 +442,148 @@ def _check(ok: bool, key: str, value: Any, message: str) -> None:
         raise ValueError(f"recipe key {key!r} = {value!r}: {message}")
 
 
-# ----------------------------------------------------------------------------------- generic machinery
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+# ----------------------------------------------------------------------------------- parsing (jsonargparse)
+class _HelpFormatter(DefaultHelpFormatter, RawDescriptionHelpFormatter):
+    """jsonargparse's help (type and default per key) under a description kept as written (usage examples)."""
 
 
-def _fields(cls: type) -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(cls)}
+@cache
+def recipe_parser(cls: type, prog: str | None = None, description: str | None = None) -> ArgumentParser:
+    """The jsonargparse parser of recipe class `cls`: `--config RECIPE.yaml`, then `--KEY VALUE` per field
+    (dotted for sections, `--optim.lr`) with the field's docstring as its help."""
+    parser = ArgumentParser(
+        prog=prog,
+        usage="%(prog)s [RECIPE.yaml] [--KEY VALUE ...] [--print_config] [--help]",
+        description=description or cls.__doc__,
+        exit_on_error=False,
+        formatter_class=_HelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        action=ActionConfigFile,
+        help="A YAML recipe (the positional RECIPE.yaml is the same); later --KEY VALUE options override it.",
+    )
+    parser.add_class_arguments(cls, nested_key=None, fail_untyped=True)
+    # What recipe_from_cli does with it (jsonargparse's own would print the recipe unchecked, without comments).
+    parser._option_string_actions["--print_config"].help = "Print the checked recipe as commented YAML; exit."
+    return parser
 
 
-def _is_dataclass_type(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        inner = " | ".join(_type_name(a) for a in args)
-        return f"{inner} | null" if len(args) < len(typing.get_args(tp)) else inner
-    if origin is list:
-        return f"list[{_type_name(typing.get_args(tp)[0])}]"
-    if origin is dict:
-        return "dict"
-    if tp is Any:
-        return "any"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """Check `value` against the annotation `tp`, converting strings from the CLI / YAML where unambiguous."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        nullable = type(None) in args
-        if value is None or (nullable and isinstance(value, str) and value.lower() in ("null", "none", "~")):
-            if nullable:
-                return None
-            raise TypeError(f"recipe key {key!r}: null is not allowed (expected {_type_name(tp)})")
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, key)
-            except (TypeError, ValueError):
-                pass
-        raise TypeError(f"recipe key {key!r}: {value!r} is not a {_type_name(tp)}")
-    if value is None:
-        raise TypeError(f"recipe key {key!r}: null is not allowed (expected {_type_name(tp)})")
-    if origin is list:
-        if isinstance(value, str):
-            value = yaml.safe_load(value)
-        if isinstance(value, tuple):
-            value = list(value)
-        if not isinstance(value, list):
-            raise TypeError(f"recipe key {key!r}: expected a list, got {value!r}")
-        (inner,) = typing.get_args(tp)
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict or tp is dict:
-        if isinstance(value, str):
-            value = yaml.safe_load(value)
-        if not isinstance(value, dict):
-            raise TypeError(f"recipe key {key!r}: expected a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _BOOLS:
-            return _BOOLS[value.lower()]
-        raise TypeError(f"recipe key {key!r}: expected true/false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool):
-            raise TypeError(f"recipe key {key!r}: expected an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                number = float(value) if any(c in value for c in ".eE") else int(value)
-            except ValueError:
-                raise TypeError(f"recipe key {key!r}: expected an integer, got {value!r}") from None
-            return _coerce(number, int, key)
-        raise TypeError(f"recipe key {key!r}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, bool):
-            raise TypeError(f"recipe key {key!r}: expected a number, got {value!r}")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise TypeError(f"recipe key {key!r}: expected a number, got {value!r}") from None
-        raise TypeError(f"recipe key {key!r}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, (dict, list)):
-            raise TypeError(f"recipe key {key!r}: expected a string, got {value!r}")
-        return (
-            value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
-        )
-    raise TypeError(f"recipe key {key!r}: unsupported annotation {tp!r}")
-
-
-_BOOLS = {
-    "true": True,
-    "false": False,
-    "yes": True,
-    "no": False,
-    "1": True,
-    "0": False,
-    "on": True,
-    "off": False,
-}
-
-
-def from_dict(cls: type[T], data: dict[str, Any] | None, prefix: str = "") -> T:
-    """Build dataclass `cls` from a nested dict; unknown keys and wrong types raise naming the dotted key."""
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise TypeError(f"recipe section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {data!r}")
-    fields, hints = _fields(cls), _hints(cls)
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = f"{prefix}{unknown[0]}"
-        raise ValueError(
-            f"unknown recipe key {key!r}; valid keys{' in ' + prefix.rstrip('.') if prefix else ''}: "
-            f"{', '.join(sorted(fields))}"
-        )
-    kwargs = {}
-    for name, value in data.items():
-        tp = hints[name]
-        if _is_dataclass_type(tp):
-            kwargs[name] = from_dict(tp, value, f"{prefix}{name}.")
-        else:
-            kwargs[name] = _coerce(value, tp, f"{prefix}{name}")
-    return cls(**kwargs)
-
-
-def to_dict(obj: Any) -> dict[str, Any]:
-    """The recipe as a plain nested dict (YAML/JSON-ready)."""
-    return dataclasses.asdict(obj)
-
-
-def _set_dotted(data: dict[str, Any], cls: type, dotted: str, raw: Any) -> None:
-    """Set `a.b.c = raw` in the nested dict, checking every part of the key against the dataclasses."""
-    parts = dotted.split(".")
-    node, node_cls = data, cls
-    for i, part in enumerate(parts):
-        fields = _fields(node_cls)
-        prefix = ".".join(parts[:i])
-        if part not in fields:
-            raise ValueError(
-                f"unknown recipe key {dotted!r}; valid keys{' in ' + prefix if prefix else ''}: "
-                f"{', '.join(sorted(fields))}"
-            )
-        tp = _hints(node_cls)[part]
-        if i == len(parts) - 1:
-            if _is_dataclass_type(tp):
-                raise ValueError(
-                    f"recipe key {dotted!r} is a section; set one of its keys, e.g. --{dotted}.KEY VALUE"
-                )
-            node[part] = _coerce(raw, tp, dotted)
-            return
-        if not _is_dataclass_type(tp):
-            raise ValueError(
-                f"recipe key {'.'.join(parts[: i + 1])!r} is not a section, so {dotted!r} is unknown"
-            )
-        if node.get(part) is None:
-            node[part] = {}
-        node = node[part]
-        if not isinstance(node, dict):
-            raise ValueError(f"recipe section {'.'.join(parts[: i + 1])!r} must be a mapping, got {node!r}")
-        node_cls = tp
-
-
-def load_recipe(
-    path: str | os.PathLike | None = None,
-    overrides: dict[str, Any] | None = None,
-    cls: type[T] = PretrainRecipe,
-) -> T:
-    """Read a YAML recipe (or start from the defaults), apply dotted overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        text = Path(path).read_text(encoding="utf-8")
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping of keys, got {type(data).__name__}")
-    for key, value in (overrides or {}).items():
-        _set_dotted(data, cls, key, value)
+def parse_recipe(cls: type[T], argv: list[str]) -> T:
+    """The validated recipe for jsonargparse arguments; `ValueError` naming the key for anything wrong."""
+    parser = recipe_parser(cls)
     try:
-        recipe = from_dict(cls, data)
-    except (TypeError, ValueError) as e:
-        raise type(e)(f"{path}: {e}" if path is not None else str(e)) from None
+        init = parser.instantiate(parser.parse_args(argv))
+    except ArgumentError as e:
+        raise ValueError(_explain(str(e), cls)) from None
+    recipe = cls(**{f.name: init[f.name] for f in dataclasses.fields(cls)})
     if hasattr(recipe, "validate"):
         recipe.validate()
     return recipe
 
 
-def iter_fields(cls: type, prefix: str = "") -> typing.Iterator[tuple[str, Any, dataclasses.Field]]:
-    """(dotted key, type, field) for every leaf field, depth first in declaration order."""
-    hints = _hints(cls)
+def load_recipe(
+    path: str | os.PathLike | dict[str, Any] | None = None,
+    overrides: dict[str, Any] | None = None,
+    cls: type[T] = PretrainRecipe,
+) -> T:
+    """A YAML recipe (a path or a nested dict; None: the defaults) with dotted overrides applied, validated.
+
+    Override values are what a command line would give (`"1e-3"`, `"[a, b]"`, `"null"`) or Python values."""
+    argv = []
+    if path is not None:
+        argv = ["--config", yaml.safe_dump(path) if isinstance(path, dict) else os.fspath(path)]
+    for key, value in (overrides or {}).items():
+        text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else json.dumps(value, default=str)
+        argv += [f"--{key}", text]
+    return parse_recipe(cls, argv)
+
+
+def cli_args(argv: list[str], aliases: dict[str, str] | None = None) -> list[str]:
+    """A command line as jsonargparse arguments: a first argument that is not an option is the recipe file
+    (`--config FILE`), `--resume` without a value means `--resume latest`, and `aliases` maps flat names to
+    dotted keys (`--learning_rate` for `--train.learning_rate`)."""
+    args = list(argv)
+    if args and not args[0].startswith("-"):
+        args[:1] = ["--config", args[0]]
+    out: list[str] = []
+    for i, token in enumerate(args):
+        if token.startswith("--"):
+            key, eq, value = token[2:].partition("=")
+            key = (aliases or {}).get(key, key)
+            token = f"--{key}{eq}{value}"
+            if key.endswith("resume") and not eq and (i + 1 == len(args) or args[i + 1].startswith("--")):
+                out += [token, "latest"]
+                continue
+        out.append(token)
+    return out
+
+
+def recipe_from_cli(
+    argv: list[str], cls: type[T], prog: str, description: str, aliases: dict[str, str] | None = None
+) -> T | int:
+    """The recipe a command line describes (`cli_args`), or the exit status when there is nothing to run: 0
+    after `--help` or `--print_config` (the resolved recipe as commented YAML), 2 after an error (one line on
+    stderr)."""
+    if "-h" in argv or "--help" in argv:
+        print(recipe_parser(cls, prog, description).format_help(), end="")
+        return 0
+    print_config = any(a.startswith("--print_config") for a in argv)
+    try:
+        recipe = parse_recipe(cls, cli_args([a for a in argv if not a.startswith("--print_config")], aliases))
+    except (OSError, ValueError) as e:
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    if print_config:
+        print(recipe_to_yaml(recipe), end="")
+        return 0
+    return recipe
+
+
+_UNKNOWN = re.compile(
+    r"unrecognized arguments: --([^\s=]+)|Group '(\S+)' does not accept option '(\S+)'|Option '(\S+)' is not"
+)
+
+
+def _explain(message: str, cls: type) -> str:
+    """jsonargparse's message on one line; for an unknown key, the key and the valid keys of its section."""
+    found = _UNKNOWN.search(message)
+    if not found:
+        return " ".join(message.split())
+    key = found[1] or found[4] or f"{found[2]}.{found[3]}"
+    section, node = "", cls
+    for part in key.split(".")[:-1]:
+        tp = typing.get_type_hints(node).get(part)
+        if not dataclasses.is_dataclass(tp):
+            key = f"{section}{part}"  # the first part that is no section of the recipe
+            break
+        section, node = f"{section}{part}.", tp
+    names = ", ".join(sorted(f.name for f in dataclasses.fields(node)))
+    return f"unknown recipe key {key!r}; valid keys{' in ' + section.rstrip('.') if section else ''}: {names}"
+
+
+# ----------------------------------------------------------------------------------- help and YAML output
+@cache
+def field_help(cls: type) -> dict[str, str]:
+    """{field name: its docstring on one line} for a dataclass (what jsonargparse shows as its help)."""
+    params = docstring_parser.parse_from_object(cls).params
+    return {p.arg_name: " ".join((p.description or "").split()) for p in params}
+
+
+def iter_fields(cls: type, prefix: str = "") -> typing.Iterator[tuple[str, Any, str]]:
+    """(dotted key, type, help) for every leaf field, depth first in declaration order."""
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        if _is_dataclass_type(tp):
+        if dataclasses.is_dataclass(tp):
             yield from iter_fields(tp, f"{prefix}{f.name}.")
         else:
-            yield f"{prefix}{f.name}", tp, f
+            yield f"{prefix}{f.name}", tp, field_help(cls).get(f.name, "")
 
 
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
-
-
-def recipe_help(
-    cls: type = PretrainRecipe,
-    prog: str = "ernie-pretrain",
-    recipes_dir: str = "recipes/pretrain/",
-    example: str = "--optim.lr 1e-3",
-) -> str:
-    """`--help` text: usage, then every dotted key with its type, default and help."""
-    lines = [
-        f"usage: {prog} [RECIPE.yaml] [--KEY VALUE ...] [--resume [PATH]] [--print-recipe] [--help]",
-        "",
-        (cls.__doc__ or "").strip(),
-        "",
-        f"RECIPE.yaml is a YAML file of the keys below (see {recipes_dir}); --KEY VALUE overrides one key,",
-        f"with dotted keys for sections ({example}). --resume alone means resume=latest.",
-        "--print-recipe prints the resolved recipe as commented YAML and exits.",
-        "",
-        "keys:",
-    ]
-    section = None
-    for key, tp, f in iter_fields(cls):
-        head = key.split(".")[0] if "." in key else None
-        if head != section and head is not None:
-            sub = _hints(cls)[head]
-            lines.append(f"\n  {head}: {(sub.__doc__ or '').strip()}")
-        section = head
-        default = _default(f)
-        lines.append(f"  --{key} {_type_name(tp).upper()}  (default: {_yaml_scalar(default)})")
-        for wrapped in textwrap.wrap(f.metadata.get("help", ""), 96):
-            lines.append(f"        {wrapped}")
-    return "\n".join(lines)
+def to_dict(obj: Any) -> dict[str, Any]:
+    """The recipe as a plain nested dict (YAML/JSON-ready)."""
+    return dataclasses.asdict(obj)
 
 
 def _yaml_float(value: float) -> str:
@@ -716,10 +615,10 @@ def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
 
     def emit(obj: Any, indent: str) -> None:
         cls = type(obj)
-        hints = _hints(cls)
+        hints, helps = typing.get_type_hints(cls), field_help(cls)
         for f in dataclasses.fields(cls):
             value = getattr(obj, f.name)
-            if _is_dataclass_type(hints[f.name]):
+            if dataclasses.is_dataclass(hints[f.name]):
                 out.append("")
                 doc = (hints[f.name].__doc__ or "").strip()
                 if doc:
@@ -727,7 +626,7 @@ def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
                 out.append(f"{indent}{f.name}:")
                 emit(value, indent + "  ")
                 continue
-            for wrapped in textwrap.wrap(f.metadata.get("help", ""), 100 - len(indent)):
+            for wrapped in textwrap.wrap(helps.get(f.name, ""), 100 - len(indent)):
                 out.append(f"{indent}# {wrapped}")
             if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 out.append(f"{indent}{f.name}:")  # a list of mappings: one per line
@@ -737,55 +636,6 @@ def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
 
     emit(recipe, "")
     return "\n".join(out) + "\n"
-
-
-def parse_cli(
-    argv: list[str], cls: type = PretrainRecipe
-) -> tuple[str | None, dict[str, Any], dict[str, bool]]:
-    """Split argv into (recipe path, {dotted key: raw value}, flags). Flags: help, print_recipe.
-
-    `--key value`, `--key=value`; a boolean key with no value means true; `--resume` alone means `latest`.
-    """
-    path: str | None = None
-    overrides: dict[str, Any] = {}
-    flags = {"help": False, "print_recipe": False}
-    leaf_types = {key: tp for key, tp, _ in iter_fields(cls)}
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        i += 1
-        if token in ("-h", "--help"):
-            flags["help"] = True
-            continue
-        if token == "--print-recipe":
-            flags["print_recipe"] = True
-            continue
-        if not token.startswith("--"):
-            if path is not None:
-                raise ValueError(
-                    f"unexpected argument {token!r}: only one recipe file may be given (got {path!r})"
-                )
-            path = token
-            continue
-        key, eq, value = token[2:].partition("=")
-        key = key.replace("-", "_") if key not in leaf_types else key
-        if not eq:
-            next_is_value = i < len(argv) and not argv[i].startswith("--")
-            if key == "resume" and next_is_value and argv[i].endswith((".yaml", ".yml")):
-                next_is_value = False  # `--resume recipe.yaml`: the file is the recipe, not a checkpoint
-            if next_is_value:
-                value = argv[i]
-                i += 1
-            elif key == "resume":
-                value = "latest"
-            elif leaf_types.get(key) is bool:
-                value = "true"
-            else:
-                raise ValueError(f"--{key} needs a value")
-        if key in overrides:
-            raise ValueError(f"--{key} given twice")
-        overrides[key] = value
-    return path, overrides, flags
 
 
 __all__ = [
@@ -799,12 +649,13 @@ __all__ = [
     "OptimArgs",
     "PretrainRecipe",
     "TokenizerArgs",
-    "arg",
-    "from_dict",
+    "cli_args",
+    "field_help",
     "iter_fields",
     "load_recipe",
-    "parse_cli",
-    "recipe_help",
+    "parse_recipe",
+    "recipe_from_cli",
+    "recipe_parser",
     "recipe_to_yaml",
     "to_dict",
 ]

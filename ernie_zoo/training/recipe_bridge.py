@@ -2,9 +2,8 @@
 how it runs. It lives in training/ because it reads the recipe schema; the planner itself imports nothing above
 parallel/.
 
-Read as plain YAML with the recipe's own model-section dataclass, so the planner also reads the
-`distributed` keys of the DeepSpeed backend (`backend`, `deepspeed_config`, `tp_size`, `zero_stage`,
-`recompute`) whether or not the installed recipe schema declares them yet.
+The recipe is loaded (and checked) with the schema; of the `distributed` keys only those the file sets override
+the planner's own defaults (its recompute default is full, the recipe's none).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 import yaml
 
 from .engine import build_model_config
-from .recipe import ModelArgs, from_dict
+from .recipe import PretrainRecipe, load_recipe
 
 #: distributed-section keys the planner understands -> ParallelSettings fields
 DISTRIBUTED_KEYS = {"tp_size": "tp", "zero_stage": "zero_stage", "recompute": "recompute"}
@@ -28,46 +27,39 @@ def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, 
     The settings carry `deepspeed` (the json path) when the recipe names one; the vocabulary is the recipe's
     `model.vocab_size`, else the saved tokenizer's size, else the preset's.
     """
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a recipe must be a mapping of keys")
-    model_args = from_dict(ModelArgs, data.get("model") or {}, "model.")
-    seq_len = int((data.get("data") or {}).get("max_seq_len", 128))
-    config = build_model_config(model_args, _vocab_size(model_args, data), seq_len)
+    recipe = load_recipe(path)
+    seq_len = recipe.data.max_seq_len
+    config = build_model_config(recipe.model, _vocab_size(recipe), seq_len)
 
     warnings: list[str] = []
     settings: dict[str, Any] = {
         "seq_len": seq_len,
-        "micro_batch": int(data.get("micro_batch_size", 32)),
-        "grad_accum_steps": int(data.get("grad_accum_steps", 1)),
-        "head_fraction": float((data.get("masking") or {}).get("mlm_probability", 0.15)),
+        "micro_batch": recipe.micro_batch_size,
+        "grad_accum_steps": recipe.grad_accum_steps,
+        "head_fraction": recipe.masking.mlm_probability,
     }
-    precision = data.get("precision", "fp32")
-    if precision != "bf16":
+    if recipe.precision != "bf16":
         warnings.append(
-            f"the recipe trains in {precision}; the plan assumes bf16 mixed precision (16 bytes/param)"
+            f"the recipe trains in {recipe.precision}; the plan assumes bf16 mixed precision (16 bytes/param)"
         )
-    dist = data.get("distributed") or {}
-    if dist.get("backend", "single") == "single":
+    dist = recipe.distributed
+    if dist.backend == "single":
         warnings.append(
             "the recipe's distributed.backend is 'single' (one device): the plan shows a sharded layout"
         )
+    given = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("distributed") or {}
     for key, field in DISTRIBUTED_KEYS.items():
-        if dist.get(key) is not None:
-            settings[field] = dist[key]
-    if dist.get("deepspeed_config"):
-        settings["deepspeed"] = dist["deepspeed_config"]
+        if given.get(key) is not None:
+            settings[field] = getattr(dist, key)
+    if dist.deepspeed_config:
+        settings["deepspeed"] = dist.deepspeed_config
     return config, settings, warnings
 
 
-def _vocab_size(model_args: Any, data: dict[str, Any]) -> int:
-    if model_args.vocab_size is not None:
-        return model_args.vocab_size
-    tokenizer_path = (data.get("tokenizer") or {}).get("path")
+def _vocab_size(recipe: PretrainRecipe) -> int:
+    if recipe.model.vocab_size is not None:
+        return recipe.model.vocab_size
+    tokenizer_path = recipe.tokenizer.path
     if tokenizer_path and Path(tokenizer_path).is_dir():
         from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
