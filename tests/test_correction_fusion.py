@@ -54,6 +54,60 @@ def test_lm_save_load_round_trip_is_exact(tmp_path):
         CharNgramLM.load(tmp_path / "bad.safetensors")
 
 
+def test_lm_saves_version_2_and_still_reads_version_1(tmp_path):
+    from safetensors import safe_open
+
+    # counts above 127 (two-byte varints)
+    lm = CharNgramLM(order=4).fit(TEXTS * 30 + ["一二三四五六七八九十" * 40])
+    assert lm._tables[1]["nums"].max() > 127 or lm._tables[4]["nums"].max() > 127
+    lm.prune(2, from_order=4)
+    lm.save(tmp_path / "v2.safetensors")
+    lm.save(tmp_path / "v1.safetensors", version=1)  # what earlier releases wrote
+    with safe_open(str(tmp_path / "v2.safetensors"), framework="np") as f:
+        assert f.metadata()["version"] == "2" and all(f.get_tensor(n).dtype == np.uint8 for n in f.keys())
+    with safe_open(str(tmp_path / "v1.safetensors"), framework="np") as f:  # as it was: no version key
+        assert "version" not in f.metadata() and f.get_tensor("ngrams.4").dtype == np.uint16
+    assert (tmp_path / "v2.safetensors").stat().st_size < (tmp_path / "v1.safetensors").stat().st_size
+    for name in ("v1", "v2"):
+        again = CharNgramLM.load(tmp_path / f"{name}.safetensors")
+        assert again.vocab == lm.vocab and again.discounts == lm.discounts
+        for k in range(1, lm.order + 1):
+            assert np.array_equal(again._tables[k]["keys"], lm._tables[k]["keys"])
+            assert np.array_equal(again._tables[k]["nums"], lm._tables[k]["nums"])
+        for text in ["我们明天在见面吧。", "一二三四五六七八九十一二", "没见过的字"]:
+            assert np.array_equal(again.log_probs(text), lm.log_probs(text))
+    # a version this release does not know is refused, not misread
+    from safetensors.numpy import save_file
+
+    with safe_open(str(tmp_path / "v2.safetensors"), framework="np") as f:
+        header, tensors = f.metadata(), {n: f.get_tensor(n) for n in f.keys()}
+    save_file(tensors, str(tmp_path / "v3.safetensors"), metadata={**header, "version": "3"})
+    with pytest.raises(ValueError, match="format version 3"):
+        CharNgramLM.load(tmp_path / "v3.safetensors")
+
+
+def test_varints_round_trip_and_corrupt_streams_are_refused():
+    from ernie_zoo.models.ngram import _varint_decode, _varint_encode
+
+    rng = np.random.default_rng(0)
+    for values in [
+        np.zeros(0, dtype=np.int64),
+        np.array([0, 1, 127, 128, 16383, 16384, 2**35, 2**62, 2**63 - 1]),
+        rng.integers(0, 2**50, 5000) >> rng.integers(0, 50, 5000),
+        rng.integers(1, 100, 300),  # every value one byte
+    ]:
+        stream = _varint_encode(values)
+        assert stream.dtype == np.uint8
+        assert np.array_equal(_varint_decode(stream, len(values)), values)
+    assert _varint_encode(np.array([1, 300])).tolist() == [1, 0xAC, 0x02]  # 300 = 0b10_0101100
+    with pytest.raises(ValueError, match="non-negative"):
+        _varint_encode(np.array([-1]))
+    with pytest.raises(ValueError, match="corrupt"):
+        _varint_decode(np.array([0xAC], dtype=np.uint8), 1)  # a value without its last byte
+    with pytest.raises(ValueError, match="corrupt"):
+        _varint_decode(np.array([1, 2], dtype=np.uint8), 3)  # fewer values than the header says
+
+
 def test_lm_prune_drops_rare_ngrams_and_stays_normalised(tmp_path):
     lm = _lm()
     before = lm.num_ngrams

@@ -165,6 +165,7 @@ def test_default_targets_include_fusion_for_concat(tiny_tokenizer, make_config):
         ("prefix_tuning", "token_classification", "past key values"),
         ("prompt_tuning", "token_classification", "labels"),
         ("p_tuning", "token_classification", "labels"),
+        ("prompt_tuning", "text_correction", "labels"),
         ("bitfit", "sequence_classification", "unknown method"),
     ],
 )

@@ -7,6 +7,7 @@ import json
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from conftest import sentences, tiny_config
@@ -320,13 +321,11 @@ def _write_pairs(path, pairs):
     )
 
 
-def test_finetune_text_correction_end_to_end(tokenizer, tmp_path):
+def _finetune(tmp_path, base, **args):
+    """Fine-tune text_correction from `base` on a few pairs (confusion sets given as data) into tmp_path/out."""
     from ernie_zoo.finetune import run_finetune
     from ernie_zoo.finetune.args import build_args
 
-    base = tmp_path / "base"
-    _model(tokenizer).save_pretrained(base)
-    tokenizer.save_pretrained(base)
     pairs = [
         ("他再家里看书", "他在家里看书"),
         ("我们明天在见面吧。", "我们明天再见面吧。"),
@@ -335,25 +334,28 @@ def test_finetune_text_correction_end_to_end(tokenizer, tmp_path):
     _write_pairs(tmp_path / "train.jsonl", pairs * 8)
     _write_pairs(tmp_path / "dev.jsonl", pairs)
     CONFUSION.save(tmp_path / CONFUSION_FILE)
-    args = build_args(
-        None,
-        {
-            "task": "text_correction",
-            "data.train_file": str(tmp_path / "train.jsonl"),
-            "data.dev_file": str(tmp_path / "dev.jsonl"),
-            "data.text_column": "source",
-            "data.confusion_sets": str(tmp_path / CONFUSION_FILE),
-            "model.model_name_or_path": str(base),
-            "method.method": "full",
-            "train.output_dir": str(tmp_path / "out"),
-            "train.max_steps": 6,
-            "train.batch_size": 8,
-            "train.learning_rate": 1e-3,
-            "train.progress": False,
-            "train.tensorboard": False,
-        },
+    defaults = {
+        "task": "text_correction",
+        "data.train_file": str(tmp_path / "train.jsonl"),
+        "data.dev_file": str(tmp_path / "dev.jsonl"),
+        "data.text_column": "source",
+        "data.confusion_sets": str(tmp_path / CONFUSION_FILE),
+        "model.model_name_or_path": str(base),
+        "train.output_dir": str(tmp_path / "out"),
+        "train.batch_size": 8,
+        "train.progress": False,
+        "train.tensorboard": False,
+    }
+    return run_finetune(build_args(None, {**defaults, **args}))
+
+
+def test_finetune_text_correction_end_to_end(tokenizer, tmp_path):
+    base = tmp_path / "base"
+    _model(tokenizer).save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    result = _finetune(
+        tmp_path, base, **{"method.method": "full", "train.max_steps": 6, "train.learning_rate": 1e-3}
     )
-    result = run_finetune(args)
     dev = result["dev"]
     assert 0.0 <= dev["sentence_f1"] <= 1.0 and set(dev["sweep_sentence_f1"]) >= {"0.0", "0.5"}
     out = tmp_path / "out"
@@ -361,6 +363,33 @@ def test_finetune_text_correction_end_to_end(tokenizer, tmp_path):
     assert json.loads((out / "config.json").read_text())["architectures"] == ["ErnieZooForSpellingCorrection"]
     loaded = ErnieZooForSpellingCorrection.from_pretrained(out)
     assert loaded.confusion_sets.sets == CONFUSION.sets
+
+
+@pytest.mark.parametrize("method", ["lora", "houlsby"])
+def test_adapter_carries_the_confusion_sets_and_ngram_lm(method, tokenizer, tmp_path):
+    """An adapter directory (LoRA, the default method, or a bottleneck adapter) holds what a full save holds next to the weights (`save_saved_files`): the
+    confusion sets given as data (its base, an encoder, has none) and the base's n-gram LM, and `load_finetuned`
+    reads them back from it."""
+    from ernie_zoo.finetune import load_finetuned
+    from ernie_zoo.finetune.export import unwrap
+    from ernie_zoo.models.correction import NGRAM_FILE
+    from ernie_zoo.models.ngram import CharNgramLM
+
+    base = tmp_path / "base"
+    model = _model(tokenizer)
+    model.ngram_lm = CharNgramLM(order=2).fit(EXTRA * 2)
+    model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    assert not (base / CONFUSION_FILE).exists()
+    _finetune(tmp_path, base, **{"method.method": method, "method.lora_r": 4, "train.max_steps": 2})
+    # LoRA is merged into out/ (a full save) and its adapter kept in out/adapter; a bottleneck adapter is out/
+    adapter = tmp_path / "out" / "adapter" if method == "lora" else tmp_path / "out"
+    assert (adapter / CONFUSION_FILE).is_file() and (adapter / NGRAM_FILE).is_file()
+    assert (tmp_path / "out" / CONFUSION_FILE).is_file()
+    (base / NGRAM_FILE).unlink()  # the adapter's own copy is what loads
+    loaded, _ = load_finetuned(adapter)
+    assert unwrap(loaded).confusion_sets.sets == CONFUSION.sets
+    assert np.array_equal(unwrap(loaded).ngram_lm.log_probs("他再家里"), model.ngram_lm.log_probs("他再家里"))
 
 
 def test_finetune_refuses_pairs_of_different_length(tmp_path):

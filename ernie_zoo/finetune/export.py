@@ -29,9 +29,7 @@ from ernie_zoo.models import (
     ErnieZooEnsembleForTokenClassificationCRF,
     ErnieZooForTokenClassificationCRF,
 )
-from ernie_zoo.models.crf_tagger import LEXICON_FILE
 from ernie_zoo.models.int8 import save_int8_weights
-from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
@@ -131,13 +129,9 @@ def _save_adapter(model: nn.Module, tokenizer, directory: Path, meta: dict[str, 
             cfg.base_model_name_or_path = meta["base_model"]
         model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
-    # the base directory holds no lexicon when it came with this fine-tuning
-    lexicon = getattr(unwrap(model), "entity_lexicon", None)
-    if lexicon is not None:
-        lexicon.save(directory / LEXICON_FILE)
-    lexicon = getattr(unwrap(model), "sentiment_lexicon", None)
-    if lexicon is not None:
-        lexicon.save(directory / SENTIMENT_LEXICON_FILE)
+    # what a full save keeps next to the weights (a lexicon, confusion sets, an n-gram LM): the base directory
+    # holds none of it when it came with this fine-tuning; load_finetuned reads it back (load_saved_files)
+    unwrap(model).save_saved_files(directory)
     atomic_write_text(directory / META_NAME, json.dumps(meta, indent=2, ensure_ascii=False))
 
 

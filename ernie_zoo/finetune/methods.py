@@ -36,6 +36,9 @@ PEFT_TASK_TYPES = {
     "sequence_classification": "SEQ_CLS",
     "token_classification": "TOKEN_CLS",
     "generation": "CAUSAL_LM",
+    # peft has no task type for a masked-LM correction head with a detector: its plain PeftModel passes every
+    # argument through to the model
+    "text_correction": None,
 }
 LORA_LIKE = ("lora", "adalora", "loha", "lokr", "ia3")
 PROMPT_METHODS = ("prompt_tuning", "p_tuning", "prefix_tuning")
@@ -79,6 +82,8 @@ def default_target_modules(model: nn.Module) -> list[str]:
 def default_modules_to_save(task: str, model: nn.Module) -> list[str]:
     if task == "generation":
         return []  # the LM head is tied to the (frozen) word embeddings
+    if task == "text_correction":
+        return ["detector"]  # the correction head is the (tied) MLM head, as for generation
     modules = ["classifier"]
     if hasattr(model, "crf"):
         modules.append("crf")
@@ -94,10 +99,11 @@ def check_supported(method: str, task: str) -> None:
             "prefix_tuning cannot work for classification with ErnieZoo models: peft 0.21.2 passes the prefix as "
             "past key values, which only the causal decoder (task: generation) accepts. Use lora or prompt_tuning."
         )
-    if method in ("prompt_tuning", "p_tuning") and task == "token_classification":
+    if method in ("prompt_tuning", "p_tuning") and task in ("token_classification", "text_correction"):
         raise ValueError(
-            f"{method} cannot work for token classification in peft 0.21.2: the virtual tokens are prepended to "
-            "the inputs but not to the token labels, so logits and labels differ in length. Use lora or an adapter."
+            f"{method} cannot work for {task.replace('_', ' ')} in peft 0.21.2: the virtual tokens are prepended "
+            "to the inputs but not to the token labels, so logits and labels differ in length. Use lora or an "
+            "adapter."
         )
 
 
