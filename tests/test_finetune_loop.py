@@ -125,13 +125,13 @@ def test_sequence_classification_lora_output_dir(tmp_path):
 
 
 def _stop_after_first_checkpoint(monkeypatch):
-    original = Trainer._eval_and_checkpoint
+    original = Trainer.save_last
 
     def crash(self):
         original(self)
         raise KeyboardInterrupt("simulated crash after the first checkpoint")
 
-    monkeypatch.setattr(Trainer, "_eval_and_checkpoint", crash)
+    monkeypatch.setattr(Trainer, "save_last", crash)
 
 
 @pytest.mark.parametrize(("group_by_length", "token_dropout"), [(False, 0.0), (True, 0.0), (False, 0.3)])

@@ -1,8 +1,9 @@
-"""The fine-tuning loop: `run_finetune(args)` reads data, builds and adapts the model, trains, exports.
+"""The fine-tuning run: `run_finetune(args)` reads data, builds and adapts the model, trains, exports.
 
     read splits ─ tokenizer (given, or trained on the training texts) ─ encode
         ─ model (from_pretrained, or a seeded preset) ─ apply_method (full / peft / bottleneck)
-        ─ train: AdamW + linear warm-up/decay (training.core, shared with pretraining), grad accumulation,
+        ─ train: `Trainer`, the fine-tuning task on the one training loop (training.loop.TrainLoop, shared with
+             pretraining: grad accumulation, the step, cadences); AdamW + linear warm-up/decay (training.core),
              clipping (+ distillation from teachers), on an engine (training.task_engine): one process, or
              DeepSpeed ZeRO (+ AutoTP) over the launched ranks (distributed.backend, tp_size)
              every eval_every steps: dev metric → best checkpoint? → last checkpoint → early stop?
@@ -30,23 +31,21 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
-from tqdm.auto import tqdm
 
 from ernie_zoo.models import ErnieZooConfig
 from ernie_zoo.models.presets import preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.training.checkpoint import (
-    latest_valid_checkpoint,
     list_checkpoints,
     load_json_state,
     load_rng_state,
     read_json,
     remove_stale_temporaries,
+    resume_checkpoint,
     rotate_checkpoints,
     save_checkpoint,
     save_json_state,
     save_rng_state,
-    verify_checkpoint,
     write_json,
 )
 from ernie_zoo.training.core import adamw, seed_everything, warmup_decay
@@ -56,7 +55,8 @@ from ernie_zoo.training.deepspeed_engine import (
     save_partitioned_weights,
     zero3_building,
 )
-from ernie_zoo.training.task_engine import DeepSpeedTaskEngine, PlainEngine, check_trainable_state
+from ernie_zoo.training.loop import TrainLoop
+from ernie_zoo.training.task_engine import DeepSpeedTaskEngine, PlainEngine, load_trainable_state
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path, resolve_device
 from ernie_zoo.zoo import SHIPPED_MODELS
 
@@ -235,17 +235,6 @@ def _cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in state.items()}
 
 
-def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
-
-
-def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    params = check_trainable_state(model, state)
-    with torch.no_grad():
-        for name, value in state.items():
-            params[name].copy_(value)
-
-
 def make_engine(
     args: FinetuneArgs,
     model: nn.Module,
@@ -304,8 +293,15 @@ def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
     )
 
 
+def _steps(t, n_train: int) -> tuple[int, int]:
+    """(optimizer steps per epoch, total steps) of a run with `n_train` training examples."""
+    per_epoch = max(1, math.ceil(math.ceil(n_train / t.batch_size) / t.grad_accum))
+    return per_epoch, t.max_steps or max(1, math.ceil(t.epochs * per_epoch))
+
+
 class Trainer:
-    """Runs the optimisation of an adapted model on encoded features; see the module docstring."""
+    """Fine-tuning as a task on `training.loop.TrainLoop` (`TrainTask`): an adapted model on encoded features; see
+    the module docstring."""
 
     def __init__(
         self,
@@ -324,9 +320,7 @@ class Trainer:
         self.features = features
         self.output_dir = output_dir
         self.method = method
-        n_batches = math.ceil(len(features["train"]) / self.t.batch_size)
-        self.steps_per_epoch = max(1, math.ceil(n_batches / self.t.grad_accum))
-        self.total_steps = self.t.max_steps or max(1, math.ceil(self.t.epochs * self.steps_per_epoch))
+        self.steps_per_epoch, self.total_steps = _steps(self.t, len(features["train"]))
         self.eval_every = self.t.eval_every or self.steps_per_epoch
         lr = self.t.learning_rate or default_learning_rate(method.name)
         optimizer = adamw(model, lr, self.t.weight_decay)
@@ -338,12 +332,8 @@ class Trainer:
         )
         self.engine = make_engine(args, model, optimizer, scheduler, device, len(features["train"]))
         # the engine's: under DeepSpeed the wrapped optimizer / scheduler and each rank's own device
-        self.model, self.optimizer, self.scheduler = (
-            self.engine.model,
-            self.engine.optimizer,
-            self.engine.scheduler,
-        )
-        self.device = self.engine.device
+        e = self.engine
+        self.model, self.optimizer, self.scheduler, self.device = e.model, e.optimizer, e.scheduler, e.device
         self.state: dict[str, Any] = {
             "global_step": 0,
             "epoch": 0,
@@ -363,6 +353,7 @@ class Trainer:
                 )
             self._drop_ids = (tokenizer.mask_token_id, tokenizer.all_special_ids)
         self.teachers = teachers  # train.distill_from, loaded (and checked) by the caller
+        self._resumed = False
         self.writer = None
         if self.t.tensorboard and self.engine.is_main:
             from torch.utils.tensorboard import SummaryWriter
@@ -471,7 +462,7 @@ class Trainer:
         self.engine.load_optimizer_state(checkpoint)
         load_json_state(self.scheduler, checkpoint / "scheduler.json")
         load_rng_state(checkpoint, rank=self.engine.rank)
-        self.state = saved["state"]
+        self.state, self._resumed = saved["state"], True
         logger.info("resumed from %s at step %d", checkpoint, self.state["global_step"])
 
     # ------------------------------------------------------------- evaluation
@@ -491,9 +482,8 @@ class Trainer:
             return True
         return value > best if self.task.greater_is_better() else value < best
 
-    def _eval_and_checkpoint(self) -> bool:
-        """Evaluate on dev (if any), keep the best, save `last`. Returns True to stop early."""
-        step = self.state["global_step"]
+    def run_eval(self, step: int) -> bool:
+        """Evaluate on dev (if any) and keep the best (the loop then saves `last`). Returns True to stop early."""
         stop = False
         if "dev" in self.features:
             scores = self.evaluate("dev")
@@ -522,7 +512,6 @@ class Trainer:
             self.state.update(best_step=step)
             self.save_best()
         self.state["stopped_early"] = stop
-        self.save_last()
         return stop
 
     # ------------------------------------------------------------- training
@@ -542,85 +531,87 @@ class Trainer:
             batches += [part[i : i + size] for i in range(0, len(part), size)]
         return [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
 
+    # ------------------------------------------------------------- the task on training.loop.TrainLoop
+    def micro_batches(self, step: int):
+        """The step's batches: the next `train.grad_accum` of the epoch's (fewer at the epoch's end; a step never
+        spans two epochs), each collated, token-dropped, moved and cut to this rank's rows."""
+        st, t = self.state, self.t
+        if self._batches[0] != st["epoch"]:
+            self._batches = (st["epoch"], self._epoch_batches(st["epoch"]))
+        if st["batch_in_epoch"] >= len(self._batches[1]):  # the last epoch's end: the next epoch
+            st.update(epoch=st["epoch"] + 1, batch_in_epoch=0)
+            self._batches = (st["epoch"], self._epoch_batches(st["epoch"]))
+        batches, first = self._batches[1], st["batch_in_epoch"]
+        end = min(first + t.grad_accum, len(batches))
+        for b in range(first, end):
+            clean = collate([self.features["train"][i] for i in batches[b]], self.tokenizer.pad_token_id)
+            inputs = self._drop_tokens(clean, st["epoch"], b) if t.token_dropout > 0 else clean
+            inputs = self.engine.shard({k: v.to(self.device) for k, v in inputs.items()})
+            # train.distill_from: the teachers read the batch as it was before token dropout
+            if self.teachers is not None:
+                self._clean = {k: v.to(self.device) for k, v in clean.items()} if t.token_dropout else inputs
+            yield inputs, b + 1 == end
+            st["batch_in_epoch"] = b + 1
+
+    def loss(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = self.engine.forward(inputs)
+        if self.teachers is None:
+            return out.loss
+        return self.teachers.loss(out.loss, out.logits, self._clean)
+
+    def step_sums(self) -> dict[str, float]:
+        return {}
+
+    def end_step(
+        self, step: int, loss: float, grad_norm: float, sums: dict[str, float], seconds: float
+    ) -> None:
+        self.state["global_step"] = step
+        if self._adalora:
+            self.model.base_model.update_and_allocate(step)  # reads this step's gradients
+        self.state.setdefault("train_losses", []).append(loss)
+        self.state.setdefault("grad_norms", []).append(grad_norm)
+
+    def log(self, step: int) -> dict[str, str]:
+        loss, grad_norm = self.state["train_losses"][-1], self.state["grad_norms"][-1]
+        if self.writer is not None:
+            self.writer.add_scalar("train/loss", loss, step)
+            self.writer.add_scalar("train/grad_norm", grad_norm, step)
+            self.writer.add_scalar("train/lr", self.engine.lr, step)
+        return {"loss": f"{loss:.4f}"}
+
+    def save(self, step: int) -> None:
+        self.save_last()
+
     def train(self) -> dict[str, Any]:
-        model, t, engine = self.model, self.t, self.engine
-        train = self.features["train"]
-        pad_id = self.tokenizer.pad_token_id
-        model.train()
-        is_adalora = type(getattr(model, "base_model", None)).__name__ == "AdaLoraModel"
-        bar = tqdm(
-            total=self.total_steps,
-            initial=self.state["global_step"],
-            disable=not (t.progress and engine.is_main),
-            desc=f"finetune ({self.method.name})",
-            dynamic_ncols=True,
-        )
+        """Train on `training.loop.TrainLoop` (eval, best checkpoint and `last` every eval_every steps and after
+        the last; early stop by patience); then restore the best weights."""
+        self._adalora = type(getattr(self.model, "base_model", None)).__name__ == "AdaLoraModel"
+        self._batches: tuple[int | None, list[list[int]]] = (None, [])
         # Training time accumulates over resumes: a resumed run adds to what its checkpoint recorded.
         self._clock = (self.state.get("train_seconds") or 0.0, time.perf_counter())
-        stop = self.state["stopped_early"]
-        last_eval = self.state["history"][-1]["step"] if self.state["history"] else None
-        while not stop and self.state["global_step"] < self.total_steps:
-            batches = self._epoch_batches(self.state["epoch"])
-            micro = 0
-            running = 0.0
-            for b in range(self.state["batch_in_epoch"], len(batches)):
-                chunk = [train[i] for i in batches[b]]
-                clean = collate(chunk, pad_id)
-                inputs = self._drop_tokens(clean, self.state["epoch"], b) if t.token_dropout > 0 else clean
-                inputs = engine.shard({k: v.to(self.device) for k, v in inputs.items()})
-                # the last micro batch of an optimizer step (an epoch's last step may have fewer)
-                boundary = (micro + 1) % t.grad_accum == 0 or b + 1 == len(batches)
-                out = engine.forward(inputs)
-                loss = out.loss
-                if self.teachers is not None:
-                    # train.distill_from: the teachers read the batch as it was before token dropout
-                    if t.token_dropout > 0:
-                        clean = {k: v.to(self.device) for k, v in clean.items()}
-                    else:
-                        clean = inputs
-                    loss = self.teachers.loss(loss, out.logits, clean)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"loss is {loss.item()} at step {self.state['global_step']}; lower the learning rate"
-                    )
-                engine.backward(loss / t.grad_accum, boundary)
-                running += float(loss.detach()) / t.grad_accum
-                micro += 1
-                self.state["batch_in_epoch"] = b + 1
-                if not boundary:
-                    continue
-                grad_norm = engine.step()  # clip (train.max_grad_norm), update, schedule
-                running = engine.dp_mean(running)  # the mean over the data-parallel ranks' rows
-                self.state["global_step"] += 1
-                step = self.state["global_step"]
-                if is_adalora:
-                    model.base_model.update_and_allocate(step)  # reads this step's gradients
-                engine.zero_grad()
-                bar.update(1)
-                bar.set_postfix(loss=f"{running:.4f}")
-                if self.writer is not None:
-                    self.writer.add_scalar("train/loss", running, step)
-                    self.writer.add_scalar("train/grad_norm", grad_norm, step)
-                    self.writer.add_scalar("train/lr", engine.lr, step)
-                self.state.setdefault("train_losses", []).append(running)
-                self.state.setdefault("grad_norms", []).append(grad_norm)
-                running, micro = 0.0, 0
-                if step % self.eval_every == 0 or step >= self.total_steps:
-                    stop = self._eval_and_checkpoint()
-                    last_eval = step
-                if stop or step >= self.total_steps:
-                    break
-            else:
-                self.state.update(epoch=self.state["epoch"] + 1, batch_in_epoch=0)
-        if last_eval != self.state["global_step"]:
-            self._eval_and_checkpoint()
-        bar.close()
+        history = self.state["history"]
+        TrainLoop(
+            total_steps=self.total_steps,
+            grad_accum=self.t.grad_accum,
+            eval_every=self.eval_every,
+            save_every=self.eval_every,
+            progress=self.t.progress,
+            desc=f"finetune ({self.method.name})",
+        ).run(
+            self.engine,
+            self,
+            self.state["global_step"],
+            resumed=self._resumed,
+            # without a dev split every evaluation sets best_step
+            last_eval=history[-1]["step"] if history else self.state["best_step"],
+            stopped=self.state["stopped_early"],
+        )
         if self.writer is not None:
             self.writer.flush()
             self.writer.close()
         self._update_train_seconds()
         best = self.ckpt_dir / "best" / TRAINABLE
-        engine.load_trainable_state(load_file(str(best), device=str(self.device)))
+        self.engine.load_trainable_state(load_file(str(best), device=str(self.device)))
         logger.info("restored the best checkpoint (step %s)", self.state["best_step"])
         return self.state
 
@@ -636,19 +627,13 @@ def _resume_point(output_dir: Path, t) -> tuple[Path | None, bool]:
         raise ValueError(f"train.overwrite starts afresh, but train.resume is {t.resume!r}; drop one of them")
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"train.output_dir {output_dir} is a file, not a directory")
-    if t.resume == "never" or t.overwrite:
-        found = None
-    elif t.resume in ("auto", "latest"):
-        found = latest_valid_checkpoint(
-            ckpt_dir, CHECKPOINT_FILES, start_fresh="pass --overwrite true to replace output_dir's contents"
-        )
-        if found is None and t.resume == "latest":
-            raise ValueError(f"train.resume is 'latest' but {ckpt_dir} holds no valid checkpoint")
-    else:
-        found = Path(t.resume).expanduser()
-        problem = verify_checkpoint(found, CHECKPOINT_FILES)
-        if problem is not None:
-            raise ValueError(f"cannot resume from {found}: {problem}")
+    found = resume_checkpoint(
+        ckpt_dir,
+        "never" if t.overwrite else t.resume,
+        CHECKPOINT_FILES,
+        "train.resume",
+        "pass --overwrite true to replace output_dir's contents",
+    )
     wipe = found is None and output_dir.is_dir() and any(output_dir.iterdir())
     if wipe and not t.overwrite:
         raise ValueError(
@@ -772,8 +757,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             )
             base_path = str(output_dir / "base_model") if args.method.method != "full" else None
 
-        n_batches = math.ceil(len(features["train"]) / t.batch_size)
-        total_steps = t.max_steps or max(1, math.ceil(t.epochs * max(1, math.ceil(n_batches / t.grad_accum))))
+        total_steps = _steps(t, len(features["train"]))[1]
         seed_everything(t.seed)
         model, info = apply_method(model, args.method, task.name, total_steps, extra_modules_to_save=fresh)
         building.close()
@@ -859,5 +843,4 @@ __all__ = [
     "load_trainable_state",
     "make_engine",
     "run_finetune",
-    "trainable_state",
 ]

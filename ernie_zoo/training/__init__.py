@@ -1,4 +1,5 @@
-"""Training: the `ernie-pretrain` loop (pretrain.py), typed recipes (recipe.py), what every run shares (core.py:
+"""Training: the one training loop (loop.py) with pretraining as a task on it (pretrain.py, `ernie-pretrain`;
+fine-tuning is the other, in finetune/), typed recipes (recipe.py), what every run shares (core.py:
 seeding, device, AdamW groups, schedule), the engine a parallel backend replaces (engine.py) and the DeepSpeed
 ZeRO + AutoTP one (deepspeed_engine.py), fine-tuning's engines (task_engine.py), the masked-only MLM loss
 (mlm.py), atomic checkpoints with exact resume (checkpoint.py), data order and sharding (data.py), MFU (mfu.py)

@@ -231,6 +231,26 @@ def _is_valid(path: Path, required: tuple[str, ...]) -> bool:
     return all(name in names for name in required)
 
 
+def resume_checkpoint(
+    directory: str | os.PathLike, mode: str, required: tuple[str, ...], key: str, start_fresh: str
+) -> Path | None:
+    """The checkpoint a run's resume setting `mode` (recipe key `key`) names: "auto", the newest valid one in
+    `directory` (None when it holds none); "latest", the same but one must exist; "never", None; else the path
+    of a checkpoint directory, verified. `start_fresh`: as for `latest_valid_checkpoint`."""
+    if mode == "never":
+        return None
+    if mode in ("auto", "latest"):
+        found = latest_valid_checkpoint(directory, required, start_fresh=start_fresh)
+        if found is None and mode == "latest":
+            raise ValueError(f"{key}=latest, but {directory} holds no valid checkpoint")
+        return found
+    path = Path(mode).expanduser()
+    problem = verify_checkpoint(path, required) if path.is_dir() else "not a directory"
+    if problem:
+        raise ValueError(f"recipe key {key!r} = {mode!r}: cannot resume from it: {problem}")
+    return path
+
+
 def rotate_checkpoints(
     output_dir: str | os.PathLike, keep_last: int, required: tuple[str, ...] = ()
 ) -> list[Path]:
@@ -395,6 +415,7 @@ __all__ = [
     "load_rng_state",
     "read_json",
     "remove_stale_temporaries",
+    "resume_checkpoint",
     "rotate_checkpoints",
     "save_checkpoint",
     "save_json_state",

@@ -365,7 +365,29 @@ class ZeroPartitionIO:
         self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
 
 
-class DeepSpeedEngine(ZeroPartitionIO):
+class DataParallelRanks:
+    """The collectives of an engine on launched ranks (both DeepSpeed engines), with `device` and
+    `dp_world_size`."""
+
+    def barrier(self) -> None:
+        """Wait for every rank (checkpoint writers synchronise on it)."""
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def dp_sum(self, values: list[float]) -> list[float]:
+        """`values` summed over the data-parallel ranks (one all-reduce, float64). TP ranks of a replica
+        hold the same values, so the sum runs over the data-parallel group only. Every rank must call it."""
+        import torch.distributed as dist
+        from deepspeed.utils import groups
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        if self.dp_world_size > 1:
+            dist.all_reduce(t, group=groups._get_data_parallel_group())
+        return t.tolist()
+
+
+class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
     """ZeRO + AutoTP training engine with the `SingleDeviceEngine` interface (see the module docstring).
 
     Args:
@@ -378,6 +400,8 @@ class DeepSpeedEngine(ZeroPartitionIO):
         recompute: "full" recomputes every encoder layer in backward (activation checkpointing, non-reentrant),
             "none" keeps activations; default `recipe.distributed.recompute`, else "none".
     """
+
+    backend = "deepspeed"
 
     def __init__(
         self,
@@ -457,9 +481,10 @@ class DeepSpeedEngine(ZeroPartitionIO):
         self._forward_pending = self.ds.module.training and torch.is_grad_enabled()
         return out
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
         """Backward of one micro batch's loss (already divided by the accumulation steps, as the loop does);
-        DeepSpeed reduces the gradients and, on the last micro batch of a step, updates the weights."""
+        DeepSpeed reduces the gradients and, on the last micro batch of a step, updates the weights. The
+        boundary is the json's accumulation count (`boundary`, the loop's, falls on the same micro batch)."""
         if not self._forward_pending:
             raise RuntimeError(
                 "DeepSpeedEngine.backward needs a loss from engine.loss(batch): a forward that bypasses the "
@@ -482,26 +507,12 @@ class DeepSpeedEngine(ZeroPartitionIO):
         norm = self.ds.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
 
+    def zero_grad(self) -> None:
+        """Nothing: DeepSpeed zeroes (and frees) the gradients inside its step."""
+
     @property
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
-
-    def barrier(self) -> None:
-        """Wait for every rank (checkpoint writers synchronise on it)."""
-        import torch.distributed as dist
-
-        dist.barrier()
-
-    def dp_sum(self, values: list[float]) -> list[float]:
-        """`values` summed over the data-parallel ranks (one all-reduce, float64). TP ranks of a replica
-        hold the same values, so the sum runs over the data-parallel group only. Every rank must call it."""
-        import torch.distributed as dist
-        from deepspeed.utils import groups
-
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
-        if self.dp_world_size > 1:
-            dist.all_reduce(t, group=groups._get_data_parallel_group())
-        return t.tolist()
 
     def num_parameters(self) -> int:
         """Parameters of the whole model (tied weights once), whatever ZeRO and TP hold on this rank: counted
@@ -564,6 +575,7 @@ def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepS
 
 
 __all__ = [
+    "DataParallelRanks",
     "DeepSpeedEngine",
     "ZeroPartitionIO",
     "build_model_zero3",

@@ -1,21 +1,23 @@
-"""The pieces of a training step a parallel backend replaces: model building, backward, optimizer step,
-checkpoint save/load of model + optimizer state.
+"""The pretraining engines: model building, the masked-LM loss, backward, optimizer step, checkpoint save/load
+of model + optimizer state.
 
-`SingleDeviceEngine` is the reference backend (one process, one device). A sharded backend (DeepSpeed
-ZeRO-3 + tensor parallelism: `ernie_zoo.training.deepspeed_engine`) implements the same small interface and
-is named in `ENGINES` under the recipe's `distributed.backend`:
+`SingleDeviceEngine` is the reference backend (one process, one device): the fine-tuning `PlainEngine`
+(task_engine.py) with the recipe's optimizer, mixed precision and the masked-LM loss. A sharded backend
+(DeepSpeed ZeRO-3 + tensor parallelism: `ernie_zoo.training.deepspeed_engine`) implements the same small interface
+and is named in `ENGINES` under the recipe's `distributed.backend`:
 
     model                    the ErnieZooForMaskedLM being trained (train()/eval() are called on it)
-    device, dp_rank, dp_world_size, is_main (and optionally rank, barrier())
+    device, rank, dp_rank, dp_world_size, is_main, backend, barrier()
     dp_sum(values)           -> the floats summed over the data-parallel ranks (logged means, eval totals)
     loss(batch)              -> (mean masked-LM loss, masked tokens, correct); moves the batch to the device
                                 (optionally `last_details`: the loss's parts, see mlm.masked_lm_loss)
-    backward(loss)           one micro batch (the loss already divided by the accumulation steps)
-    step() -> grad norm      the optimizer step, LR schedule, zeroing the gradients
+    backward(loss, boundary) one micro batch (the loss already divided by the accumulation steps); boundary: the
+                             step's last (the one contract of `loop.TrainLoop` for every engine)
+    step() -> grad norm      the optimizer step, LR schedule, zeroing the gradients (zero_grad(): nothing left)
     lr, num_parameters()
     save(dir), load(dir)     model + optimizer + scheduler state into / from a checkpoint directory
 
-The training loop never touches the optimizer, the loss scaler or `torch.distributed` directly.
+The training loop (`loop.TrainLoop`) never touches the optimizer, the loss scaler or `torch.distributed` directly.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .checkpoint import load_json_state, load_optimizer_state, save_json_state, 
 from .core import adamw, warmup_decay
 from .mlm import masked_lm_loss
 from .recipe import ARCH_FIELDS, ModelArgs, PretrainRecipe
+from .task_engine import PlainEngine
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +185,9 @@ def optimizer_and_schedule(
 
 
 # -------------------------------------------------------------------------------------------- engines
-class SingleDeviceEngine:
-    """One process, one device: AdamW + warmup/decay schedule, optional autocast and fp16 loss scaling.
+class SingleDeviceEngine(PlainEngine):
+    """One process, one device: the fine-tuning `PlainEngine` (clip, step, schedule) with the recipe's AdamW +
+    warmup/decay schedule, the masked-LM loss, optional autocast and fp16 loss scaling.
 
     Args:
         recipe: the run's recipe (optim, precision, grad clipping).
@@ -191,20 +195,14 @@ class SingleDeviceEngine:
         device: where to train.
     """
 
-    dp_rank = 0
-    dp_world_size = 1
-    is_main = True
-
     def __init__(self, recipe: PretrainRecipe, model: torch.nn.Module, device: torch.device):
-        self.recipe = recipe
-        self.device = device
-        self.model = model.to(device)
         if recipe.precision == "fp16" and device.type != "cuda":
             raise ValueError("recipe key 'precision' = 'fp16' needs a CUDA device; use fp32 or bf16 on CPU")
+        self.recipe = recipe
+        model = model.to(device)
         # fused: one kernel per step over all parameters (CPU and CUDA); what HF Trainer uses by default too
-        self.optimizer, self.scheduler = optimizer_and_schedule(
-            recipe, self.model, fused=device.type in ("cpu", "cuda")
-        )
+        optimizer, scheduler = optimizer_and_schedule(recipe, model, fused=device.type in ("cpu", "cuda"))
+        super().__init__(model, optimizer, scheduler, recipe.optim.grad_clip or 0.0, device)
         self.scaler = torch.amp.GradScaler("cuda") if recipe.precision == "fp16" else None
         self._dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
 
@@ -227,39 +225,17 @@ class SingleDeviceEngine:
         """Parameters of the model (tied weights once)."""
         return sum(p.numel() for p in self.model.parameters())
 
-    def dp_sum(self, values: list[float]) -> list[float]:
-        """`values` summed over the data-parallel ranks (one rank: unchanged)."""
-        return [float(v) for v in values]
-
     def autocast(self) -> contextlib.AbstractContextManager:
         """Context for the forward pass (mixed precision, or nothing in fp32)."""
         if self._dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self._dtype)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate gradients of `loss` (already divided by the accumulation steps)."""
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-
     def step(self) -> float:
-        """Unscale, clip, update, advance the LR schedule, zero the grads; returns the pre-clip grad norm."""
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)
-        clip = self.recipe.optim.grad_clip
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip else float("inf"))
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(norm)
-
-    @property
-    def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
+        """`PlainEngine.step` (unscale, clip, update, schedule), then zero the grads; the pre-clip grad norm."""
+        norm = super().step()
+        self.zero_grad()
+        return norm
 
     def save(self, directory: Path) -> None:
         """Model (config.json + model.safetensors), optimizer, scheduler and loss-scaler state."""

@@ -6,20 +6,12 @@
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --print_config        # the resolved recipe as YAML
     ernie-pretrain --help                                               # every recipe key with its help
 
-One optimizer step (grad_accum_steps micro batches)::
-
-    collator.set_step(step)                       masks depend only on (seed, step): resumable
-    for each micro batch:
-        rows = train[next indices of the epoch's seeded permutation, this data-parallel rank's share]
-        batch = KnowledgeMaskingCollator(rows)     char / phrase / entity / sentiment masking by the schedule's stage
-        loss = engine.loss(batch)                  masked_lm_loss (mlm.py): logits at masked positions only
-                                                   (+ polarity_weight x the sentiment-word polarity loss, SKEP)
-        engine.backward(loss / grad_accum_steps)
-    engine.step()                                  clip, AdamW, LR schedule
-    log / eval / checkpoint at their intervals
-
-Model building, backward, the optimizer step and checkpoint save/load live in the engine (engine.py), so a
-sharded backend (DeepSpeed ZeRO-3 + tensor parallelism) replaces them without touching this loop.
+A task on the one training loop (`loop.TrainLoop`, which owns accumulation, backward, the optimizer step, the
+cadences and the non-finite-loss check): a step's micro batches are the next indices of the epoch's seeded
+permutation (this data-parallel rank's share), masked by `KnowledgeMaskingCollator` (char / phrase / entity /
+sentiment by the schedule's stage; masks depend only on (seed, step)); the loss is `engine.loss` (mlm.py: logits
+at masked positions only, + polarity_weight x the SKEP word-polarity loss). The engine (engine.py, or ZeRO-3 +
+TP in deepspeed_engine.py) builds the model, steps the optimizer and saves / loads its state.
 
 Exact resume: a checkpoint holds the weights, AdamW and LR-schedule state, the RNG states and the data
 position; masks are a function of (seed, step), so a run killed at any point and resumed from its newest
@@ -32,7 +24,6 @@ import dataclasses
 import logging
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -41,6 +32,7 @@ from typing import Any
 
 import torch
 import yaml
+from tqdm.auto import tqdm
 
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
@@ -48,15 +40,14 @@ from . import checkpoint as ckpt
 from .core import seed_everything
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
 from .engine import build_model_config, build_model_for, make_engine
-from .logging_utils import MetricsLogger, format_count, progress_bar, write_json_atomic
+from .logging_utils import MetricsLogger, format_count, write_json_atomic
+from .loop import KILL_ENV, TrainLoop  # noqa: F401  (KILL_ENV re-exported for the resume tests)
 from .mfu import mfu, peak_flops_for, training_flops
 from .mlm import masked_lm_loss  # noqa: F401  (re-exported: the loop's loss lives in mlm.py)
 from .recipe import PretrainRecipe, recipe_from_cli, recipe_to_yaml, to_dict
 
 logger = logging.getLogger(__name__)
 
-#: Test hook: SIGKILL this process right after the optimizer step with this number (exact-resume tests).
-KILL_ENV = "ERNIE_ZOO_TEST_KILL_AT_STEP"
 #: Files every checkpoint of the loop has (the engine's own files are checked by its load()).
 REQUIRED_FILES = ("model.safetensors", "trainer_state.json", "rng.json", "recipe.yaml")
 
@@ -98,28 +89,16 @@ def evaluate(engine, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]
 
 # ------------------------------------------------------------------------------------------- the run
 def _resume_dir(recipe: PretrainRecipe, output_dir: Path) -> Path | None:
-    """The checkpoint to continue from, by `recipe.resume`."""
-    mode = recipe.resume
-    if mode in ("auto", "latest"):
-        found = ckpt.latest_valid_checkpoint(
-            output_dir, REQUIRED_FILES, start_fresh="choose another output_dir"
+    """The checkpoint to continue from, by `recipe.resume`; resume=never refuses a directory with checkpoints."""
+    existing = ckpt.list_checkpoints(output_dir) if recipe.resume == "never" else None
+    if existing:
+        raise ValueError(
+            f"resume=never, but {output_dir} already holds {existing[-1].name}: choose another output_dir, "
+            "delete the checkpoints, or resume"
         )
-        if found is None and mode == "latest":
-            raise ValueError(f"resume=latest, but {output_dir} holds no valid checkpoint")
-        return found
-    if mode == "never":
-        existing = ckpt.list_checkpoints(output_dir)
-        if existing:
-            raise ValueError(
-                f"resume=never, but {output_dir} already holds {existing[-1].name}: choose another output_dir, "
-                "delete the checkpoints, or resume"
-            )
-        return None
-    path = Path(mode)
-    problem = ckpt.verify_checkpoint(path, REQUIRED_FILES) if path.is_dir() else "not a directory"
-    if problem:
-        raise ValueError(f"recipe key 'resume' = {mode!r}: cannot resume from it: {problem}")
-    return path
+    return ckpt.resume_checkpoint(
+        output_dir, recipe.resume, REQUIRED_FILES, "resume", "choose another output_dir"
+    )
 
 
 def _log_recipe_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> None:
@@ -172,28 +151,17 @@ def pretrain(
         if resume_from is None
         else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
     )
-    model = build_model_for(build_recipe, config, tokenizer)
-    engine = make_engine(recipe, model, device)
-    model = engine.model
+    engine = make_engine(recipe, build_model_for(build_recipe, config, tokenizer), device)
     is_main = engine.is_main
     n_params = engine.num_parameters()
-    n_devices = getattr(engine, "world_size", 1)  # MFU is per device: TP ranks share one replica's FLOPs
     if is_main:
         logger.info("model: %s parameters, %s", format_count(n_params), device)
     sampler = ShardedBatchSampler(
         len(train_ds), recipe.micro_batch_size, recipe.seed, engine.dp_rank, engine.dp_world_size
     )
 
-    from ernie_zoo.masking import KnowledgeMaskingCollator, MaskingSchedule
-
-    m = recipe.masking
-    collator = KnowledgeMaskingCollator(
-        tokenizer,
-        schedule=MaskingSchedule.from_config(m.schedule),
-        mlm_probability=m.mlm_probability,
-        max_ngram=m.max_ngram,
-        seed=recipe.seed + 1_000_003 * engine.dp_rank,  # ranks mask differently; rank 0 uses the seed itself
-    )
+    # ranks mask differently; rank 0 uses the seed itself
+    collator = _collator(recipe, tokenizer, recipe.seed + 1_000_003 * engine.dp_rank)
     eval_batches = _eval_batches(recipe, tokenizer, eval_ds)
 
     # ---- state (fresh or resumed)
@@ -212,7 +180,7 @@ def pretrain(
     }
     if resume_from is not None:
         engine.load(resume_from)
-        ckpt.load_rng_state(resume_from, rank=getattr(engine, "rank", 0))
+        ckpt.load_rng_state(resume_from, rank=engine.rank)
         state.update(ckpt.read_json(resume_from / "trainer_state.json"))
         if is_main:
             saved_recipe = yaml.safe_load((resume_from / "recipe.yaml").read_text(encoding="utf-8"))
@@ -227,9 +195,7 @@ def pretrain(
     if is_main:
         ckpt.remove_stale_temporaries(output_dir)
         atomic_write_text(output_dir / "recipe.yaml", recipe_to_yaml(recipe))
-    position = DataPosition(state["epoch"], state["index"])
     start_step = state["step"]
-
     if recipe.optim.warmup_steps >= recipe.max_steps and is_main:
         logger.warning(
             "optim.warmup_steps (%d) >= max_steps (%d): the learning rate never reaches optim.lr",
@@ -240,168 +206,30 @@ def pretrain(
     metrics = MetricsLogger(
         output_dir, tensorboard=recipe.logging.tensorboard, resume_step=start_step, enabled=is_main
     )
-    bar = progress_bar(recipe.max_steps, start_step, enabled=recipe.logging.progress_bar and is_main)
-    kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
-
-    def save(step: int) -> None:
-        rank = getattr(engine, "rank", 0)
-
-        def write(tmp: Path) -> None:
-            ckpt.save_rng_state(tmp, rank=rank)
-            if engine.is_main:
-                deterministic = {k: window[k] for k in (*DETERMINISTIC_WINDOW, *POLARITY_WINDOW)}
-                ckpt.write_json(tmp / "trainer_state.json", {**state, "window": deterministic})
-                (tmp / "recipe.yaml").write_text(recipe_to_yaml(recipe), encoding="utf-8")
-            engine.save(tmp)  # last: a sharded engine writes its shard on every rank, then synchronises
-
-        path = ckpt.save_checkpoint(
-            output_dir, step, write, is_main=engine.is_main, barrier=getattr(engine, "barrier", None)
-        )
-        if engine.is_main:
-            removed = ckpt.rotate_checkpoints(output_dir, recipe.checkpoint.keep_last, REQUIRED_FILES)
-            logger.info(
-                "saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else ""
-            )
-
-    def run_eval(step: int) -> None:
-        if not eval_batches:
-            return
-        result = evaluate(engine, eval_batches)
-        if not result:
-            return
-        state["last_eval"] = {"step": step, **result}
-        if state["best_eval"] is None or result["eval/loss"] < state["best_eval"]["eval/loss"]:
-            state["best_eval"] = {"step": step, **result}
-        metrics.log(step, result)
-        if is_main:  # tqdm.write prints even through a disabled bar
-            bar.write(
-                f"step {step}: eval loss {result['eval/loss']:.4f}  ppl {result['eval/perplexity']:.2f}  "
-                f"acc {result['eval/accuracy']:.4f}"
-            )
-
-    # ---- the loop
-    model.train()
-    step = start_step
-    # Sums over the current logging window. The deterministic ones travel in checkpoints, so a resumed run
-    # logs the same window means as an uninterrupted one.
-    window = _new_window()
-    window.update(state.pop("window", None) or {})
-    session_tokens, session_flops, session_time = 0, 0.0, 0.0
-    last_saved = start_step if resume_from is not None else None
+    task = _Pretraining(
+        recipe, engine, config, train_ds, sampler, collator, eval_batches, state, metrics, peak
+    )
+    loop = TrainLoop(
+        total_steps=recipe.max_steps,
+        grad_accum=recipe.grad_accum_steps,
+        log_every=recipe.logging.interval,
+        eval_every=recipe.eval.interval or 0,
+        save_every=recipe.checkpoint.interval or 0,
+        save_final=recipe.checkpoint.save_final,
+        progress=recipe.logging.progress_bar,
+        desc="pretrain",
+        nonfinite_hint="lower optim.lr, enable optim.grad_clip, or use fp32",
+    )
     try:
-        while step < recipe.max_steps:
-            t0 = time.perf_counter()
-            collator.set_step(step)
-            step_loss, step_tokens, step_flops, step_masked, step_correct = 0.0, 0, 0.0, 0, 0
-            step_parts = [0.0, 0.0, 0, 0]  # mlm loss, polarity loss x positions, polarity positions, correct
-            for _ in range(recipe.grad_accum_steps):
-                indices, position = sampler.next_batch(position)
-                batch = collator(rows(train_ds, indices))
-                loss, n_masked, n_correct = engine.loss(batch)
-                engine.backward(loss / recipe.grad_accum_steps)
-                details = getattr(engine, "last_details", None) if polarity else None
-                if details:
-                    step_parts[0] += details["mlm_loss"] / recipe.grad_accum_steps
-                    n_pol = details.get("polarity_n", 0)
-                    step_parts[1] += details.get("polarity_loss", 0.0) * n_pol
-                    step_parts[2] += n_pol
-                    step_parts[3] += details.get("polarity_correct", 0)
-                tokens = int(batch["attention_mask"].sum())
-                step_loss += float(loss.detach()) / recipe.grad_accum_steps
-                step_tokens += tokens
-                step_flops += training_flops(
-                    config, tokens, batch["input_ids"].shape[1], n_masked, recipe.sparse_last_layer
-                )
-                step_masked += n_masked
-                step_correct += n_correct
-            grad_norm = engine.step()
-            step += 1
-            dt = time.perf_counter() - t0
-            if on_step_end is not None:  # this rank's own numbers
-                on_step_end(
-                    step, {"loss": step_loss, "tokens": step_tokens, "masked": step_masked, "seconds": dt}
-                )
-            # The step over all data-parallel ranks (one small all-reduce): the loss is the mean of the ranks'
-            # losses, the counts are sums. Every rank then logs, checks and checkpoints the same numbers.
-            loss_sum, tokens_sum, flops_sum, masked_sum, correct_sum, *parts_sum = engine.dp_sum(
-                [
-                    step_loss,
-                    step_tokens,
-                    step_flops,
-                    step_masked,
-                    step_correct,
-                    *(step_parts if polarity else []),
-                ]
-            )
-            step_loss = loss_sum / engine.dp_world_size
-            if not math.isfinite(step_loss):
-                raise FloatingPointError(
-                    f"loss is {step_loss} at step {step}: lower optim.lr, enable optim.grad_clip, or use fp32"
-                )
-            if state["first_loss"] is None:
-                state["first_loss"] = step_loss
-            state.update(step=step, epoch=position.epoch, index=position.index)
-            state["tokens"] += int(tokens_sum)
-            state["flops"] += flops_sum
-            state["train_time_s"] += dt
-            session_tokens += int(tokens_sum)
-            session_flops += flops_sum
-            session_time += dt
-            for key, value in (
-                ("loss", step_loss),
-                ("steps", 1),
-                ("tokens", int(tokens_sum)),
-                ("flops", flops_sum),
-                ("time", dt),
-                ("masked", int(masked_sum)),
-                ("correct", int(correct_sum)),
-            ):
-                window[key] += value
-            if parts_sum:
-                window["mlm_loss"] += parts_sum[0] / engine.dp_world_size
-                window["polarity_loss"] += parts_sum[1]
-                window["polarity_n"] += int(parts_sum[2])
-                window["polarity_correct"] += int(parts_sum[3])
-            bar.update(1)
-
-            if step % recipe.logging.interval == 0 or step == recipe.max_steps:
-                record = {
-                    "train/loss": window["loss"] / window["steps"],
-                    "train/accuracy": window["correct"] / max(1, window["masked"]),
-                    "train/lr": engine.lr,
-                    "train/grad_norm": grad_norm,
-                    "train/tokens_per_s": window["tokens"] / window["time"],
-                    "train/mfu": mfu(window["flops"] / n_devices, window["time"], peak),
-                    "train/epoch": position.epoch,
-                    "train/tokens": state["tokens"],
-                }
-                if polarity and getattr(engine, "last_details", None) is not None:
-                    record["train/mlm_loss"] = window["mlm_loss"] / window["steps"]
-                    if window["polarity_n"]:
-                        record["train/polarity_loss"] = window["polarity_loss"] / window["polarity_n"]
-                        record["train/polarity_accuracy"] = window["polarity_correct"] / window["polarity_n"]
-                metrics.log(step, record)
-                state["last_train_loss"] = record["train/loss"]
-                bar.set_postfix(
-                    loss=f"{record['train/loss']:.4f}",
-                    tok_s=format_count(record["train/tokens_per_s"]),
-                    **({"mfu": f"{record['train/mfu']:.1%}"} if record["train/mfu"] is not None else {}),
-                )
-                window = _new_window()
-            if recipe.eval.interval and step % recipe.eval.interval == 0:
-                run_eval(step)
-            if recipe.checkpoint.interval and step % recipe.checkpoint.interval == 0:
-                save(step)
-                last_saved = step
-            if step == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        if state["last_eval"] is None or state["last_eval"]["step"] != step:
-            run_eval(step)
-        if recipe.checkpoint.save_final and last_saved != step:
-            save(step)
+        step = loop.run(
+            engine,
+            task,
+            start_step,
+            resumed=resume_from is not None,
+            last_eval=(state["last_eval"] or {}).get("step"),
+            on_step_end=on_step_end,
+        )
     finally:
-        bar.close()
         metrics.close()
 
     final_loss = state["last_train_loss"]
@@ -417,9 +245,9 @@ def pretrain(
         "best_eval": state["best_eval"],
         "train_time_s": state["train_time_s"],
         "wall_time_s": time.perf_counter() - t_start,
-        "tokens_per_s": session_tokens / session_time if session_time else None,
+        "tokens_per_s": task.session["tokens"] / task.session["time"] if task.session["time"] else None,
         "model_flops": state["flops"],
-        "mfu": mfu(session_flops / n_devices, session_time, peak),
+        "mfu": mfu(task.session["flops"] / task.n_devices, task.session["time"], peak),
         "peak_flops": peak,
         "device": str(device),
         "precision": recipe.precision,
@@ -437,38 +265,170 @@ def pretrain(
     return summary
 
 
+@dataclasses.dataclass
+class _Pretraining:
+    """Masked-LM pretraining as a task on the training loop (`loop.TrainTask`): the micro batches of a step
+    (the sampler's data position, the collator's step-seeded masks), the loss and its counts, the metrics
+    window, evaluation and checkpoints."""
+
+    recipe: PretrainRecipe
+    engine: Any
+    config: Any
+    train_ds: Any
+    sampler: ShardedBatchSampler
+    collator: Any
+    eval_batches: list[dict[str, torch.Tensor]]
+    state: dict[str, Any]
+    metrics: MetricsLogger
+    peak: float | None
+
+    def __post_init__(self) -> None:
+        self.position = DataPosition(self.state["epoch"], self.state["index"])
+        self.polarity = self.recipe.masking.uses_sentiment() and self.recipe.masking.polarity_weight > 0
+        self.n_devices = getattr(
+            self.engine, "world_size", 1
+        )  # MFU is per device: TP ranks share a replica's FLOPs
+        # Sums over the current logging window. The deterministic ones travel in checkpoints, so a resumed run
+        # logs the same window means as an uninterrupted one.
+        self.window = {**WINDOW, **(self.state.pop("window", None) or {})}
+        self.session = {"tokens": 0, "flops": 0.0, "time": 0.0}
+
+    def micro_batches(self, step: int):
+        self.collator.set_step(step)
+        # tokens, flops, masked, correct (+ mlm loss, polarity loss x positions, positions, correct)
+        self.sums = dict.fromkeys(
+            ("tokens", "flops", "masked", "correct", *(POLARITY if self.polarity else ())), 0
+        )
+        for i in range(self.recipe.grad_accum_steps):
+            indices, self.position = self.sampler.next_batch(self.position)
+            yield self.collator(rows(self.train_ds, indices)), i == self.recipe.grad_accum_steps - 1
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        loss, n_masked, n_correct = self.engine.loss(batch)
+        sums, tokens = self.sums, int(batch["attention_mask"].sum())
+        details = getattr(self.engine, "last_details", None) if self.polarity else None
+        if details:
+            n_pol = details.get("polarity_n", 0)
+            sums["mlm_loss"] += details["mlm_loss"] / self.recipe.grad_accum_steps
+            sums["polarity_loss"] += details.get("polarity_loss", 0.0) * n_pol
+            sums["polarity_n"] += n_pol
+            sums["polarity_correct"] += details.get("polarity_correct", 0)
+        sums["tokens"] += tokens
+        shape = batch["input_ids"].shape[1]
+        sums["flops"] += training_flops(self.config, tokens, shape, n_masked, self.recipe.sparse_last_layer)
+        sums["masked"] += n_masked
+        sums["correct"] += n_correct
+        return loss
+
+    def step_sums(self) -> dict[str, float]:
+        return self.sums
+
+    def end_step(self, step: int, loss: float, grad_norm: float, sums: dict, seconds: float) -> None:
+        sums = {k: v if k in ("flops", "mlm_loss", "polarity_loss") else int(v) for k, v in sums.items()}
+        if "mlm_loss" in sums:  # a mean over the ranks, as the loss is
+            sums["mlm_loss"] /= self.engine.dp_world_size
+        state, self.grad_norm = self.state, grad_norm
+        if state["first_loss"] is None:
+            state["first_loss"] = loss
+        state.update(step=step, epoch=self.position.epoch, index=self.position.index)
+        state["tokens"] += sums["tokens"]
+        state["flops"] += sums["flops"]
+        state["train_time_s"] += seconds
+        for key, value in {"tokens": sums["tokens"], "flops": sums["flops"], "time": seconds}.items():
+            self.session[key] += value
+        for key, value in {"loss": loss, "steps": 1, "time": seconds, **sums}.items():
+            self.window[key] += value
+
+    def log(self, step: int) -> dict[str, str]:
+        window = self.window
+        record = {
+            "train/loss": window["loss"] / window["steps"],
+            "train/accuracy": window["correct"] / max(1, window["masked"]),
+            "train/lr": self.engine.lr,
+            "train/grad_norm": self.grad_norm,
+            "train/tokens_per_s": window["tokens"] / window["time"],
+            "train/mfu": mfu(window["flops"] / self.n_devices, window["time"], self.peak),
+            "train/epoch": self.position.epoch,
+            "train/tokens": self.state["tokens"],
+        }
+        if self.polarity and getattr(self.engine, "last_details", None) is not None:
+            record["train/mlm_loss"] = window["mlm_loss"] / window["steps"]
+            if window["polarity_n"]:
+                record["train/polarity_loss"] = window["polarity_loss"] / window["polarity_n"]
+                record["train/polarity_accuracy"] = window["polarity_correct"] / window["polarity_n"]
+        self.metrics.log(step, record)
+        self.state["last_train_loss"] = record["train/loss"]
+        self.window = dict(WINDOW)
+        return {
+            "loss": f"{record['train/loss']:.4f}",
+            "tok_s": format_count(record["train/tokens_per_s"]),
+            **({"mfu": f"{record['train/mfu']:.1%}"} if record["train/mfu"] is not None else {}),
+        }
+
+    def run_eval(self, step: int) -> bool:
+        result = evaluate(self.engine, self.eval_batches) if self.eval_batches else {}
+        if result:
+            state = self.state
+            state["last_eval"] = {"step": step, **result}
+            if state["best_eval"] is None or result["eval/loss"] < state["best_eval"]["eval/loss"]:
+                state["best_eval"] = {"step": step, **result}
+            self.metrics.log(step, result)
+            if self.engine.is_main:  # tqdm.write prints even through a disabled bar
+                tqdm.write(
+                    f"step {step}: eval loss {result['eval/loss']:.4f}  ppl {result['eval/perplexity']:.2f}  "
+                    f"acc {result['eval/accuracy']:.4f}"
+                )
+        return False
+
+    def save(self, step: int) -> None:
+        engine, recipe, output_dir = self.engine, self.recipe, Path(self.recipe.output_dir)
+        single = engine.backend == "single"
+
+        def write(tmp: Path) -> None:
+            ckpt.save_rng_state(tmp, rank=engine.rank)
+            if engine.is_main:
+                deterministic = {k: self.window[k] for k in (*DETERMINISTIC_WINDOW, *POLARITY)}
+                ckpt.write_json(tmp / "trainer_state.json", {**self.state, "window": deterministic})
+                (tmp / "recipe.yaml").write_text(recipe_to_yaml(recipe), encoding="utf-8")
+            engine.save(tmp)  # last: a sharded engine writes its shard on every rank, then synchronises
+
+        path = ckpt.save_checkpoint(
+            output_dir, step, write, is_main=engine.is_main, barrier=None if single else engine.barrier
+        )
+        if engine.is_main:
+            removed = ckpt.rotate_checkpoints(output_dir, recipe.checkpoint.keep_last, REQUIRED_FILES)
+            logger.info(
+                "saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else ""
+            )
+
+
 #: Window sums that travel in checkpoints (a resumed run logs the same means as an uninterrupted one).
 DETERMINISTIC_WINDOW = ("loss", "steps", "masked", "correct")
-POLARITY_WINDOW = ("mlm_loss", "polarity_loss", "polarity_n", "polarity_correct")
+POLARITY = ("mlm_loss", "polarity_loss", "polarity_n", "polarity_correct")
+WINDOW = {"loss": 0.0, "steps": 0, "tokens": 0, "flops": 0.0, "time": 0.0, "masked": 0, "correct": 0}
+WINDOW.update(dict.fromkeys(POLARITY, 0))
 
 
-def _new_window() -> dict[str, float]:
-    return {
-        "loss": 0.0,
-        "steps": 0,
-        "tokens": 0,
-        "flops": 0.0,
-        "time": 0.0,
-        "masked": 0,
-        "correct": 0,
-        **dict.fromkeys(POLARITY_WINDOW, 0),
-    }
+def _collator(recipe: PretrainRecipe, tokenizer, seed: int, eval_strategy: bool = False):
+    """The recipe's knowledge-masking collator: its masking schedule, or the constant `masking.eval_strategy`."""
+    from ernie_zoo.masking import KnowledgeMaskingCollator, MaskingSchedule
+
+    m = recipe.masking
+    schedule = (
+        MaskingSchedule.constant(m.eval_strategy)
+        if eval_strategy
+        else MaskingSchedule.from_config(m.schedule)
+    )
+    return KnowledgeMaskingCollator(
+        tokenizer, schedule=schedule, mlm_probability=m.mlm_probability, max_ngram=m.max_ngram, seed=seed
+    )
 
 
 def _eval_batches(recipe: PretrainRecipe, tokenizer, eval_ds) -> list[dict[str, torch.Tensor]]:
     """The held-out split, masked once with `masking.eval_strategy` (fixed masks, comparable over time)."""
     if eval_ds is None or len(eval_ds) == 0:
         return []
-    from ernie_zoo.masking import KnowledgeMaskingCollator, MaskingSchedule
-
-    m = recipe.masking
-    collator = KnowledgeMaskingCollator(
-        tokenizer,
-        schedule=MaskingSchedule.constant(m.eval_strategy),
-        mlm_probability=m.mlm_probability,
-        max_ngram=m.max_ngram,
-        seed=recipe.seed + 7919,
-    )
+    collator = _collator(recipe, tokenizer, recipe.seed + 7919, eval_strategy=True)
     collator.set_step(0)
     size = recipe.eval.batch_size or recipe.micro_batch_size
     batches = []

@@ -1,5 +1,6 @@
 """Engines for models whose forward returns their own loss (the fine-tuning tasks' models, peft-wrapped or not):
-what `ernie_zoo.finetune.loop.Trainer` calls, so that the loop never touches the optimizer or torch.distributed.
+what the training loop (`loop.TrainLoop`, driving `ernie_zoo.finetune.loop.Trainer`) calls, so that neither touches
+the optimizer or torch.distributed.
 
     engine.shard(batch)              this data-parallel rank's rows of the global batch (contiguous split)
     engine.forward(inputs)           the model's output (.loss, .logits); through DeepSpeed under that backend
@@ -7,7 +8,7 @@ what `ernie_zoo.finetune.loop.Trainer` calls, so that the loop never touches the
                                      the last micro batch of an optimizer step
     engine.step() -> grad norm       clip, optimizer step, LR schedule; the pre-clip global norm
     engine.zero_grad()               after anything that reads the gradients of the step (AdaLoRA's budget)
-    engine.dp_mean(x), agree(x)      a float averaged over the data-parallel ranks / rank 0's float on every rank
+    engine.dp_sum(xs), agree(x)      floats summed over the data-parallel ranks / rank 0's float on every rank
     engine.trainable_state()         the trainable parameters, whole (gathered from the ZeRO shards) on rank 0
     engine.load_trainable_state(s)   copy them back in
     engine.save_optimizer_state(d)   into a checkpoint directory (every rank: its ZeRO-3 partition), and back:
@@ -30,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ernie_zoo.training.deepspeed_engine import ZeroPartitionIO
+from ernie_zoo.training.deepspeed_engine import DataParallelRanks, ZeroPartitionIO
 
 from .checkpoint import load_optimizer_state, save_optimizer_state
 
@@ -51,6 +52,14 @@ def check_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> d
     return params
 
 
+def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Copy `state` (exactly the trainable parameters, by name) into `model`."""
+    params = check_trainable_state(model, state)
+    with torch.no_grad():
+        for name, value in state.items():
+            params[name].copy_(value)
+
+
 class PlainEngine:
     """One process, one device: `optimizer` and `scheduler` as given, clipping at `max_grad_norm` (0: none)."""
 
@@ -59,6 +68,7 @@ class PlainEngine:
     dp_rank = 0
     dp_world_size = 1
     backend = "single"
+    scaler: torch.amp.GradScaler | None = None  # fp16 loss scaling (pretraining's SingleDeviceEngine)
 
     def __init__(
         self,
@@ -79,16 +89,22 @@ class PlainEngine:
     def forward(self, inputs: dict[str, torch.Tensor]) -> Any:
         return self.model(**inputs)
 
-    def backward(self, loss: torch.Tensor, boundary: bool) -> None:
-        loss.backward()
+    def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step(self) -> float:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.max_grad_norm > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
         self.scheduler.step()
         return float(norm)
 
@@ -99,8 +115,8 @@ class PlainEngine:
     def lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
-    def dp_mean(self, value: float) -> float:
-        return value
+    def dp_sum(self, values: list[float]) -> list[float]:
+        return [float(v) for v in values]
 
     def agree(self, value: float) -> float:
         return value
@@ -113,10 +129,7 @@ class PlainEngine:
         return {n: p.detach() for n, p in _trainable(self.model)}
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
-        params = check_trainable_state(self.model, state)
-        with torch.no_grad():
-            for name, value in state.items():
-                params[name].copy_(value)
+        load_trainable_state(self.model, state)
 
     def shard_report(self) -> dict[str, list[int]]:
         return {n: [p.numel(), p.numel()] for n, p in self.model.named_parameters()}
@@ -132,7 +145,7 @@ class PlainEngine:
         load_optimizer_state(self.optimizer, directory)
 
 
-class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
+class DeepSpeedTaskEngine(ZeroPartitionIO, DataParallelRanks, PlainEngine):
     """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
     started. `config` is the run's DeepSpeed config (`parallel.deepspeed_backend.make_config`'s, as
     `finetune.loop.deepspeed_config` makes it: its micro batch is the rows one data-parallel rank reads, its
@@ -227,27 +240,12 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
     def zero_grad(self) -> None:
         pass  # DeepSpeed zeroes (and frees) the gradients inside its step
 
-    def _all_reduce(self, value: float, op: str) -> float:
+    def agree(self, value: float) -> float:
         import torch.distributed as dist
-        from deepspeed.utils import groups
 
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
-        if op == "mean":
-            dist.all_reduce(t, group=groups._get_data_parallel_group())
-            return float(t.item()) / self.dp_world_size
         dist.broadcast(t, src=0)
         return float(t.item())
-
-    def dp_mean(self, value: float) -> float:
-        return self._all_reduce(value, "mean")
-
-    def agree(self, value: float) -> float:
-        return self._all_reduce(value, "broadcast")
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        dist.barrier()
 
     @contextlib.contextmanager
     def _whole(self, name: str, p: torch.Tensor, modifier_rank: int | None = None):
@@ -320,4 +318,4 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
         return report
 
 
-__all__ = ["DeepSpeedTaskEngine", "PlainEngine", "check_trainable_state"]
+__all__ = ["DeepSpeedTaskEngine", "PlainEngine", "check_trainable_state", "load_trainable_state"]
