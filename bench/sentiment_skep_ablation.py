@@ -18,6 +18,9 @@ split is read. Runs not finished yet are listed under ``missing``.
     lexicon input:      recipes/experiments/sentiment-lexicon-skep.yaml, -skep-seed7.yaml (the same as the
                         frames runs, plus the sentiment lexicon's bits as input: data.lexicon), and -skep-seed3.yaml
                         (a third seed, no frames run to pair it with)
+    turn frames:        recipes/experiments/sentiment-turns-seed3.yaml, -seed7.yaml (the lexicon runs' data plus
+                        sentences whose turn decides, 本来担心会很{n}，结果挺{p}的。, and negated negative adjectives,
+                        一点也不{n}。: sentiment_silver.py --turns), compared with the lexicon runs of the same seeds
 
     python bench/sentiment_skep_ablation.py     # ~1 min per run on one thread
 """
@@ -43,7 +46,17 @@ ARMS = {
     "skep_on_silver_frames_lexicon": ("sentiment-lexicon-skep", "sentiment-lexicon-skep-seed7"),
     # a third seed of it (no frames run with that seed: a candidate for shipping, outside the ablation)
     "skep_on_silver_frames_lexicon_seed3": ("sentiment-lexicon-skep-seed3",),
+    # the lexicon runs' data plus turn frames (sentiment_silver.py --turns), seeds 3 and 7
+    "skep_on_silver_frames_lexicon_turns": ("sentiment-turns-seed3", "sentiment-turns-seed7"),
 }
+#: (arm, the runs of the same seeds without it, key): an effect measured on matched seeds
+MATCHED = (
+    (
+        "skep_on_silver_frames_lexicon_turns",
+        ("sentiment-lexicon-skep-seed3", "sentiment-lexicon-skep-seed7"),
+        "turn_frames_effect",
+    ),
+)
 
 
 def recipe_path(name: str) -> str:
@@ -135,6 +148,19 @@ def main(argv: list[str] | None = None) -> None:
                 "domains": {
                     d: arms[a]["domains"][d]["mean"] - arms[b]["domains"][d]["mean"]
                     for d in arms[a]["domains"]
+                },
+            }
+    for arm, names, key in MATCHED:
+        if arm in arms and all(n in result["runs"] for n in names):
+            base = summarise([result["runs"][n] for n in names])
+            result[key] = {
+                "against": list(names),
+                "multidomain_dev_macro_f1": arms[arm]["multidomain_dev_macro_f1"]["mean"]
+                - base["multidomain_dev_macro_f1"]["mean"],
+                "review_dev_accuracy": arms[arm]["review_dev_accuracy"]["mean"]
+                - base["review_dev_accuracy"]["mean"],
+                "domains": {
+                    d: arms[arm]["domains"][d]["mean"] - base["domains"][d]["mean"] for d in base["domains"]
                 },
             }
     atomic_write_json(args.out, result)

@@ -79,11 +79,37 @@ FRAMES = (
 NEGATED_FRAMES = ("一点也不{w}。", "真的不{w}。", "觉得不太{w}。", "并不{w}。")
 
 
-def framed_sentences(lexicon, n: int, rng: random.Random) -> list[dict]:
-    """``n`` short sentences (half positive, half negative) that put one common sentiment word of ``lexicon`` in a
-    frame of `FRAMES` (the word's polarity) or, for a positive word, of `NEGATED_FRAMES` (negative). Words: two
-    characters, tagged adjective or verb in jieba's dictionary, listed by at least 4 of the lexicon's sources with
-    strength >= 0.4 (so 呈现 and 奢华 are out, 开心 and 失望 in), the 1,500 most frequent of each polarity."""
+# Negation of a negative word reads as mildly positive (一点也不累, 不算严重, 没有想象中那么辛苦), and in a turn the
+# clause after 但是 / 结果 / 没想到 decides the sentence (本来担心..., 结果...). A model that learnt "a negator means
+# negative" from NEGATED_FRAMES alone reads everyday good news told through a worry it dispelled as negative; these
+# frames teach the other half. {n} is a negative word, {p} a positive one; the label is the turn's polarity.
+NEGATED_NEGATIVE_FRAMES = (
+    "一点也不{n}。",
+    "没有想象中那么{n}。",
+    "其实并不{n}。",
+    "不算太{n}。",
+    "一点都不觉得{n}。",
+)
+TURN_FRAMES = {
+    "positive": (
+        "本来担心会很{n}，结果挺{p}的。",
+        "虽然有点{n}，但是很{p}。",
+        "一开始觉得{n}，后来发现很{p}。",
+        "原以为会{n}，没想到这么{p}。",
+    ),
+    "negative": (
+        "本来以为会很{p}，结果挺{n}的。",
+        "虽然很{p}，但是太{n}了。",
+        "一开始觉得{p}，后来发现很{n}。",
+        "原以为会{p}，没想到这么{n}。",
+    ),
+}
+
+
+def _frame_words(lexicon, tags_kept: tuple[str, ...] = ("a", "v")) -> dict[int, list[str]]:
+    """Two-character sentiment words, tagged adjective or verb (`tags_kept`) in jieba's dictionary, listed by at least 4 of the
+    lexicon's sources with strength >= 0.4 (so 呈现 and 奢华 are out, 开心 and 失望 in), the 1,500 most frequent of
+    each polarity (+1, -1)."""
     import jieba
     import jieba.posseg
 
@@ -93,10 +119,36 @@ def framed_sentences(lexicon, n: int, rng: random.Random) -> list[dict]:
     for w, (polarity, strength) in lexicon.words.items():
         if len(lexicon.sources.get(w, ())) < 4 or strength < 0.4:
             continue
-        if len(w) == 2 and tags.get(w, "")[:1] in ("a", "v") and freq.get(w, 0) >= 50:
+        if len(w) == 2 and tags.get(w, "")[:1] in tags_kept and freq.get(w, 0) >= 50:
             words[polarity].append(w)
     for polarity in words:
         words[polarity] = sorted(words[polarity], key=lambda w: -freq[w])[:1500]
+    return words
+
+
+def turn_sentences(lexicon, n: int, rng: random.Random) -> list[dict]:
+    """``n`` short sentences (half positive, half negative): a quarter put a negative word in a
+    `NEGATED_NEGATIVE_FRAMES` frame (positive), a quarter a negative and a positive word in a positive
+    `TURN_FRAMES` frame, half a positive and a negative word in a negative one. Words as in `framed_sentences`, but
+    adjectives only (一点也不镇压 is not a sentence)."""
+    words = _frame_words(lexicon, ("a",))
+    out: list[dict] = []
+    for i in range(n):
+        if i % 4 == 0:
+            text, label = rng.choice(NEGATED_NEGATIVE_FRAMES).format(n=rng.choice(words[-1])), "positive"
+        else:
+            label = "positive" if i % 4 == 1 else "negative"
+            frame = rng.choice(TURN_FRAMES[label])
+            text = frame.format(n=rng.choice(words[-1]), p=rng.choice(words[1]))
+        out.append({"text": text, "label": label, "source": "silver:turns"})
+    return list({r["text"]: r for r in out}.values())
+
+
+def framed_sentences(lexicon, n: int, rng: random.Random) -> list[dict]:
+    """``n`` short sentences (half positive, half negative) that put one common sentiment word of ``lexicon`` in a
+    frame of `FRAMES` (the word's polarity) or, for a positive word, of `NEGATED_FRAMES` (negative); the words:
+    `_frame_words`."""
+    words = _frame_words(lexicon)
     out: list[dict] = []
     for i in range(n):
         if i % 2 == 0:  # positive: a positive word in a plain frame
@@ -120,6 +172,7 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frames", type=int, default=0, help="add this many framed sentences (framed_sentences)")
+    ap.add_argument("--turns", type=int, default=0, help="add this many turn sentences (turn_sentences)")
     ap.add_argument("--lexicon", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
 
@@ -161,6 +214,14 @@ def main() -> None:
             label: sum(r["label"] == label for r in framed) for label in ("positive", "negative")
         }
         silver += framed
+    if args.turns:
+        turned = turn_sentences(
+            load_sentiment_lexicon(args.lexicon, min_sources=2), args.turns, random.Random(args.seed + 2)
+        )
+        counts["turns"] = {
+            label: sum(r["label"] == label for r in turned) for label in ("positive", "negative")
+        }
+        silver += turned
     gold = [{**r, "source": "reviews"} for r in load_split("sentiment", "train")]
     train = gold + silver
     rng.shuffle(train)
