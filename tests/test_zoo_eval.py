@@ -539,3 +539,4 @@ def test_the_csc_card_describes_the_lm_it_ships():
     assert _csc_lm_text({"order": 3, "min_count": 2, "prune_from_order": 3}).endswith(
         "(3-grams seen once pruned)"
     )
+    assert _csc_lm_text({"order": 3, "min_count": 1, "prune_from_order": 2}).endswith("(every n-gram kept)")

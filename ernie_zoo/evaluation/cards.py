@@ -843,7 +843,9 @@ def _csc_lm_text(spec: dict[str, Any]) -> str:
     count, start = spec.get("min_count", 2), spec.get("prune_from_order", 2)
     seen = "seen once" if count == 2 else f"seen fewer than {count} times"
     pruned = (
-        f"n-grams {seen} pruned"
+        "every n-gram kept"
+        if count <= 1
+        else f"n-grams {seen} pruned"
         if start == 2
         else f"{start}-grams{' and longer' if start < spec.get('order', start) else ''} {seen} pruned"
     )

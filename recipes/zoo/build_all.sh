@@ -97,7 +97,7 @@ $PY recipes/zoo/ship.py ernie-zoo-mini-zh ernie-zoo-mini-sentiment ernie-zoo-min
 # format version 2, varint streams, ernie_zoo/models/ngram.py). Then that LM and the weights are shipped with the
 # model (ngram_lm.safetensors, config.json's correction_fusion).
 $PY bench/csc_fusion.py --lm-text train$(printf '+%s' $C/{msra,reviews,xinhua,fortunes,manpages,libreoffice}.txt) \
-    --order 3 4 --min-count 2 3 4 --prune-from-order 2 3 4 --max-lm-bytes 14600000
+    --order 3 4 --min-count 1 2 3 4 --prune-from-order 2 3 4 --max-lm-bytes 14600000
 $PY -m ernie_zoo.evaluation.correction --attach-lm ernie_zoo/zoo/ernie-zoo-mini-csc --fusion bench/results/csc_fusion.json
 # The fast NER tagger (Taskflow("ner", mode="fast")): tagger A cut to its first layer, distilled from the shipped
 # ensemble (its teacher, so it comes after the ensemble is shipped). recipes/experiments/ner-fast.yaml and
