@@ -1,7 +1,11 @@
 """`ernie-zoo` command: one entry point with subcommands; each lives in its own module.
 
-A subcommand module exposes `add_arguments(parser)` and `run(args) -> int`. Register it in `SUBCOMMANDS`
-(name -> "module.path"); modules are imported only when their subcommand runs, so `--help` stays fast.
+A subcommand module exposes a dataclass `Args` (its docstring and its fields' docstrings are the `--help`; fields
+without a default are positional) and `run(args, argv) -> int` (argv: the subcommand's arguments as given, for a
+results file to record), and optionally `ALIASES` (other flag names -> fields). The command line is parsed by
+jsonargparse as `ernie-pretrain`'s recipes are (`ernie_zoo.training.recipe.recipe_from_cli`): `--print_config`,
+`--config FILE`, `--snake_case` or `--kebab-case`. Register it in `SUBCOMMANDS` (name -> "module.path"); modules
+are imported only when their subcommand runs, so `--help` stays fast.
 """
 
 from __future__ import annotations
@@ -41,21 +45,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ernie-zoo",
-        description=__doc__.splitlines()[0],
-        epilog="--debug (anywhere): show the traceback of an error instead of one line",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
-        # Import only the selected subcommand's module to add its arguments.
-        if argv and argv[0] == name:
-            importlib.import_module(module).add_arguments(p)
-    args = parser.parse_args(argv)
-    args.argv = list(argv)  # as given, e.g. for a results file to record the command that wrote it
-    module = importlib.import_module(SUBCOMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    if not argv or argv[0] not in SUBCOMMANDS:  # no subcommand: the list of them, or an error naming them
+        parser = argparse.ArgumentParser(
+            prog="ernie-zoo",
+            description=__doc__.splitlines()[0],
+            epilog="--debug (anywhere): show the traceback of an error instead of one line",
+        )
+        sub = parser.add_subparsers(dest="command", required=True)
+        for name, (_, help_text) in SUBCOMMANDS.items():
+            sub.add_parser(name, help=help_text)
+        parser.parse_args(argv)
+    from ernie_zoo.training.recipe import recipe_from_cli
+
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    aliases = getattr(module, "ALIASES", None)  # flag names kept from before the module was typed
+    args = recipe_from_cli(argv[1:], module.Args, f"ernie-zoo {argv[0]}", module.__doc__, aliases, True)
+    return args if isinstance(args, int) else int(module.run(args, argv[1:]) or 0)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,7 @@ CASES = [
         ["taskflow", "ner", "--bogus-flag", "x"],
         None,
         2,
-        "unrecognized arguments",
+        "unknown option '--bogus_flag'; valid options: --input",
     ),
     (
         "missing-task-path",
@@ -180,7 +180,7 @@ CASES = [
         ["taskflow", "fill_mask", "-O", "top_k", "我[MASK]你"],
         None,
         2,
-        "--option expects KEY=VALUE",
+        "-O expects KEY=VALUE",
     ),
     (
         "unknown-option",
@@ -212,7 +212,7 @@ CASES = [
         ["taskflow", "ner", "--batch-size", "many", "好"],
         None,
         2,
-        "invalid int value: 'many'",
+        "Expected a <class 'int'>. Got value: many",
     ),
     (
         "max-seq-len-tiny",
@@ -271,7 +271,16 @@ CASES = [
         2,
         "refused to load pickled weights",
     ),
-    ("info-unknown-flag", "ernie-zoo", ["info", "--bogus"], None, 2, "unrecognized arguments"),
+    (
+        "info-unknown-flag",
+        "ernie-zoo",
+        ["info", "--bogus"],
+        None,
+        2,
+        "unknown option '--bogus'; valid options",
+    ),
+    ("plan-no-model", "ernie-zoo", ["plan"], None, 2, "give exactly one of --recipe or --preset"),
+    ("convert-bad-head", "ernie-zoo", ["convert", "a", "b", "--head", "nope"], None, 2, "head"),
     ("pretrain-missing-recipe", "ernie-pretrain", ["ROOT/none.yaml"], None, 2, "none.yaml"),
     ("pretrain-unknown-key", "ernie-pretrain", ["ROOT/bad_recipe.yaml"], None, 2, "no_such_key"),
     ("finetune-missing-recipe", "ernie-finetune", ["ROOT/none.yaml"], None, 2, "none.yaml"),
@@ -304,7 +313,7 @@ def test_cli_error_is_one_line(prog, argv, stdin, code, fragment, broken, capsys
 def test_unexpected_exception_is_one_line_and_debug_shows_it(capsys, monkeypatch):
     from ernie_zoo.commands import info
 
-    def boom(args):
+    def boom(args, argv):
         raise RuntimeError("something\nbroke")
 
     monkeypatch.setattr(info, "run", boom)

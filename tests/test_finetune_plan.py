@@ -86,13 +86,9 @@ def test_the_10b_lora_recipe_loads_and_repeats_every_help_text():
 
 
 def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
-    import argparse
+    from ernie_zoo.cli import main
 
-    from ernie_zoo.commands.plan import add_arguments, run
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    assert run(parser.parse_args(["--recipe", str(RECIPE), "--cluster", NODE, "--json"])) == 0  # fits
+    assert main(["plan", "--recipe", str(RECIPE), "--cluster", NODE, "--json"]) == 0  # fits
     captured = capsys.readouterr()
     plan = json.loads(captured.out)
     settings = plan["settings"]
@@ -119,7 +115,7 @@ def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
     data["method"]["method"] = "full"
     full_recipe = tmp_path / "full-10b-zero3.yaml"
     full_recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
-    run(parser.parse_args(["--recipe", str(full_recipe), "--cluster", NODE, "--json"]))
+    main(["plan", "--recipe", str(full_recipe), "--cluster", NODE, "--json"])
     full = json.loads(capsys.readouterr().out)
     assert full["settings"]["trainable_fraction"] == 1.0
     full_optimizer = next(v for k, v in full["memory_bytes"].items() if k.startswith("optimizer"))
@@ -131,13 +127,13 @@ def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
     # ZeRO stage 2 holds whole parameters on every rank, so every rank builds the model whole
     data["distributed"]["zero_stage"] = 2
     full_recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
-    run(parser.parse_args(["--recipe", str(full_recipe), "--cluster", NODE, "--json"]))
+    main(["plan", "--recipe", str(full_recipe), "--cluster", NODE, "--json"])
     assert "under ZeRO stage 2 builds the model whole on every rank" in capsys.readouterr().err
 
     # the recipe's tensor-parallel size is planned: TP 2 halves the data-parallel ranks and each GPU's weights
     data["distributed"]["zero_stage"] = 3
     data["distributed"]["tp_size"] = 2
     full_recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
-    run(parser.parse_args(["--recipe", str(full_recipe), "--cluster", NODE, "--json"]))
+    main(["plan", "--recipe", str(full_recipe), "--cluster", NODE, "--json"])
     tp2 = json.loads(capsys.readouterr().out)
     assert (tp2["settings"]["tp"], tp2["dp"], tp2["settings"]["micro_batch"]) == (2, 4, 16)

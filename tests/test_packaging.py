@@ -94,13 +94,14 @@ def test_readme_bench_tables_are_current():
 
 
 def test_every_cli_subcommand_module_exists_and_has_help():
+    import dataclasses
     import importlib
 
     from ernie_zoo.cli import SUBCOMMANDS
 
     for name, (module, help_text) in SUBCOMMANDS.items():
         mod = importlib.import_module(module)
-        assert callable(mod.add_arguments) and callable(mod.run), name
+        assert dataclasses.is_dataclass(mod.Args) and callable(mod.run), name
         assert help_text, name
     out = subprocess.run(
         [sys.executable, "-m", "ernie_zoo.cli", "--help"],

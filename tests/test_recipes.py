@@ -3,6 +3,7 @@ errors, help."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -131,10 +132,44 @@ def test_dotted_overrides_and_type_coercion(tmp_path):
 
 
 def test_resume_flag_and_positional_recipe():
-    assert cli_args(["r.yaml", "--resume"]) == ["--config", "r.yaml", "--resume", "latest"]
-    assert cli_args(["r.yaml", "--resume", "--max_steps", "3"])[2:4] == ["--resume", "latest"]
-    assert cli_args(["r.yaml", "--resume", "runs/x/checkpoint-5"])[2:] == ["--resume", "runs/x/checkpoint-5"]
-    assert cli_args(["--lr=1", "--resume"], {"lr": "optim.lr"}) == ["--optim.lr=1", "--resume", "latest"]
+    assert cli_args(["r.yaml", "--resume"]) == ["--config=r.yaml", "--resume=latest"]
+    assert cli_args(["r.yaml", "--resume", "--max_steps", "3"])[1] == "--resume=latest"
+    assert cli_args(["r.yaml", "--resume", "runs/x/checkpoint-5"])[1:] == ["--resume=runs/x/checkpoint-5"]
+    assert cli_args(["--lr=1", "--resume"], {"lr": "optim.lr"}) == ["--optim.lr=1", "--resume=latest"]
+
+
+@dataclasses.dataclass
+class _Command:
+    """A subcommand's arguments (what `ernie-zoo` subcommands declare)."""
+
+    src: str
+    """A positional argument."""
+    texts: list[str]
+    """The positional arguments left."""
+    dry_run: bool = False
+    """A flag."""
+    task: list[str] = dataclasses.field(default_factory=list)
+    """Repeatable."""
+    task_path: dict[str, str] = dataclasses.field(default_factory=dict)
+    """TASK=DIR pairs."""
+    batch_size: int = 1
+    """A number."""
+
+
+def test_command_line_read_as_argparse_would():
+    """Subcommands: positionals anywhere, kebab-case flags, bare bool flags, repeated list flags, KEY=VALUE."""
+    argv = ["a", "--dry-run", "x", "--task", "ner", "-n", "4", "--task", "pos", "--task_path", "ner=d", "y"]
+    args = cli_args(argv, {"n": "batch_size"}, _Command, positionals=True)
+    cmd = parse_recipe(_Command, args, positionals=True)
+    assert cmd == _Command("a", ["x", "y"], True, ["ner", "pos"], {"ner": "d"}, 4)
+    cmd = parse_recipe(
+        _Command, cli_args(["a", "--dry_run", "false", "--", "-z"], None, _Command, True), True
+    )
+    assert (cmd.texts, cmd.dry_run) == (["-z"], False)
+    with pytest.raises(ValueError, match="--task_path expects KEY=VALUE"):
+        cli_args(["a", "--task_path", "ner"], None, _Command, positionals=True)
+    with pytest.raises(ValueError, match="unknown option '--bogus'; valid options: --dry_run, --task"):
+        parse_recipe(_Command, cli_args(["a", "--bogus", "1"], None, _Command, True), True)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ that requests pile up in the queue and the batches they form are known exactly.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -442,12 +441,14 @@ def test_draining_refuses_new_requests():
 
 
 def test_cli_arguments_build_the_config(tmp_path):
-    from ernie_zoo.commands.serve import add_arguments, check_models, config_from_args
+    from ernie_zoo.commands.serve import ALIASES, Args, check_models
+    from ernie_zoo.training.recipe import cli_args, parse_recipe
 
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    def config_from_args(argv):  # what `ernie-zoo serve ARGV` parses
+        return parse_recipe(Args, cli_args(argv, ALIASES, Args, positionals=True), positionals=True)
+
     argv = ["--task", "sentiment", "--task", "ner", "--task_path", f"ner={tmp_path}", "--max-batch-size", "8"]
-    config = config_from_args(parser.parse_args(argv + ["--max-wait-ms", "2", "--api-key", "k"]))
+    config = config_from_args(argv + ["--max-wait-ms", "2", "--api-key", "k"])
     assert config.tasks == ["sentiment_analysis", "ner"] and config.task_paths == {"ner": str(tmp_path)}
     assert (config.host, config.port, config.max_batch_size, config.max_wait_ms) == (
         "127.0.0.1",
@@ -461,13 +462,11 @@ def test_cli_arguments_build_the_config(tmp_path):
     assert config.forward_batch_size == (32 if torch.cuda.is_available() else 2)  # the device's default
     assert config.taskflow_kwargs("sentiment_analysis")["batch_size"] == config.forward_batch_size
     assert config.taskflow_kwargs("ner")["task_path"] == str(tmp_path)
-    with pytest.raises(ValueError, match="TASK=VALUE"):
-        config_from_args(parser.parse_args(["--task", "ner", "--task_path", "ner"]))
+    with pytest.raises(ValueError, match="--task_path expects KEY=VALUE"):
+        config_from_args(["--task", "ner", "--task_path", "ner"])
     with pytest.raises(OSError, match="is not a directory"):
-        check_models(
-            config_from_args(parser.parse_args(["--task", "ner", "--task_path", "ner=/no/such/dir"]))
-        )
-    assert config_from_args(parser.parse_args(["--task", ECHO])).workers == 1
+        check_models(config_from_args(["--task", "ner", "--task_path", "ner=/no/such/dir"]))
+    assert config_from_args(["--task", ECHO]).workers == 1
 
 
 # ------------------------------------------------------------------------------- a real model over HTTP

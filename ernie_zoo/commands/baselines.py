@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ernie_zoo.data.labelled import DEFAULT_DATASETS
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pathlib import Path
+@dataclass
+class Args:
+    """Run the reference baselines on the prepared labelled splits."""
 
-    from ernie_zoo.data.labelled import DEFAULT_DATASETS
+    datasets: Path = DEFAULT_DATASETS
+    """Prepared labelled sets."""
+    out: Path = Path("bench/results/baselines.json")
+    """The results JSON to write."""
+    tasks: list[str] = field(default_factory=lambda: ["ner", "sentiment", "poetry"])
+    """Tasks to run (--tasks ner sentiment)."""
+    no_progress: bool = False
+    """No progress bars."""
 
-    parser.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS, help="prepared labelled sets")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/baselines.json"))
-    parser.add_argument("--tasks", nargs="+", default=["ner", "sentiment", "poetry"])
-    parser.add_argument("--no-progress", action="store_true")
 
-
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.evaluation.baselines import main
 
     argv = ["--datasets", str(args.datasets), "--out", str(args.out), "--tasks", *args.tasks]

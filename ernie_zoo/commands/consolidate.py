@@ -7,26 +7,30 @@ tokenizer files), written atomically and checked by loading it with AutoModelFor
 
 from __future__ import annotations
 
-import argparse
 import sys
+from dataclasses import dataclass
+from typing import Literal
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint_dir", help="a checkpoint-<step> directory with zero/rank<N> shards")
-    parser.add_argument("out_dir", help="the from_pretrained directory to write (atomically)")
-    parser.add_argument(
-        "--tokenizer",
-        default="auto",
-        help="tokenizer directory to include; auto (default): the checkpoint's, else <run dir>/tokenizer",
-    )
-    parser.add_argument("--no-tokenizer", action="store_true", help="write the model files only")
-    parser.add_argument(
-        "--dtype", choices=["fp32", "bf16", "fp16"], default="fp32", help="weights dtype (fp32: the masters)"
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+@dataclass
+class Args:
+    """Turn a sharded checkpoint into a from_pretrained directory."""
+
+    checkpoint_dir: str
+    """A checkpoint-<step> directory with zero/rank<N> shards."""
+    out_dir: str
+    """The from_pretrained directory to write (atomically)."""
+    tokenizer: str = "auto"
+    """Tokenizer directory to include; auto: the checkpoint's, else <run dir>/tokenizer."""
+    no_tokenizer: bool = False
+    """Write the model files only."""
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Weights dtype (fp32: the masters)."""
+    overwrite: bool = False
+    """Replace OUT_DIR if it exists."""
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.parallel.consolidate import consolidate_checkpoint
 
     try:

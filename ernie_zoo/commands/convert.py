@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from typing import Literal
 
 HEADS = {
     "base": "ErnieZooModel",
@@ -12,20 +13,29 @@ HEADS = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "src", help="directory with config.json, model.safetensors (or pytorch_model.bin), vocab.txt"
-    )
-    parser.add_argument("dst", help="output directory (written atomically)")
-    parser.add_argument("--head", choices=sorted(HEADS), default="mlm")
-    parser.add_argument("--fusion", choices=["add", "concat"], default="add")
-    parser.add_argument("--no-pinyin", action="store_true")
-    parser.add_argument("--no-radical", action="store_true")
-    parser.add_argument("--no-strokes", action="store_true")
-    parser.add_argument("--stroke-sequence", action="store_true")
+@dataclass
+class Args:
+    """Convert an ERNIE 3.0 / BERT-zh transformers directory into ErnieZoo classes."""
+
+    src: str
+    """Directory with config.json, model.safetensors (or pytorch_model.bin), vocab.txt."""
+    dst: str
+    """Output directory (written atomically)."""
+    head: Literal["base", "mlm", "seq-cls", "token-cls"] = "mlm"
+    """Model head: base, mlm, seq-cls or token-cls."""
+    fusion: Literal["add", "concat"] = "add"
+    """How character features join the word embedding: add or concat."""
+    no_pinyin: bool = False
+    """No pinyin embedding."""
+    no_radical: bool = False
+    """No radical embedding."""
+    no_strokes: bool = False
+    """No stroke-count embedding."""
+    stroke_sequence: bool = False
+    """Add the stroke-sequence embedding."""
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     import ernie_zoo.models as models
     from ernie_zoo.models.convert import load_pretrained_checkpoint
     from ernie_zoo.utils import atomic_directory

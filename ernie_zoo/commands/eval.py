@@ -2,74 +2,49 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from ernie_zoo.data.labelled import DEFAULT_DATASETS
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pathlib import Path
+@dataclass
+class Args:
+    """Evaluate zoo models on their test splits (through Taskflow, as users run them) next to the baselines of
+    bench/results/baselines.json; write the results JSON and regenerate the model cards from it."""
 
-    from ernie_zoo.data.labelled import DEFAULT_DATASETS
-    from ernie_zoo.evaluation.zoo import ZOO_MODELS
-
-    parser.description = (
-        "Evaluate zoo models on their test splits (through Taskflow, as users run them) next to the baselines "
-        "of bench/results/baselines.json; write the results JSON and regenerate the model cards from it."
-    )
-    parser.add_argument(
-        "models",
-        nargs="*",
-        metavar="NAME[=DIR]",
-        help=f"models to evaluate (default: all shipped: {', '.join(ZOO_MODELS)}); NAME=DIR evaluates a directory "
-        "under that name (e.g. before shipping it)",
-    )
-    parser.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS, help="prepared labelled sets")
-    parser.add_argument("--baselines", type=Path, default=Path("bench/results/baselines.json"))
-    parser.add_argument(
-        "--multidomain-baselines",
-        type=Path,
-        default=Path("bench/results/sentiment_multidomain.json"),
-        help="sentiment baselines on the multi-domain dev/test sets, shown next to a sentiment model "
-        "(used if the file exists; python -m ernie_zoo.evaluation.baselines --tasks sentiment_multidomain)",
-    )
-    parser.add_argument("--out", type=Path, default=Path("bench/results/zoo_eval.json"))
-    parser.add_argument(
-        "--cards",
-        type=Path,
-        default=None,
-        help="also write <model>.md cards here and README.md into each evaluated model directory",
-    )
-    parser.add_argument(
-        "--ablation",
-        type=Path,
-        default=Path("bench/results/zoo_ablation.json"),
-        help="ablation results for the base model's card (used if the file exists)",
-    )
-    parser.add_argument(
-        "--audit",
-        type=Path,
-        default=Path("bench/results/sentiment_error_audit.json"),
-        help="hand audit of the sentiment model's dev errors, quoted in its card when made on the same weights "
-        "(used if the file exists)",
-    )
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument(
-        "--show",
-        action="store_true",
-        help="evaluate nothing: print the summary table of the existing --out file (what the README quotes); "
-        "with --cards, regenerate the cards from that file",
-    )
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="keep the other models' entries of an existing --out file (evaluate a few models again)",
-    )
+    models: list[str]
+    """NAME[=DIR] ...: models to evaluate (none: all shipped, ernie_zoo.evaluation.zoo.ZOO_MODELS); NAME=DIR
+    evaluates a directory under that name (e.g. before shipping it)."""
+    datasets: Path = DEFAULT_DATASETS
+    """Prepared labelled sets."""
+    baselines: Path = Path("bench/results/baselines.json")
+    """Baseline results (ernie-zoo baselines)."""
+    multidomain_baselines: Path = Path("bench/results/sentiment_multidomain.json")
+    """Sentiment baselines on the multi-domain dev/test sets, shown next to a sentiment model (used if the file
+    exists; python -m ernie_zoo.evaluation.baselines --tasks sentiment_multidomain)."""
+    out: Path = Path("bench/results/zoo_eval.json")
+    """The results JSON to write."""
+    cards: Path | None = None
+    """Also write <model>.md cards here and README.md into each evaluated model directory."""
+    ablation: Path = Path("bench/results/zoo_ablation.json")
+    """Ablation results for the base model's card (used if the file exists)."""
+    audit: Path = Path("bench/results/sentiment_error_audit.json")
+    """Hand audit of the sentiment model's dev errors, quoted in its card when made on the same weights (used if
+    the file exists)."""
+    threads: int | None = None
+    """Torch CPU threads."""
+    show: bool = False
+    """Evaluate nothing: print the summary table of the existing --out file (what the README quotes); with
+    --cards, regenerate the cards from that file."""
+    merge: bool = False
+    """Keep the other models' entries of an existing --out file (evaluate a few models again)."""
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     import json
     import logging
     import shlex
-    from pathlib import Path
 
     import torch
 
@@ -107,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         baselines_file=args.baselines,
         multidomain_baselines_file=args.multidomain_baselines,
     )
-    command = "ernie-zoo eval " + " ".join(shlex.quote(a) for a in args.argv[1:])
+    command = "ernie-zoo eval " + shlex.join(argv)
     for name, path in models.items():
         results["models"][name]["command"] = command  # per model: --merge keeps the other models' entries
         shipped = path.resolve().parent == ZOO_DIR.resolve()
@@ -123,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_cards(args: argparse.Namespace, results: dict, models: dict) -> None:
+def _write_cards(args: Args, results: dict, models: dict) -> None:
     """`<--cards>/<name>.md` for each of `models` ({name: directory}), and README.md in the directory when it
     exists; the base model's card includes the ablation file when there is one."""
     import json

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", action="append", help="only these presets (repeatable)")
+@dataclass
+class Args:
+    """Show the size presets and their exact parameter counts."""
+
+    preset: list[str] | None = None
+    """Only these presets (--preset tiny base, or repeated); null: all."""
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.models.presets import PRESETS, count_parameters, preset_config
 
     names = args.preset or list(PRESETS)

@@ -15,62 +15,59 @@ Formulas and their sources: `ernie_zoo.parallel.planner`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.splitlines()[0]
-    src = parser.add_mutually_exclusive_group(required=True)
-    src.add_argument(
-        "--recipe",
-        type=Path,
-        help="ernie-pretrain or ernie-finetune recipe YAML (model, batch, method, distributed section)",
-    )
-    src.add_argument("--preset", help="model preset name (see `ernie-zoo info`)")
-    parser.add_argument(
-        "--cluster",
-        default=None,
-        help="nodes=N,gpus_per_node=8,gpu=h100-80gb (gpus: a100-40gb, a100-80gb, h100-80gb, h200-141gb; "
-        "optional nvlink_gbyte_s=, nic_gbit_s=, memory_gib=, peak_tflops=). Default: one node of 8 H100-80GB",
-    )
-    parser.add_argument(
-        "--deepspeed", type=Path, help="DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size"
-    )
-    parser.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
-    parser.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (default 3)")
-    parser.add_argument(
-        "--micro-batch", help="sequences per GPU per micro-batch, or 'auto' for the largest that fits"
-    )
-    parser.add_argument("--seq-len", type=int, help="sequence length (default 2048)")
-    parser.add_argument(
-        "--global-batch", type=int, help="sequences per optimizer step (default micro-batch x DP)"
-    )
-    parser.add_argument(
-        "--recompute", choices=("none", "selective", "full"), help="activation recompute (default full)"
-    )
-    parser.add_argument(
-        "--sequence-parallel", action="store_true", default=None, help="shard LayerNorm/dropout over TP"
-    )
-    parser.add_argument(
-        "--flash-attention", action="store_true", default=None, help="attention stores no s^2 scores"
-    )
-    parser.add_argument("--efficiency", type=float, help="achieved fraction of peak bf16 FLOPS (default 0.5)")
-    parser.add_argument(
-        "--comm-efficiency", type=float, help="achieved fraction of link bandwidth (default 0.7)"
-    )
-    parser.add_argument("--reserve-gib", type=float, help="per-GPU runtime reserve in GiB (default 2)")
-    parser.add_argument(
-        "--head-fraction",
-        type=float,
-        help="fraction of positions the MLM head computes logits for (default 1; a recipe: its mlm_probability)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+@dataclass
+class Args:
+    """Plan pretraining or fine-tuning on a GPU cluster: give --recipe or --preset."""
+
+    recipe: Path | None = None
+    """ernie-pretrain or ernie-finetune recipe YAML (model, batch, method, distributed section)."""
+    preset: str | None = None
+    """Model preset name (see `ernie-zoo info`)."""
+    cluster: str = "nodes=1,gpus_per_node=8,gpu=h100-80gb"
+    """nodes=N,gpus_per_node=8,gpu=h100-80gb (gpus: a100-40gb, a100-80gb, h100-80gb, h200-141gb; optional
+    nvlink_gbyte_s=, nic_gbit_s=, memory_gib=, peak_tflops=)."""
+    deepspeed: Path | None = None
+    """DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size."""
+    tp: int | None = None
+    """Tensor-parallel size (default 1)."""
+    zero: Literal[0, 1, 2, 3] | None = None
+    """ZeRO stage (default 3)."""
+    micro_batch: int | Literal["auto"] | None = None
+    """Sequences per GPU per micro-batch, or auto for the largest that fits."""
+    seq_len: int | None = None
+    """Sequence length (default 2048)."""
+    global_batch: int | None = None
+    """Sequences per optimizer step (default micro-batch x DP)."""
+    recompute: Literal["none", "selective", "full"] | None = None
+    """Activation recompute (default full)."""
+    sequence_parallel: bool | None = None
+    """Shard LayerNorm/dropout over TP."""
+    flash_attention: bool | None = None
+    """Attention stores no s^2 scores."""
+    efficiency: float | None = None
+    """Achieved fraction of peak bf16 FLOPS (default 0.5)."""
+    comm_efficiency: float | None = None
+    """Achieved fraction of link bandwidth (default 0.7)."""
+    reserve_gib: float | None = None
+    """Per-GPU runtime reserve in GiB (default 2)."""
+    head_fraction: float | None = None
+    """Fraction of positions the MLM head computes logits for (default 1; a recipe: its mlm_probability)."""
+    json: bool = False
+    """Print the plan as JSON."""
+
+    def validate(self) -> None:
+        if (self.recipe is None) == (self.preset is None):
+            raise ValueError("give exactly one of --recipe or --preset")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.models.presets import preset_config
     from ernie_zoo.parallel.planner import (
         ModelShape,
@@ -109,13 +106,6 @@ def run(args: argparse.Namespace) -> int:
                 settings_from_deepspeed(json.loads(Path(deepspeed_path).read_text(encoding="utf-8")))
             )
         auto_micro = args.micro_batch == "auto"
-        if args.micro_batch is not None and not auto_micro:
-            try:
-                args.micro_batch = int(args.micro_batch)
-            except ValueError as err:
-                raise ValueError(
-                    f"--micro-batch must be an integer or 'auto', got {args.micro_batch!r}"
-                ) from err
         flags = {
             "tp": args.tp,
             "zero_stage": args.zero,
@@ -135,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             settings.pop(
                 "grad_accum_steps", None
             )  # an explicit global batch replaces the recipe's accumulation
-        cluster = parse_cluster(args.cluster or "nodes=1,gpus_per_node=8,gpu=h100-80gb")
+        cluster = parse_cluster(args.cluster)
         if split_batch is not None and "micro_batch" not in settings and not auto_micro:
             from ernie_zoo.finetune.plan import micro_batch_for
 

@@ -12,51 +12,57 @@ a --tokenizer directory that does not exist yet, a tokenizer is first trained on
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "inputs", nargs="+", help="text files (one document per line) or .jsonl files (.gz ok)"
-    )
-    parser.add_argument(
-        "--tokenizer", required=True, help="tokenizer directory (save_pretrained) or vocab.txt"
-    )
-    parser.add_argument("--output", required=True, help="directory to write the prepared dataset to")
-    parser.add_argument("--max-seq-len", type=int, default=128, help="tokens per example incl. [CLS]/[SEP]")
-    parser.add_argument("--num-proc", type=int, default=1, help="processes for tokenization/segmentation")
-    parser.add_argument("--lexicon", help="entity lexicon: one entity per line, optional type after a tab")
-    parser.add_argument("--user-dict", help="jieba-format user dictionary for word segmentation")
-    parser.add_argument(
-        "--pos-entities", action="store_true", help="also use nr/ns/nt/nz POS words as entities"
-    )
-    parser.add_argument(
-        "--sentiment-lexicon",
-        help="sentiment lexicon (python -m ernie_zoo.data.sentiment_lexicon) for the sentiment masking unit",
-    )
-    parser.add_argument(
-        "--sentiment-min-sources",
-        type=int,
-        default=1,
-        help="with --sentiment-lexicon: only words at least this many of its sources agree on",
-    )
-    parser.add_argument("--text-field", default="text", help="jsonl field holding the text (default: text)")
-    parser.add_argument("--eval-fraction", type=float, default=0.0, help="fraction of documents held out")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the train/eval split")
-    parser.add_argument(
-        "--train-vocab-size",
-        type=int,
-        help="if --tokenizer does not exist, train a tokenizer with this vocabulary size on the inputs first",
-    )
-    parser.add_argument("--min-frequency", type=int, default=2, help="with --train-vocab-size")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+@dataclass
+class Args:
+    """Tokenize text/jsonl files and cache the knowledge-masking boundaries."""
+
+    inputs: list[str]
+    """Text files (one document per line) or .jsonl files (.gz ok)."""
+    tokenizer: str | None = None
+    """Tokenizer directory (save_pretrained) or vocab.txt (required)."""
+    output: str | None = None
+    """Directory to write the prepared dataset to (required)."""
+    max_seq_len: int = 128
+    """Tokens per example incl. [CLS]/[SEP]."""
+    num_proc: int = 1
+    """Processes for tokenization/segmentation."""
+    lexicon: str | None = None
+    """Entity lexicon: one entity per line, optional type after a tab."""
+    user_dict: str | None = None
+    """Jieba-format user dictionary for word segmentation."""
+    pos_entities: bool = False
+    """Also use nr/ns/nt/nz POS words as entities."""
+    sentiment_lexicon: str | None = None
+    """Sentiment lexicon (python -m ernie_zoo.data.sentiment_lexicon) for the sentiment masking unit."""
+    sentiment_min_sources: int = 1
+    """With --sentiment-lexicon: only words at least this many of its sources agree on."""
+    text_field: str = "text"
+    """Jsonl field holding the text."""
+    eval_fraction: float = 0.0
+    """Fraction of documents held out."""
+    seed: int = 0
+    """Seed of the train/eval split."""
+    train_vocab_size: int | None = None
+    """If --tokenizer does not exist, train a tokenizer with this vocabulary size on the inputs first."""
+    min_frequency: int = 2
+    """With --train-vocab-size: occurrences a character needs to get its own token."""
+    no_progress: bool = False
+    """Hide progress bars."""
+
+    def validate(self) -> None:
+        missing = [f"--{k}" for k in ("tokenizer", "output") if getattr(self, k) is None]
+        if missing or not self.inputs:
+            raise ValueError(f"give INPUT files, --tokenizer and --output (missing: {missing or 'INPUT'})")
 
 
-def _load_tokenizer(args: argparse.Namespace):
+def _load_tokenizer(args: Args):
     from ernie_zoo.masking import read_documents
     from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
@@ -82,7 +88,7 @@ def _load_tokenizer(args: argparse.Namespace):
     return tokenizer
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.masking import prepare_dataset_with_stats, save_prepared
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

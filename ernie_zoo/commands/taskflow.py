@@ -14,7 +14,6 @@ the same way (as plain lines). Output: one JSON object per line (the task's resu
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -22,73 +21,60 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from typing import Any, BinaryIO, TextIO
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Literal, TextIO
 
 BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
 
 
-class _IntermixedParser(argparse.ArgumentParser):
-    """Lets TEXT arguments come after options (`taskflow ner --task-path d "text"`): argparse's subparsers call
-    parse_known_args, which would match the positionals only once, before the first option."""
+@dataclass
+class Args:
+    """Run a Taskflow task on texts given as arguments, in a file, or on stdin."""
 
-    _inside = False
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        if self._inside:
-            return super().parse_known_args(args, namespace)
-        self._inside = True
-        try:
-            return super().parse_known_intermixed_args(args, namespace)
-        finally:
-            self._inside = False
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.__class__ = _IntermixedParser
-    parser.description = __doc__.splitlines()[0]
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = "\n".join(__doc__.splitlines()[1:])
-    parser.add_argument("task", nargs="?", help="task name or alias (see --list)")
-    parser.add_argument("texts", nargs="*", help="texts to process")
-    parser.add_argument("--input", "-i", help="a .txt (one text per line) or .jsonl file; - for stdin")
-    parser.add_argument("--output", "-o", help="write results as JSON lines here (default: stdout)")
-    parser.add_argument("--model", help="shipped model name, model directory or hub id")
-    parser.add_argument("--task-path", help="local model directory (save_pretrained / ernie-finetune output)")
-    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda when available)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-seq-len", type=int, default=512)
-    parser.add_argument(
-        "--precision",
-        choices=["fp32", "fp16", "bf16", "int8"],
-        help="default: fp32, or on CPU the model's own choice (int8 for ernie-zoo-mini-ner)",
-    )
-    parser.add_argument(
-        "--mode", help="for tasks with several shipped models: ner accurate (default) or fast"
-    )
-    parser.add_argument("--user-dict", help="jieba user dictionary file (word_segmentation, pos_tagging)")
-    parser.add_argument(
-        "--option",
-        "-O",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a task option, e.g. top_k=3 or decode_strategy=sampling (VALUE is parsed as JSON when it can be)",
-    )
-    parser.add_argument("--usage", action="store_true", help="print the task's usage example and exit")
-    parser.add_argument("--list", action="store_true", help="list the tasks and exit")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--digits", type=int, default=None, help="round scores and other floats to this many decimals"
-    )
+    task: str | None
+    """Task name or alias (see --list)."""
+    texts: list[str]
+    """Texts to process (before or after the options)."""
+    input: str | None = None
+    """A .txt (one text per line) or .jsonl file; - for stdin (-i)."""
+    output: str | None = None
+    """Write results as JSON lines here (-o); null: stdout."""
+    model: str | None = None
+    """Shipped model name, model directory or hub id."""
+    task_path: str | None = None
+    """Local model directory (save_pretrained / ernie-finetune output)."""
+    device: str | None = None
+    """cpu, cuda or cuda:N; null: cuda when available."""
+    batch_size: int = 32
+    """Texts per forward pass."""
+    max_seq_len: int = 512
+    """Longest token sequence fed to the model; longer texts are split and joined."""
+    precision: Literal["fp32", "fp16", "bf16", "int8"] | None = None
+    """null: fp32, or on CPU the model's own choice (int8 for ernie-zoo-mini-ner)."""
+    mode: str | None = None
+    """For tasks with several shipped models: ner accurate (default) or fast."""
+    user_dict: str | None = None
+    """Jieba user dictionary file (word_segmentation, pos_tagging)."""
+    option: dict[str, str] = field(default_factory=dict)
+    """Task options, each as -O KEY=VALUE (repeatable), e.g. top_k=3 or decode_strategy=sampling; VALUE is parsed
+    as JSON when it can be."""
+    usage: bool = False
+    """Print the task's usage example and exit."""
+    list_tasks: bool = False
+    """List the tasks and exit (--list)."""
+    no_progress: bool = False
+    """No progress bar."""
+    digits: int | None = None
+    """Round scores and other floats to this many decimals."""
 
 
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """["top_k=3", "decode_strategy=sampling"] -> {"top_k": 3, "decode_strategy": "sampling"}."""
+ALIASES = {"i": "input", "o": "output", "O": "option", "list": "list_tasks"}
+
+
+def parse_options(pairs: dict[str, str]) -> dict[str, Any]:
+    """{"top_k": "3", "decode_strategy": "sampling"} -> {"top_k": 3, "decode_strategy": "sampling"}."""
     options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--option expects KEY=VALUE, got {pair!r}")
+    for key, value in pairs.items():
         try:
             options[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -184,10 +170,10 @@ def _blocks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
         yield block
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.taskflow import list_tasks, task_usage
 
-    if args.list:
+    if args.list_tasks:
         for name, info in list_tasks().items():
             aliases = f" (aliases: {', '.join(info['aliases'])})" if info["aliases"] else ""
             model = info["default_model"] or "no model"
@@ -210,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, stdout)
 
 
-def _run(args: argparse.Namespace, stdout: TextIO) -> int:
+def _run(args: Args, stdout: TextIO) -> int:
     from tqdm import tqdm
 
     from ernie_zoo.taskflow import Taskflow

@@ -5,63 +5,61 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ernie_zoo.taskflow import get_task
 
 
 @dataclass
 class ServeConfig:
-    """Options of the HTTP server.
-
-    tasks: task names (or aliases) to serve, each at `POST /v1/{task}`.
-    task_paths: {task: local model directory} for tasks that should not use their shipped default model.
-    models: {task: shipped model name or hub id} (exclusive with task_paths for the same task).
-    host: address to bind; loopback by default so nothing is exposed until you ask for it ("0.0.0.0").
-    port: TCP port.
-    workers: uvicorn worker processes, each with its own copy of the models and its own batcher.
-    device: "cpu", "cuda", "cuda:N" or None (cuda when available).
-    precision: "fp32", "fp16"/"bf16" (GPU) or "int8" (CPU int8 compute; about 2x faster on CPU); None: fp32, or on
-        CPU the model's own choice (Taskflow's default).
-    max_seq_len: longest token sequence fed to the model; longer texts are split and joined (see Taskflow).
-    max_batch_size: most texts merged from concurrent requests into one Taskflow call.
-    batch_size: texts per forward pass inside that call (Taskflow's batch_size); None: 2 on CPU, 32 on GPU.
-        Texts merged from requests have unrelated lengths, and on CPU padding them to a common length costs
-        more than batching saves: with the mini models a forward batch of 2 is the fastest over merged batches
-        of 4 to 64 texts (bench/bench_serve.py, `--batch-size` sweep in docs/serving.md).
-    max_wait_ms: how long the first request of a batch waits for others to join it while the model is idle.
-    max_queue: most texts waiting per task; beyond it requests get 503 with Retry-After (bounded memory).
-    max_texts_per_request: most texts in one request (413 beyond).
-    max_chars_per_text: most characters in one text (413 beyond).
-    max_chars_per_request: most characters in all texts of one request together (413 beyond).
-    request_timeout_s: a request still unanswered after this many seconds gets 504.
-    api_key: when set, task endpoints need `Authorization: Bearer KEY` or `X-API-Key: KEY`.
-    torch_threads: torch intra-op threads per worker (None: torch's default, one per core).
-    access_log: log every request (uvicorn's access log); off by default, /metrics counts requests.
-    graceful_timeout_s: after SIGTERM, how long in-flight requests may take before the server stops anyway.
-    """
+    """Options of the HTTP server (`ernie-zoo serve` takes each as `--NAME VALUE`)."""
 
     tasks: list[str] = field(default_factory=list)
+    """Task names (or aliases) to serve, each at `POST /v1/{task}`."""
     task_paths: dict[str, str] = field(default_factory=dict)
+    """{task: local model directory} for tasks that should not use their shipped default model."""
     models: dict[str, str] = field(default_factory=dict)
+    """{task: shipped model name or hub id} (exclusive with task_paths for the same task)."""
     host: str = "127.0.0.1"
+    """Address to bind; loopback by default so nothing is exposed until you ask for it ("0.0.0.0")."""
     port: int = 8000
+    """TCP port."""
     workers: int = 1
+    """Uvicorn worker processes, each with its own copy of the models and its own batcher."""
     device: str | None = None
-    precision: str | None = None
+    """"cpu", "cuda", "cuda:N" or None (cuda when available)."""
+    precision: Literal["fp32", "fp16", "bf16", "int8"] | None = None
+    """"fp32", "fp16"/"bf16" (GPU) or "int8" (CPU int8 compute; about 2x faster on CPU); None: fp32, or on CPU
+    the model's own choice (Taskflow's default)."""
     max_seq_len: int = 512
+    """Longest token sequence fed to the model; longer texts are split and joined (see Taskflow)."""
     max_batch_size: int = 64
+    """Most texts merged from concurrent requests into one Taskflow call."""
     batch_size: int | None = None
+    """Texts per forward pass inside that call (Taskflow's batch_size); None: 2 on CPU, 32 on GPU. Texts
+    merged from requests have unrelated lengths, and on CPU padding them to a common length costs more than
+    batching saves: with the mini models a forward batch of 2 is the fastest over merged batches of 4 to 64
+    texts (bench/bench_serve.py, `--batch-size` sweep in docs/serving.md)."""
     max_wait_ms: float = 5.0
+    """How long the first request of a batch waits for others to join it while the model is idle."""
     max_queue: int = 2048
+    """Most texts waiting per task; beyond it requests get 503 with Retry-After (bounded memory)."""
     max_texts_per_request: int = 256
+    """Most texts in one request (413 beyond)."""
     max_chars_per_text: int = 10_000
+    """Most characters in one text (413 beyond)."""
     max_chars_per_request: int = 200_000
+    """Most characters in all texts of one request together (413 beyond)."""
     request_timeout_s: float = 30.0
+    """A request still unanswered after this many seconds gets 504."""
     api_key: str | None = None
+    """When set, task endpoints need `Authorization: Bearer KEY` or `X-API-Key: KEY`."""
     torch_threads: int | None = None
+    """Torch intra-op threads per worker (None: torch's default, one per core)."""
     access_log: bool = False
+    """Log every request (uvicorn's access log); off by default, /metrics counts requests."""
     graceful_timeout_s: float = 60.0
+    """After SIGTERM, how long in-flight requests may take before the server stops anyway."""
 
     def __post_init__(self) -> None:
         if not self.tasks:

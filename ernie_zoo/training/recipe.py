@@ -7,7 +7,8 @@ YAML, applies dotted overrides, checks every value against the field types and r
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --optim.lr 1e-3 --max_steps 50
 
 `load_recipe` (a path and {dotted key: value}) and `recipe_from_cli` (a command line) are generic over any recipe
-dataclass; `ernie-finetune` uses them with its own class. A recipe's `validate()` then checks what types cannot.
+dataclass; `ernie-finetune` uses them with its own class, each `ernie-zoo` subcommand with its `Args` (its fields
+without a default as positional arguments). A recipe's `validate()` then checks what types cannot.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import re
 import sys
 import textwrap
+import types
 import typing
 from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass, field
@@ -448,12 +450,15 @@ class _HelpFormatter(DefaultHelpFormatter, RawDescriptionHelpFormatter):
 
 
 @cache
-def recipe_parser(cls: type, prog: str | None = None, description: str | None = None) -> ArgumentParser:
+def recipe_parser(
+    cls: type, prog: str | None = None, description: str | None = None, positionals: bool = False
+) -> ArgumentParser:
     """The jsonargparse parser of recipe class `cls`: `--config RECIPE.yaml`, then `--KEY VALUE` per field
-    (dotted for sections, `--optim.lr`) with the field's docstring as its help."""
+    (dotted for sections, `--optim.lr`) with the field's docstring as its help. `positionals`: the fields without
+    a default are positional arguments (an `ernie-zoo` subcommand's `SRC DST`)."""
     parser = ArgumentParser(
         prog=prog,
-        usage="%(prog)s [RECIPE.yaml] [--KEY VALUE ...] [--print_config] [--help]",
+        usage=None if positionals else "%(prog)s [RECIPE.yaml] [--KEY VALUE ...] [--print_config] [--help]",
         description=description or cls.__doc__,
         exit_on_error=False,
         formatter_class=_HelpFormatter,
@@ -461,21 +466,22 @@ def recipe_parser(cls: type, prog: str | None = None, description: str | None = 
     parser.add_argument(
         "--config",
         action=ActionConfigFile,
-        help="A YAML recipe (the positional RECIPE.yaml is the same); later --KEY VALUE options override it.",
+        help="A YAML file of these keys (for a recipe, the positional RECIPE.yaml is the same); later --KEY VALUE "
+        "options override it.",
     )
-    parser.add_class_arguments(cls, nested_key=None, fail_untyped=True)
+    parser.add_class_arguments(cls, nested_key=None, as_positional=positionals, fail_untyped=True)
     # What recipe_from_cli does with it (jsonargparse's own would print the recipe unchecked, without comments).
-    parser._option_string_actions["--print_config"].help = "Print the checked recipe as commented YAML; exit."
+    parser._option_string_actions["--print_config"].help = "Print the checked keys as commented YAML; exit."
     return parser
 
 
-def parse_recipe(cls: type[T], argv: list[str]) -> T:
+def parse_recipe(cls: type[T], argv: list[str], positionals: bool = False) -> T:
     """The validated recipe for jsonargparse arguments; `ValueError` naming the key for anything wrong."""
-    parser = recipe_parser(cls)
+    parser = recipe_parser(cls, positionals=positionals)
     try:
         init = parser.instantiate(parser.parse_args(argv))
     except ArgumentError as e:
-        raise ValueError(_explain(str(e), cls)) from None
+        raise ValueError(_explain(str(e), cls, positionals)) from None
     recipe = cls(**{f.name: init[f.name] for f in dataclasses.fields(cls)})
     if hasattr(recipe, "validate"):
         recipe.validate()
@@ -499,38 +505,121 @@ def load_recipe(
     return parse_recipe(cls, argv)
 
 
-def cli_args(argv: list[str], aliases: dict[str, str] | None = None) -> list[str]:
-    """A command line as jsonargparse arguments: a first argument that is not an option is the recipe file
-    (`--config FILE`), `--resume` without a value means `--resume latest`, and `aliases` maps flat names to
-    dotted keys (`--learning_rate` for `--train.learning_rate`)."""
+def cli_args(
+    argv: list[str], aliases: dict[str, str] | None = None, cls: type | None = None, positionals: bool = False
+) -> list[str]:
+    """A command line as jsonargparse arguments, read as argparse would have read it.
+
+    A first argument that is not an option is the recipe file (`--config FILE`); with `positionals`, the arguments
+    that are no option's value fill `cls`'s fields without a default instead, in order, a list field taking all
+    that are left (`NAME ...`; after `--` all are), one that may be None may be missing. `--kebab-case` is
+    `--kebab_case`; `aliases` maps other names (`learning_rate`, `i`) to keys (`train.learning_rate`, `input`).
+    A bool field given without true/false is true, `--resume` without a value is `--resume latest`; a list field
+    collects the values that follow it, once or repeated (`--tasks a b`, `--task a --task b`; so no class has both
+    list options and positionals), a dict field its KEY=VALUE pairs (`--task_path ner=runs/ner`).
+    """
     args = list(argv)
-    if args and not args[0].startswith("-"):
+    if not positionals and args and not args[0].startswith("-"):
         args[:1] = ["--config", args[0]]
     out: list[str] = []
-    for i, token in enumerate(args):
-        if token.startswith("--"):
-            key, eq, value = token[2:].partition("=")
-            key = (aliases or {}).get(key, key)
-            token = f"--{key}{eq}{value}"
-            if key.endswith("resume") and not eq and (i + 1 == len(args) or args[i + 1].startswith("--")):
-                out += [token, "latest"]
+    free: list[str] = []  # arguments that are no option's value
+    collected: dict[str, Any] = {}  # the values of list and dict fields
+    i = 0
+    while i < len(args):
+        token, following = args[i], args[i + 1] if i + 1 < len(args) else None
+        i += 1
+        if token == "--":
+            free += args[i:]
+            break
+        if not token.startswith("-") or token == "-":
+            free.append(token)
+            continue
+        key, eq, value = token.lstrip("-").partition("=")
+        key = key.replace("-", "_")
+        key = (aliases or {}).get(key, key)
+        kind = _kind(cls, key)
+        if not eq:
+            bare = following is None or following.startswith("--")
+            if kind is bool and (
+                bare or positionals and following.lower() not in ("true", "false", "yes", "no")
+            ):
+                value = "true"  # among positionals only true/false is its value: `--no_progress TEXT`
+            elif bare:
+                if not key.endswith("resume"):
+                    out.append(f"--{key}")  # jsonargparse says the value is missing
+                    continue
+                value = "latest"
+            else:
+                value, i = following, i + 1
+        if kind is list and not value.startswith("["):
+            collected.setdefault(key, []).append(value)
+            while eq == "" and i < len(args) and not args[i].startswith("-"):  # argparse's nargs="+"
+                collected[key].append(args[i])
+                i += 1
+        elif kind is dict and not value.startswith("{"):
+            name, sep, item = value.partition("=")
+            if not (name and sep and item):
+                raise ValueError(f"{token.partition('=')[0]} expects KEY=VALUE, got {value!r}")
+            collected.setdefault(key, {})[name] = item
+        else:
+            out.append(f"--{key}={value}")
+    if positionals and cls is not None:
+        fill = []
+        for f in dataclasses.fields(cls):
+            if _has_default(f):
                 continue
-        out.append(token)
+            if _kind(cls, f.name) is list:
+                fill.append(json.dumps(free, ensure_ascii=False))
+                free = []
+            elif type(None) in typing.get_args(typing.get_type_hints(cls)[f.name]):
+                out += [f"--{f.name}={free.pop(0)}"] if free else []  # jsonargparse's option --NAME
+            elif free:
+                fill.append(free.pop(0))
+        out = fill + out
+    out += free  # left over: jsonargparse reports them
+    for key, values in collected.items():
+        out.append(f"--{key}={json.dumps(values, ensure_ascii=False)}")
     return out
 
 
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _kind(cls: type | None, key: str) -> type | None:
+    """bool, list or dict when the (dotted) key of recipe class `cls` is one (optionally None), else None."""
+    tp: Any = cls
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(tp):
+            return None
+        tp = typing.get_type_hints(tp).get(part)
+    options = (
+        typing.get_args(tp)
+        if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union
+        else (tp,)
+    )
+    found = {typing.get_origin(o) or o for o in options} & {bool, list, dict}
+    return found.pop() if len(found) == 1 else None
+
+
 def recipe_from_cli(
-    argv: list[str], cls: type[T], prog: str, description: str, aliases: dict[str, str] | None = None
+    argv: list[str],
+    cls: type[T],
+    prog: str,
+    description: str,
+    aliases: dict[str, str] | None = None,
+    positionals: bool = False,
 ) -> T | int:
     """The recipe a command line describes (`cli_args`), or the exit status when there is nothing to run: 0
     after `--help` or `--print_config` (the resolved recipe as commented YAML), 2 after an error (one line on
     stderr)."""
     if "-h" in argv or "--help" in argv:
-        print(recipe_parser(cls, prog, description).format_help(), end="")
+        print(recipe_parser(cls, prog, description, positionals).format_help(), end="")
         return 0
     print_config = any(a.startswith("--print_config") for a in argv)
+    argv = [a for a in argv if not a.startswith("--print_config")]
     try:
-        recipe = parse_recipe(cls, cli_args([a for a in argv if not a.startswith("--print_config")], aliases))
+        recipe = parse_recipe(cls, cli_args(argv, aliases, cls, positionals), positionals)
     except (OSError, ValueError) as e:
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
@@ -545,12 +634,16 @@ _UNKNOWN = re.compile(
 )
 
 
-def _explain(message: str, cls: type) -> str:
-    """jsonargparse's message on one line; for an unknown key, the key and the valid keys of its section."""
+def _explain(message: str, cls: type, options: bool = False) -> str:
+    """jsonargparse's message on one line; for an unknown key, the key and the valid keys of its section
+    (`options`: a subcommand's, named as options)."""
     found = _UNKNOWN.search(message)
     if not found:
         return " ".join(message.split())
     key = found[1] or found[4] or f"{found[2]}.{found[3]}"
+    if options:
+        names = ", ".join(f"--{f.name}" for f in dataclasses.fields(cls) if _has_default(f))
+        return f"unknown option '--{key}'; valid options: {names}"
     section, node = "", cls
     for part in key.split(".")[:-1]:
         tp = typing.get_type_hints(node).get(part)
@@ -601,6 +694,8 @@ def _yaml_scalar(value: Any) -> str:
     """One-line YAML for a value (floats always in a form PyYAML reads back as float)."""
     if isinstance(value, float):
         return _yaml_float(value)
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if isinstance(value, list) and all(isinstance(v, float) for v in value) and value:
         return "[" + ", ".join(_yaml_float(v) for v in value) + "]"
     text = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1 << 16).strip()
