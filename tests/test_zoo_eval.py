@@ -509,8 +509,12 @@ def test_sentiment_lexicon_licence_follows_what_a_stage_used():
 
     assert _uses_sentiment_lexicon({"recipe": "recipes/zoo/pretrain-skep-s7.yaml"})  # data.sentiment_lexicon
     assert _uses_sentiment_lexicon({"recipe": "recipes/pretrain/tiny-cpu-sentiment.yaml"})  # no "skep" in it
-    assert _uses_sentiment_lexicon({"recipe": "recipes/experiments/sentiment-frames-skep-seed7.yaml"})  # silver
-    assert _uses_sentiment_lexicon({"recipe": "recipes/zoo/sentiment-lexicon-skep-seed3.yaml"})  # lexicon input
+    assert _uses_sentiment_lexicon(
+        {"recipe": "recipes/experiments/sentiment-frames-skep-seed7.yaml"}
+    )  # silver
+    assert _uses_sentiment_lexicon(
+        {"recipe": "recipes/zoo/sentiment-lexicon-skep-seed3.yaml"}
+    )  # lexicon input
     assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/pretrain-mini.yaml"})
     assert not _uses_sentiment_lexicon({"recipe": "recipes/finetune/sentiment_full.yaml"})  # reviews only
     assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/no-such-skep.yaml"})
