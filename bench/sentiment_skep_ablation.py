@@ -94,6 +94,16 @@ def summarise(runs: list[dict]) -> dict:
     }
 
 
+def effect(arm: dict, base: dict) -> dict:
+    """`arm`'s mean scores less `base`'s (two `summarise` results): overall, review dev, per domain."""
+    return {
+        "multidomain_dev_macro_f1": arm["multidomain_dev_macro_f1"]["mean"]
+        - base["multidomain_dev_macro_f1"]["mean"],
+        "review_dev_accuracy": arm["review_dev_accuracy"]["mean"] - base["review_dev_accuracy"]["mean"],
+        "domains": {d: arm["domains"][d]["mean"] - base["domains"][d]["mean"] for d in arm["domains"]},
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -140,29 +150,11 @@ def main(argv: list[str] | None = None) -> None:
         ("skep_on_silver_frames_lexicon", "skep_on_silver_frames", "lexicon_input_effect"),
     ):
         if a in arms and b in arms:
-            result[key] = {
-                "multidomain_dev_macro_f1": arms[a]["multidomain_dev_macro_f1"]["mean"]
-                - arms[b]["multidomain_dev_macro_f1"]["mean"],
-                "review_dev_accuracy": arms[a]["review_dev_accuracy"]["mean"]
-                - arms[b]["review_dev_accuracy"]["mean"],
-                "domains": {
-                    d: arms[a]["domains"][d]["mean"] - arms[b]["domains"][d]["mean"]
-                    for d in arms[a]["domains"]
-                },
-            }
+            result[key] = effect(arms[a], arms[b])
     for arm, names, key in MATCHED:
         if arm in arms and all(n in result["runs"] for n in names):
             base = summarise([result["runs"][n] for n in names])
-            result[key] = {
-                "against": list(names),
-                "multidomain_dev_macro_f1": arms[arm]["multidomain_dev_macro_f1"]["mean"]
-                - base["multidomain_dev_macro_f1"]["mean"],
-                "review_dev_accuracy": arms[arm]["review_dev_accuracy"]["mean"]
-                - base["review_dev_accuracy"]["mean"],
-                "domains": {
-                    d: arms[arm]["domains"][d]["mean"] - base["domains"][d]["mean"] for d in base["domains"]
-                },
-            }
+            result[key] = {"against": list(names), **effect(arms[arm], base)}
     atomic_write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k not in ("runs",)}, indent=2))
 

@@ -536,12 +536,9 @@ class Trainer:
         """The step's batches: the next `train.grad_accum` of the epoch's (fewer at the epoch's end; a step never
         spans two epochs), each collated, token-dropped, moved and cut to this rank's rows."""
         st, t = self.state, self.t
-        if self._batches[0] != st["epoch"]:
-            self._batches = (st["epoch"], self._epoch_batches(st["epoch"]))
-        if st["batch_in_epoch"] >= len(self._batches[1]):  # the last epoch's end: the next epoch
+        if st["batch_in_epoch"] >= len(self._batches_of(st["epoch"])):  # the last epoch's end: the next epoch
             st.update(epoch=st["epoch"] + 1, batch_in_epoch=0)
-            self._batches = (st["epoch"], self._epoch_batches(st["epoch"]))
-        batches, first = self._batches[1], st["batch_in_epoch"]
+        batches, first = self._batches_of(st["epoch"]), st["batch_in_epoch"]
         end = min(first + t.grad_accum, len(batches))
         for b in range(first, end):
             clean = collate([self.features["train"][i] for i in batches[b]], self.tokenizer.pad_token_id)
@@ -552,6 +549,12 @@ class Trainer:
                 self._clean = {k: v.to(self.device) for k, v in clean.items()} if t.token_dropout else inputs
             yield inputs, b + 1 == end
             st["batch_in_epoch"] = b + 1
+
+    def _batches_of(self, epoch: int) -> list[list[int]]:
+        """`_epoch_batches(epoch)`, kept while the epoch lasts."""
+        if self._batches[0] != epoch:
+            self._batches = (epoch, self._epoch_batches(epoch))
+        return self._batches[1]
 
     def loss(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         out = self.engine.forward(inputs)

@@ -285,9 +285,8 @@ class _Pretraining:
     def __post_init__(self) -> None:
         self.position = DataPosition(self.state["epoch"], self.state["index"])
         self.polarity = self.recipe.masking.uses_sentiment() and self.recipe.masking.polarity_weight > 0
-        self.n_devices = getattr(
-            self.engine, "world_size", 1
-        )  # MFU is per device: TP ranks share a replica's FLOPs
+        # MFU is per device: TP ranks share a replica's FLOPs
+        self.n_devices = getattr(self.engine, "world_size", 1)
         # Sums over the current logging window. The deterministic ones travel in checkpoints, so a resumed run
         # logs the same window means as an uninterrupted one.
         self.window = {**WINDOW, **(self.state.pop("window", None) or {})}
