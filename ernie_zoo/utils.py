@@ -17,6 +17,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
+#: Root of everything ernie-zoo downloads, derives or caches (``ERNIE_ZOO_CACHE``, default ``~/.cache/ernie_zoo``).
+#: One place, so that pointing the variable at an empty directory gives a run exactly a new machine's state.
+CACHE_ROOT: Path = Path(
+    os.environ.get("ERNIE_ZOO_CACHE") or Path.home() / ".cache" / "ernie_zoo"
+).expanduser()
+
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:

