@@ -70,7 +70,7 @@ CASES = {
     ),
     "id2label a string": (
         lambda d: _edit_config(d, id2label="neg,pos"),
-        r"config\.json: field 'id2label' must be an object of label ids and names .*got str",
+        r"config\.json: field 'id2label' must be an object mapping label ids to names .*got str",
     ),
     "dropout above 1": (
         lambda d: _edit_config(d, hidden_dropout_prob=1.5),

@@ -115,6 +115,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
 def check_config_values(config: dict[str, Any], path: str | os.PathLike) -> None:
     """Raise ValueError naming `path` and the field where a value of `config` (a config.json dict) cannot make a
     working model: a size that is not a positive integer, a dropout outside [0, 1), `hidden_size` not a multiple of
@@ -139,34 +143,27 @@ def check_config_values(config: dict[str, Any], path: str | os.PathLike) -> None
         raise _fail(
             path, f"field 'hidden_size' ({hidden}) must be a multiple of 'num_attention_heads' ({heads})", fix
         )
-    id2label = config.get("id2label")
-    if id2label is not None:
-        if not isinstance(id2label, dict):
+    for name, what, example, key_ok, value_ok in (
+        (
+            "id2label",
+            "label ids to names",
+            '{"0": "neg", ...}',
+            lambda k: str(k).lstrip("-").isdigit(),
+            _is_str,
+        ),
+        ("label2id", "label names to integer ids", '{"neg": 0, ...}', lambda k: True, _is_int),
+    ):
+        table = config.get(name)
+        if table is not None and not isinstance(table, dict):
             raise _fail(
                 path,
-                f'field \'id2label\' must be an object of label ids and names ({{"0": "neg", ...}}), got '
-                f"{type(id2label).__name__} {id2label!r:.60}",
+                f"field {name!r} must be an object mapping {what} ({example}), got {type(table).__name__} "
+                f"{table!r:.60}",
                 fix,
             )
-        for key, value in id2label.items():
-            if not (str(key).lstrip("-").isdigit() and isinstance(value, str)):
-                raise _fail(
-                    path, f"field 'id2label' must map label ids to names, got {key!r}: {value!r}", fix
-                )
-    label2id = config.get("label2id")
-    if label2id is not None:
-        if not isinstance(label2id, dict):
-            raise _fail(
-                path,
-                f"field 'label2id' must be an object of label names and ids ({{\"neg\": 0, ...}}), got "
-                f"{type(label2id).__name__} {label2id!r:.60}",
-                fix,
-            )
-        for key, value in label2id.items():
-            if not _is_int(value):
-                raise _fail(
-                    path, f"field 'label2id' must map names to integer ids, got {key!r}: {value!r}", fix
-                )
+        for key, value in (table or {}).items():
+            if not (key_ok(key) and value_ok(value)):
+                raise _fail(path, f"field {name!r} must map {what}, got {key!r}: {value!r}", fix)
 
 
 def check_config_file(path: str | os.PathLike) -> None:
