@@ -165,9 +165,14 @@ def unreadable_weights(where: str, exc: BaseException) -> ValueError:
     """The error for a weights file that cannot be read: a corrupt safetensors file, or pickled weights that
     torch's safe loader refused (ernie-zoo never unpickles arbitrary objects)."""
     if isinstance(exc, pickle.UnpicklingError):
+        # Not torch's message: it advises re-running with weights_only=False, i.e. running the file's code.
         return ValueError(
-            f"{where}: refused to load pickled weights (pickle can run arbitrary code; only plain tensors are "
-            f"accepted): {str(exc).splitlines()[0][:200]}. Convert the checkpoint to model.safetensors"
+            f"{where}: refused to load pickled weights (pytorch_model.bin holds Python objects besides tensors, "
+            "and unpickling them can run any code; ernie-zoo loads safetensors only). Convert the checkpoint to "
+            "model.safetensors where running its code is harmless (a throw-away container), and only if you trust "
+            "its source: load its state dict there with torch.load and write it with "
+            "safetensors.torch.save_file(state_dict, 'model.safetensors'), or load the model there and call "
+            "save_pretrained(directory); then delete pytorch_model.bin"
         )
     return ValueError(f"{where}: the weights file is corrupt or truncated ({exc}); restore the directory")
 

@@ -407,3 +407,18 @@ def test_non_finite_weights_are_refused_by_every_loader(broken):
     for load in (load_finetuned, lambda d: Taskflow("sentiment_analysis", task_path=d)):
         with pytest.raises(NonFiniteError, match=r"nan: weight '.+' holds 1 NaN/infinite value\(s\)"):
             load(broken["nan"])
+
+
+def test_pickle_refusal_is_our_advice_not_torchs(broken, capsys, monkeypatch):
+    """torch's message advises re-running with weights_only=False (running the file's code); ours says that
+    ernie-zoo loads safetensors only and how to convert, with the trust caveat."""
+    code, _, err = _run(
+        "ernie-zoo",
+        ["taskflow", "sentiment", "--task-path", str(broken["pickle"]), "好"],
+        capsys,
+        monkeypatch,
+    )
+    assert code == 2
+    assert "weights_only" not in err and "two options" not in err, err
+    assert "ernie-zoo loads safetensors only" in err and "safetensors.torch.save_file" in err, err
+    assert not (broken["root"] / "PWNED").exists()

@@ -24,6 +24,28 @@ CASES = {
     "missing file": ({}, ["--train_file", "{d}/nope.jsonl"], "{d}/nope.jsonl does not exist"),
     "empty file": ({"e.jsonl": ""}, ["--train_file", "{d}/e.jsonl"], "{d}/e.jsonl is empty"),
     "directory": ({}, ["--train_file", "{d}", "--file_format", "jsonl"], "{d} is a directory"),
+    "directory, no format": ({}, ["--train_file", "{d}"], "data file {d} is a directory"),
+    "missing file without extension": ({}, ["--train_file", "{d}/nope"], "data file {d}/nope does not exist"),
+    "lone surrogate": (
+        {"s.jsonl": GOOD + '{"text": "\\ud800好", "label": "pos"}\n'},
+        ["--train_file", "{d}/s.jsonl"],
+        "{d}/s.jsonl:5: a lone surrogate escape \\ud800 (half of a UTF-16 pair, not a character)",
+    ),
+    "line over the limit": (
+        {
+            "long.jsonl": GOOD
+            + json.dumps({"text": "好" * 100, "label": "pos"}, ensure_ascii=False)
+            + "\n"
+            + GOOD
+        },
+        ["--train_file", "{d}/long.jsonl", "--max_line_bytes", "200"],
+        "{d}/long.jsonl:5: a line longer than 200 bytes (the limit data.max_line_bytes); split the text",
+    ),
+    "tagged line over the limit": (
+        {"long.bmes": "我 O\n们 O\n" + "好" * 100 + " O\n"},
+        ["--task", "token_classification", "--train_file", "{d}/long.bmes", "--max_line_bytes", "200"],
+        "{d}/long.bmes:3: a line longer than 200 bytes",
+    ),
     "csv header only": ({"h.csv": "text,label\n"}, ["--train_file", "{d}/h.csv"], "has a header but no rows"),
     "broken jsonl line": (
         {"b.jsonl": GOOD + '{"text": "差", "label": \n'},
@@ -162,3 +184,96 @@ def test_a_failure_after_creating_output_dir_removes_what_the_run_created(tmp_pa
     # and the next run is not refused as "not empty"
     assert cli_main([*argv, "--output_dir", str(out)]) == 0
     assert (out / "eval_results.json").is_file()
+
+
+def test_lines_are_read_with_a_bound():
+    """A line over the limit is refused after max_line_bytes + 2 bytes of it are read: a 1 GB line is never loaded
+    (the tokenizer's worker pool aborted the process on one). /dev/zero is one endless line."""
+    from ernie_zoo.data.labelled import read_bounded_lines
+
+    class Endless:
+        read = 0
+
+        def readline(self, size=-1):
+            assert size > 0, "an unbounded readline would load the whole line"
+            self.read += size
+            return b"x" * size
+
+    stream = Endless()
+    with pytest.raises(ValueError, match=r"^f\.jsonl:1: a line longer than 1000 bytes"):
+        read_bounded_lines(stream, 1000, "f.jsonl")
+    assert stream.read <= 1002
+    with (
+        open("/dev/zero", "rb") as f,
+        pytest.raises(ValueError, match=r"^/dev/zero:1: a line longer than 4096"),
+    ):
+        read_bounded_lines(f, 4096, "/dev/zero")
+    # lines at the limit pass, whatever their end of line; line numbers count every line
+    import io
+
+    ok = b"a" * 10 + b"\r\n" + b"b" * 10 + b"\n" + b"c" * 10
+    assert read_bounded_lines(io.BytesIO(ok), 10, "x") == ok
+    with pytest.raises(ValueError, match=r"^x:3: a line longer than 9 bytes"):
+        read_bounded_lines(io.BytesIO(b"a\r\nb\n" + b"c" * 10), 9, "x")
+
+
+def test_max_line_bytes_is_checked():
+    from ernie_zoo.finetune.args import build_args
+
+    with pytest.raises(ValueError, match="recipe key 'data.max_line_bytes' = 0: must be >= 1"):
+        build_args(None, {"train_file": "x.jsonl", "max_line_bytes": 0})
+
+
+def _interrupt(tmp_path, out, wait_for: str, extra: list[str]):
+    """Start ernie-finetune in a subprocess, send SIGINT once `wait_for` (a glob under out) exists."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = tmp_path / "t.jsonl"
+    data.write_text(GOOD * 20, encoding="utf-8")
+    argv = ["--train_file", str(data), "--output_dir", str(out), "--max_steps", "100000", *QUICK[2:], *extra]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ernie_zoo.finetune.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.monotonic() + 240
+    while not list(out.parent.glob(f"{out.name}/{wait_for}")):
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        assert time.monotonic() < deadline, f"{wait_for} never appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.slow
+def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(tmp_path):
+    """SIGINT once finetune_args.yaml is written (training under way, no checkpoint yet): the new output directory
+    and the parent it made are gone; a directory that existed stays, empty as it was."""
+    out = tmp_path / "runs" / "out"
+    code, err = _interrupt(tmp_path, out, "finetune_args.yaml", ["--eval_every", "100000"])
+    assert code == 130 and "ernie-finetune: interrupted" in err, err
+    assert not (tmp_path / "runs").exists(), sorted(p.name for p in (tmp_path / "runs").rglob("*"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    code, err = _interrupt(tmp_path, mine, "finetune_args.yaml", ["--eval_every", "100000"])
+    assert code == 130, err
+    assert list(mine.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_a_checkpoint_keeps_it_for_resume(tmp_path):
+    from ernie_zoo.finetune.loop import CHECKPOINT_FILES
+    from ernie_zoo.training.checkpoint import latest_valid_checkpoint
+
+    out = tmp_path / "out"
+    code, err = _interrupt(tmp_path, out, "checkpoints/checkpoint-*", ["--eval_every", "1"])
+    assert code == 130, err
+    assert "run the same command again to resume from it" in err
+    assert latest_valid_checkpoint(out / "checkpoints", CHECKPOINT_FILES) is not None
+    assert (out / "finetune_args.yaml").is_file()

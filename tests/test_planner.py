@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,32 @@ def test_100b_recipe_loads_with_the_recipe_schema():
     d = recipe.distributed
     assert (d.backend, d.tp_size, d.recompute) == ("deepspeed", 8, "full")
     assert (REPO / d.deepspeed_config).is_file()
+
+
+def test_cli_finds_the_recipes_deepspeed_json_next_to_the_recipe(tmp_path, monkeypatch, capsys):
+    """A recipe outside the repo names its DeepSpeed json repo-relative (recipes/deepspeed/...): it is found from
+    the recipe's directory up, not from the current directory; a copy with ZeRO-2 proves which file was read."""
+    copy = tmp_path / "mine"
+    (copy / "recipes" / "pretrain").mkdir(parents=True)
+    (copy / "recipes" / "deepspeed").mkdir()
+    shutil.copy(REPO / "recipes/pretrain/ernie-100b.yaml", copy / "recipes/pretrain/ernie-100b.yaml")
+    ds = json.loads((REPO / "recipes/deepspeed/zero3-100b.json").read_text(encoding="utf-8"))
+    ds["zero_optimization"]["stage"] = 2
+    (copy / "recipes/deepspeed/zero3-100b.json").write_text(json.dumps(ds), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    recipe = copy / "recipes/pretrain/ernie-100b.yaml"
+    rc, out, err = _plan_cli(capsys, "--recipe", str(recipe), "--cluster", "nodes=64,gpus_per_node=8")
+    assert rc in (0, 1), err
+    assert "TP 8 x DP 64, ZeRO-2" in out
+    # from the repo root the shipped recipe still finds the shipped json (ZeRO-3)
+    monkeypatch.chdir(REPO)
+    rc, out, err = _plan_cli(capsys, "--recipe", "recipes/pretrain/ernie-100b.yaml", "--cluster", "nodes=64")
+    assert rc == 0 and "ZeRO-3" in out, err
+    # a json found nowhere: the error says where it looked
+    (copy / "recipes/deepspeed/zero3-100b.json").unlink()
+    monkeypatch.chdir(elsewhere)
+    rc, _, err = _plan_cli(capsys, "--recipe", str(recipe))
+    assert rc == 2
+    assert "'recipes/deepspeed/zero3-100b.json' is not in the recipe's directory" in err

@@ -6,7 +6,8 @@
 
 Settings are taken, later winning: built-in defaults, the recipe (`--recipe`: model, sequence length, micro
 batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / deepspeed_config), the
-DeepSpeed config (`--deepspeed`, or the one the recipe names), then the flags given here. An ernie-finetune
+DeepSpeed config (`--deepspeed`, or the one the recipe names: a relative path is found next to the recipe, in a
+directory above it, or in the current directory), then the flags given here. An ernie-finetune
 recipe also gives the fraction of parameters its method trains (frozen ones have no gradients or optimizer
 state) and its train.batch_size, split over the data-parallel ranks.
 Exit status: 0 fits, 1 does not fit, 2 bad input.
@@ -67,6 +68,23 @@ class Args:
             raise ValueError("give exactly one of --recipe or --preset")
 
 
+def _next_to_recipe(value: str, recipe: Path) -> Path:
+    """The DeepSpeed json a recipe names: an absolute path as it is; a relative one is looked up in the recipe's
+    directory, then in each directory above it (the shipped recipes name repo-relative paths such as
+    recipes/deepspeed/zero3-100b.json), then in the current directory."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    here = Path(recipe).expanduser().resolve().parent
+    for base in (here, *here.parents, Path.cwd()):
+        if (base / path).is_file():
+            return base / path
+    raise FileNotFoundError(
+        f"recipe {recipe}: distributed.deepspeed_config {value!r} is not in the recipe's directory {here}, a "
+        "directory above it, or the current directory; give its absolute path, or --deepspeed PATH"
+    )
+
+
 def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.models.presets import preset_config
     from ernie_zoo.parallel.planner import (
@@ -96,7 +114,9 @@ def run(args: Args, argv: list[str]) -> int:
             for warning in warnings:
                 print(f"ernie-zoo plan: note: {warning}", file=sys.stderr)
             recipe_ds = recipe_settings.pop("deepspeed", None)
-            deepspeed_path = deepspeed_path or (Path(recipe_ds) if recipe_ds else None)
+            deepspeed_path = deepspeed_path or (
+                _next_to_recipe(recipe_ds, args.recipe) if recipe_ds else None
+            )
             settings.update(recipe_settings)
             name = args.recipe.stem
         else:

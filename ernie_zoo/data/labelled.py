@@ -37,7 +37,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ernie_zoo.text.tags import tags_to_spans
 from ernie_zoo.utils import atomic_write_json
@@ -363,13 +363,37 @@ def write_jsonl(path: Path, records: Iterable[Record]) -> str:
     return digest.hexdigest()
 
 
-def read_text_file(path: str | os.PathLike) -> str:
-    """A UTF-8 text file's contents (a leading BOM dropped).
+def read_bounded_lines(f: BinaryIO, max_line_bytes: int, source: str) -> bytes:
+    """Every byte of the binary stream `f`, read a line at a time with each read bounded: a line longer than
+    `max_line_bytes` (its end of line not counted) raises ValueError naming `source`:line once max_line_bytes + 2
+    bytes of it are read, so a 1 GB line is never loaded (the tokenizer's worker pool aborts on such texts)."""
+    chunks, lineno, length = [], 1, 0
+    while chunk := f.readline(max_line_bytes + 2):
+        chunks.append(chunk)
+        ends = chunk.endswith(b"\n")
+        length += len(chunk) - (2 if chunk.endswith(b"\r\n") else 1 if ends else 0)
+        if length > max_line_bytes:
+            raise ValueError(
+                f"{source}:{lineno}: a line longer than {max_line_bytes} bytes (the limit data.max_line_bytes); "
+                "split the text into shorter lines, or raise data.max_line_bytes"
+            )
+        if ends:
+            lineno, length = lineno + 1, 0
+    return b"".join(chunks)
+
+
+def read_text_file(path: str | os.PathLike, max_line_bytes: int | None = None) -> str:
+    """A UTF-8 text file's contents (a leading BOM dropped); with `max_line_bytes`, read by `read_bounded_lines`.
 
     Raises:
-        ValueError: bytes that are not UTF-8, or a NUL byte (a binary file), naming the file and line.
+        ValueError: bytes that are not UTF-8, a NUL byte (a binary file), or a line over `max_line_bytes`, naming
+            the file and line.
     """
-    data = Path(path).read_bytes()
+    if max_line_bytes is None:
+        data = Path(path).read_bytes()
+    else:
+        with open(path, "rb") as f:
+            data = read_bounded_lines(f, max_line_bytes, str(path))
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8) :]
     try:
@@ -387,6 +411,7 @@ def read_text_file(path: str | os.PathLike) -> str:
     return text
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
 
 
@@ -407,6 +432,14 @@ def parse_jsonl(text: str, source: str = "<string>") -> list[Record]:
         if not isinstance(record, dict):
             kind = _JSON_TYPES.get(type(record), "a number")
             raise ValueError(f"{source}:{lineno}: expected a JSON object per line, got {kind}")
+        if _SURROGATE_ESCAPE.search(line):  # "\ud800" decodes to a lone surrogate, which no tokenizer accepts
+            try:
+                json.dumps(record, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(
+                    f"{source}:{lineno}: a lone surrogate escape \\u{ord(e.object[e.start]):04x} (half of a UTF-16 "
+                    "pair, not a character); write the character itself or its full pair of escapes"
+                ) from None
         records.append(record)
     return records
 

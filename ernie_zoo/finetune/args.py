@@ -92,6 +92,10 @@ class DataArgs:
     """Use at most this many training examples (the first N)."""
     max_eval_samples: int | None = None
     """Use at most this many dev/test examples (the first N)."""
+    max_line_bytes: int = 16_000_000
+    """Longest line a data file may have, in bytes (16 MB: about 5 million Chinese characters). Lines are read
+    with this bound, so a huge line is reported (file:line) without being loaded, instead of crashing the
+    tokenizer. A .json file holding one array on one line counts as one line: write JSON lines, or raise this."""
 
 
 @dataclass
@@ -249,6 +253,7 @@ class FinetuneArgs:
             "must be bio or bioes",
         )
         check(self.data.max_length >= 4, "data.max_length", self.data.max_length, "must be >= 4")
+        check(self.data.max_line_bytes >= 1, "data.max_line_bytes", self.data.max_line_bytes, "must be >= 1")
         check(
             self.model.preset in PRESETS,
             "model.preset",

@@ -114,12 +114,14 @@ def _innermost(e: BaseException) -> BaseException:
     return e
 
 
-def read_table(path: str | Path, fmt: str) -> list[dict[str, Any]]:
-    """Rows of a csv/tsv (header line required, read with `datasets`) or jsonl file."""
+def read_table(path: str | Path, fmt: str, max_line_bytes: int | None = None) -> list[dict[str, Any]]:
+    """Rows of a csv/tsv (header line required, read with `datasets`) or jsonl file; a line longer than
+    `max_line_bytes` is an error naming it (data.max_line_bytes)."""
     from ernie_zoo.data.labelled import read_text_file
 
     path = _check_file(path)
-    text = read_text_file(path)  # names the file and line of bytes that are not UTF-8 text
+    # names the file and line of bytes that are not UTF-8 text, or of a line over the limit
+    text = read_text_file(path, max_line_bytes)
     if fmt not in ("csv", "tsv"):
         rows = _json_rows(text, path)
         if not rows:
@@ -164,7 +166,7 @@ def read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
     return ds.to_list()
 
 
-def read_tagged_file(path: str | Path) -> list[NerExample]:
+def read_tagged_file(path: str | Path, max_line_bytes: int | None = None) -> list[NerExample]:
     """Char-per-line NER file: `char<space or tab>tag` per line, a blank line between sentences.
 
     Parsed by `ernie_zoo.data.labelled.parse_bmes` (a line `"  O"` is a space character tagged O, as a few
@@ -173,7 +175,7 @@ def read_tagged_file(path: str | Path) -> list[NerExample]:
     from ernie_zoo.data.labelled import parse_bmes, read_text_file
 
     path = _check_file(path)
-    sentences = parse_bmes(read_text_file(path), str(path))
+    sentences = parse_bmes(read_text_file(path, max_line_bytes), str(path))
     if not sentences:
         raise ValueError(f"data file {path} has no sentences")
     try:
@@ -209,6 +211,13 @@ def _text(value: Any, where: str, column: str) -> str:
         raise ValueError(f"{where}: {column!r} must be text, got {type(value).__name__}")
     if not value.strip():
         raise ValueError(f"{where}: empty {column!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate (a hub dataset; jsonl files are checked per line)
+        raise ValueError(
+            f"{where}: {column!r} holds a lone surrogate \\u{ord(value[e.start]):04x} at character {e.start + 1}, "
+            "half of a UTF-16 pair and not a character; fix the text"
+        ) from None
     return value
 
 
@@ -376,7 +385,7 @@ def load_split(data_args: Any, task: str, split: str) -> tuple[list[Any], str] |
     path = getattr(data_args, f"{split}_file")
     limit = data_args.max_train_samples if split == "train" else data_args.max_eval_samples
     if path is not None:
-        path = Path(path).expanduser()
+        path = _check_file(Path(path).expanduser())  # a directory or a missing file, whatever its extension
         where = str(path)
         fmt = detect_format(path, data_args.file_format)
         if fmt == "conll":
@@ -384,9 +393,9 @@ def load_split(data_args: Any, task: str, split: str) -> tuple[list[Any], str] |
                 raise ValueError(
                     f"{path}: char-per-line tagged files are for token_classification, not {task}"
                 )
-            examples: list[Any] = read_tagged_file(path)
+            examples: list[Any] = read_tagged_file(path, data_args.max_line_bytes)
         else:
-            rows = read_table(path, fmt)
+            rows = read_table(path, fmt, data_args.max_line_bytes)
             examples = _from_rows(rows[:limit], data_args, task, where)
     elif data_args.dataset_name is not None:
         hub_split = getattr(data_args, f"{split}_split")

@@ -29,6 +29,7 @@ from ernie_zoo.models import (
     ErnieZooEnsembleForTokenClassificationCRF,
     ErnieZooForTokenClassificationCRF,
 )
+from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.int8 import save_int8_weights
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
@@ -93,6 +94,8 @@ def load_finetuned(
 ) -> tuple[nn.Module, ErnieZooTokenizerFast]:
     """(model in eval mode, tokenizer) from a run's output directory, a merged/full model or an adapter dir."""
     path = Path(path)
+    if path.is_dir():  # links, config values, tokenizer.json, blank or corrupt weights
+        check_model_dir(path)
     if is_adapter_dir(path):
         meta_path = path / META_NAME
         if not meta_path.is_file():

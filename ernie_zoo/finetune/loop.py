@@ -24,6 +24,8 @@ import json
 import logging
 import math
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ernie_zoo.models import ErnieZooConfig
+from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.presets import preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.training.checkpoint import (
@@ -104,6 +107,8 @@ def check_source(key: str, value: str | None) -> None:
 def _from_source(load, key: str, source: str, **kwargs):
     """`load(source, **kwargs)`; a source that is not a directory (so, after `FinetuneArgs.resolved`, a hub id)
     and cannot be loaded is reported by its recipe key, with the shipped names that would have worked."""
+    if Path(source).expanduser().is_dir():  # links, config values, tokenizer.json, blank or corrupt weights
+        check_model_dir(Path(source).expanduser())
     try:
         return load(source, **kwargs)
     except (OSError, ValueError) as e:
@@ -647,29 +652,49 @@ def _resume_point(output_dir: Path, t) -> tuple[Path | None, bool]:
 
 
 class _OutputDir:
-    """output_dir for one run: prepared only once everything has been checked, and on a failure before the first
-    checkpoint, cleared of what this run created (a directory it made, or the entries it added), so a failed run
-    leaves nothing behind, not even an empty directory that the next run would refuse as "not empty"."""
+    """output_dir for one run: prepared only once everything has been checked, and on a failure (an error, or
+    Ctrl-C: KeyboardInterrupt) before the first complete checkpoint-<step>, cleared of what this run created (a
+    directory it made, or the entries it added), so a failed run leaves nothing behind, not even an empty directory
+    that the next run would refuse as "not empty". Once a checkpoint-<step> exists the run is resumable and everything
+    is kept. A directory that was there before is never removed, nor anything that was in it (except, by design, the
+    contents `--overwrite true` replaces)."""
 
     def __init__(self, path: Path, wipe: bool):
-        self.path = path
+        """Reads only; `prepare` changes the disk (so a Ctrl-C in between leaves nothing unaccounted for)."""
+        self.path, self.wipe = path, wipe
         top = path.absolute()
         while not top.parent.exists() and top.parent != top:
             top = top.parent
         self.created = None if top.exists() else top  # the topmost directory this run makes
-        if wipe:
-            shutil.rmtree(path)
-        path.mkdir(parents=True, exist_ok=True)
-        self.before = {p.name for p in path.iterdir()}
-        remove_stale_temporaries(path / "checkpoints")
+        # what the directory held before (nothing once --overwrite has cleared it)
+        self.before = set() if wipe or not path.is_dir() else {p.name for p in path.iterdir()}
+
+    def prepare(self) -> None:
+        if self.wipe:
+            shutil.rmtree(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.path / "checkpoints")
 
     def clean_up_after_failure(self) -> None:
-        if list_checkpoints(self.path / "checkpoints"):
-            return  # a resumable state: keep everything
+        kept = list_checkpoints(self.path / "checkpoints")
+        if kept:
+            logger.warning(
+                "the run stopped after writing %s: %s is kept; run the same command again to resume from it",
+                kept[-1].name,
+                self.path,
+            )
+            return
+        with _no_interrupt():  # a second Ctrl-C must not leave the removal half done
+            self._remove_what_the_run_made()
+
+    def _remove_what_the_run_made(self) -> None:
         try:
             if self.created is not None:
-                shutil.rmtree(self.created)
+                if self.created.exists():
+                    shutil.rmtree(self.created)
                 logger.info("removed %s: the run failed before its first checkpoint", self.created)
+                return
+            if not self.path.is_dir():
                 return
             for entry in self.path.iterdir():
                 if entry.name not in self.before:
@@ -680,6 +705,19 @@ class _OutputDir:
                     logger.info("removed %s: the run failed before its first checkpoint", entry)
         except OSError as e:  # the run's own error is the one to report
             logger.warning("could not remove what the failed run wrote in %s: %s", self.path, e)
+
+
+@contextlib.contextmanager
+def _no_interrupt():
+    """Ctrl-C ignored inside the block (main thread only: signal handlers can only be set there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
@@ -753,6 +791,8 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             dist.barrier()  # every rank has checked output_dir before rank 0 changes it
         # from here on, a failure removes what this run created; only rank 0 writes to output_dir
         out = _OutputDir(output_dir, wipe) if is_main else None
+        if out is not None:
+            out.prepare()
         if base_path is None:
             # A random base must be kept: adapters (and resumes) refer to it. Full fine-tuning needs only the tokenizer.
             _save_base(

@@ -12,6 +12,11 @@ A task's model is resolved in this order:
    raises `ModelNotFoundError` at once; online, a model missing from the cache is downloaded with a WARNING in
    the log (nothing is downloaded silently, nothing is ever overwritten).
 
+Before a local or shipped directory is loaded, `ernie_zoo.models.directory.check_model_dir` checks it: symbolic
+links out of the directory and non-regular files are refused, config.json values (sizes, dropouts, id2label) and
+tokenizer.json's shape are checked, and a safetensors file that is corrupt or whose every tensor is zero is refused,
+each error naming the file and the field.
+
 Loaded models and tokenizers are cached per process, keyed by (location, model class, precision, device), so
 creating a second Taskflow for the same model is free; `clear_model_cache()` empties it.
 """
@@ -30,6 +35,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 
+from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.int8 import quantize_linear_int8
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.utils import (
@@ -273,20 +279,6 @@ def default_precision(source: ModelSource, device: torch.device) -> str:
     return value
 
 
-def _check_config(directory: Path) -> None:
-    """A local model directory's config.json must exist and be a JSON object: a broken one otherwise surfaces
-    as a misleading tokenizer error (transformers reads the config while loading the tokenizer)."""
-    path = directory / "config.json"
-    if not path.is_file():
-        return  # an adapter directory, or nothing loadable: the loaders say which
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a valid JSON file ({exc})") from exc
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(config).__name__}")
-
-
 def load_model(
     source: ModelSource,
     auto_class: str | type,
@@ -313,10 +305,10 @@ def load_model(
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
+        if source.kind != "hub":  # links, config values, tokenizer.json, blank or corrupt weights
+            check_model_dir(source.location)
         if source.kind == "shipped":
             verify_manifest(source.location)
-        if source.kind != "hub":
-            _check_config(Path(source.location))
         try:
             if source.kind != "hub" and not any(
                 (Path(source.location) / f).is_file() for f in _TOKENIZER_FILES
