@@ -180,8 +180,16 @@ class ModelShape:
 
         from ernie_zoo.models.decoder import is_decoder_config
 
+        dims = dict(
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            heads=config.num_attention_heads,
+            ffn=config.intermediate_size,
+            vocab=config.vocab_size,
+            name=name,
+        )
         if is_decoder_config(config):
-            return cls._from_decoder_config(config, name)
+            return cls._from_decoder_config(config, dims)
 
         from ernie_zoo.models.modeling import ErnieZooForMaskedLM
         from ernie_zoo.models.presets import count_parameters
@@ -194,20 +202,10 @@ class ModelShape:
         total = count_parameters(config)
         if sharded + replicated != total:  # both de-duplicate tied weights; a mismatch is a bug
             raise AssertionError(f"TP split {sharded} + {replicated} != parameter count {total}")
-        return cls(
-            n_params=total,
-            n_sharded=sharded,
-            n_replicated=replicated,
-            layers=config.num_hidden_layers,
-            hidden=config.hidden_size,
-            heads=config.num_attention_heads,
-            ffn=config.intermediate_size,
-            vocab=config.vocab_size,
-            name=name,
-        )
+        return cls(n_params=total, n_sharded=sharded, n_replicated=replicated, **dims)
 
     @classmethod
-    def _from_decoder_config(cls, config: Any, name: str) -> ModelShape:
+    def _from_decoder_config(cls, config: Any, dims: dict[str, Any]) -> ModelShape:
         """An ERNIE 4.5 decoder on the meta device, split by transformers' own TP plan of the model (routed experts
         left to expert parallelism)."""
         from ernie_zoo.models.decoder import build_decoder, decoder_counts, moe_blocks
@@ -226,12 +224,7 @@ class ModelShape:
             n_params=counts["total"],
             n_sharded=sharded,
             n_replicated=unsplit - counts["experts"],
-            layers=config.num_hidden_layers,
-            hidden=config.hidden_size,
-            heads=config.num_attention_heads,
-            ffn=config.intermediate_size,
-            vocab=config.vocab_size,
-            name=name,
+            **dims,
             kv_heads=config.num_key_value_heads,
             attn_width=config.num_attention_heads * model.model.layers[0].self_attn.head_dim,
             n_expert=counts["experts"],
