@@ -330,3 +330,66 @@ def test_cli_finds_the_recipes_deepspeed_json_next_to_the_recipe(tmp_path, monke
     rc, _, err = _plan_cli(capsys, "--recipe", str(recipe))
     assert rc == 2
     assert "'recipes/deepspeed/zero3-100b.json' is not in the recipe's directory" in err
+
+
+# ------------------------------------------------------------------------------------ ERNIE 4.5 decoders
+def test_moe_decoder_shape_total_active_and_expert_memory():
+    """A MoE preset's shape carries exact total, active and routed-expert counts; EP splits the experts' memory
+    and ZeRO shards it over the world/ep ranks holding the same experts."""
+    from ernie_zoo.models.presets import parameter_counts, preset_config
+
+    cfg = preset_config("ernie4.5-300b-a47b")
+    counts = parameter_counts(cfg)
+    shape = ModelShape.from_config(cfg, name="300b")
+    assert (shape.n_params, shape.active, shape.n_expert) == (
+        counts["total"],
+        counts["active"],
+        counts["experts"],
+    )
+    assert shape.n_sharded + shape.n_replicated + shape.n_expert == shape.n_params
+    assert (shape.experts, shape.top_k, shape.moe_layers, shape.kv_heads, shape.attn_width) == (
+        64,
+        8,
+        51,
+        8,
+        8192,
+    )
+    cluster = parse_cluster("nodes=32,gpus_per_node=8,gpu=h100-80gb")  # 256 GPUs
+    plan = make_plan(shape, cluster, ParallelSettings(tp=8, ep=64, zero_stage=3, seq_len=4096))
+    expert = {k.split(" ")[2]: v for k, v in plan.memory.items() if k.startswith("routed experts")}
+    per_gpu = counts["experts"] / 64 / (256 // 64)  # EP 64, ZeRO-3 over the 4 ranks with the same experts
+    assert expert == {"parameters": 2 * per_gpu, "gradients": 2 * per_gpu, "optimizer": 12 * per_gpu}
+    # all-to-all: 6 per MoE layer (full recompute) of (s*b/t)*k*h bf16 values, 63/64 leaving the GPU
+    a2a = next(v for k, v in plan.comm.items() if k.startswith("EP:"))
+    assert a2a == 51 * 6 * 2 * 4096 / 8 * 8 * 8192 * 63 / 64
+    # model FLOPs use the active parameters: 6 N_active + 12 L (heads x head_dim) s
+    assert plan.mfu * cluster.world_size * cluster.gpu.peak_tflops * 1e12 == pytest.approx(
+        plan.tokens_per_s * (6 * counts["active"] + 12 * 54 * 8192 * 4096)
+    )
+    assert f"{counts['active']:,} active parameters per token of {counts['total']:,}" in plan.render()
+    with pytest.raises(ValueError, match="must divide the 64 experts"):
+        make_plan(shape, cluster, ParallelSettings(tp=8, ep=3))
+
+
+def test_dense_decoder_plan_checks_kv_heads_and_refuses_ep():
+    from ernie_zoo.models.presets import count_parameters, preset_config
+
+    cfg = preset_config("ernie4.5-0.3b")
+    shape = ModelShape.from_config(cfg)
+    assert shape.n_params == shape.active == count_parameters(cfg) and shape.n_expert == 0
+    cluster = parse_cluster("nodes=1,gpus_per_node=8")
+    assert make_plan(shape, cluster, ParallelSettings(tp=2)).fits
+    with pytest.raises(ValueError, match="num_key_value_heads=2"):  # 2 KV heads cannot split over TP 4
+        make_plan(shape, cluster, ParallelSettings(tp=4))
+    with pytest.raises(ValueError, match="needs a mixture-of-experts model"):
+        make_plan(shape, cluster, ParallelSettings(ep=2))
+
+
+def test_cli_plans_a_moe_preset(capsys):
+    from ernie_zoo.commands.plan import Args, run
+
+    args = Args(preset="ernie4.5-21b-a3b", cluster="nodes=1,gpus_per_node=8", ep=8, seq_len=4096)
+    assert run(args, []) == 0
+    out = capsys.readouterr().out
+    assert "MoE: 64 routed experts, top-6, in 27 layers" in out and "EP all-to-all" in out
+    assert "routed experts: optimizer (8/64 per layer)" in out

@@ -3,6 +3,10 @@
     ernie-zoo plan --preset 100b --cluster nodes=64,gpus_per_node=8,gpu=h100-80gb \\
         --tp 8 --zero 3 --micro-batch 8 --seq-len 2048 --recompute full --global-batch 2048
     ernie-zoo plan --recipe recipes/finetune/scale/lora-10b-zero3.yaml --cluster nodes=1,gpus_per_node=8
+    ernie-zoo plan --preset ernie4.5-300b-a47b --cluster nodes=32,gpus_per_node=8,gpu=h100-80gb --tp 8 --ep 8
+
+A decoder preset (`ernie-zoo info`) plans an ERNIE 4.5 causal LM: a MoE one with its total and active parameters,
+the routed experts' memory under expert parallelism (--ep) and the all-to-all traffic of its MoE layers.
 
 Settings are taken, later winning: built-in defaults, the recipe (`--recipe`: model, sequence length, micro
 batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / deepspeed_config), the
@@ -38,6 +42,8 @@ class Args:
     """DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size."""
     tp: int | None = None
     """Tensor-parallel size (default 1)."""
+    ep: int | None = None
+    """Expert-parallel size for a MoE model: each GPU holds experts/ep of every MoE layer (default 1)."""
     zero: Literal[0, 1, 2, 3] | None = None
     """ZeRO stage (default 3)."""
     micro_batch: int | Literal["auto"] | None = None
@@ -128,6 +134,7 @@ def run(args: Args, argv: list[str]) -> int:
         auto_micro = args.micro_batch == "auto"
         flags = {
             "tp": args.tp,
+            "ep": args.ep,
             "zero_stage": args.zero,
             "micro_batch": None if auto_micro else args.micro_batch,
             "seq_len": args.seq_len,

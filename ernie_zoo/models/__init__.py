@@ -1,10 +1,12 @@
-"""Every model class (encoder, heads, CRF tagger with entity-lexicon input, ensemble, spelling correction) and the
-registry mapping a config to its class (`registry`); size presets; int8 storage; checkpoint conversion."""
+"""Every model class (encoder, heads, CRF tagger with entity-lexicon input, ensemble, spelling correction, and
+transformers' ERNIE 4.5 dense and MoE decoders, registered as they are) and the registry mapping a config to its
+class (`registry`); size presets; int8 storage; checkpoint conversion."""
 
 from .configuration import ErnieZooConfig
 from .correction import ErnieZooForSpellingCorrection
 from .crf import LinearChainCRF
 from .crf_tagger import ErnieZooForTokenClassificationCRF
+from .decoder import build_decoder, decoder_counts
 from .ensemble import ErnieZooEnsembleForTokenClassificationCRF
 from .modeling import (
     CharFeatureEmbeddings,
@@ -29,4 +31,6 @@ __all__ = [
     "ErnieZooModel",
     "ErnieZooPreTrainedModel",
     "LinearChainCRF",
+    "build_decoder",
+    "decoder_counts",
 ]

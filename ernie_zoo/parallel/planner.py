@@ -1,4 +1,5 @@
-"""Per-GPU memory, communication and step-time plan for pretraining an ErnieZoo model on a GPU cluster.
+"""Per-GPU memory, communication and step-time plan for pretraining an ErnieZoo model (an encoder, or an ERNIE 4.5
+dense or MoE decoder) on a GPU cluster.
 
 First-order formulas, each from the paper that introduced it:
 
@@ -34,6 +35,18 @@ carry no gradients and no optimizer state, so the gradient and optimizer bytes, 
 ZeRO-2's all-gather of updated parameters scale by f, while ZeRO-3 still all-gathers every parameter. Backward
 computes input gradients everywhere but weight gradients only for what trains: (4 + 2f) N instead of 6N model
 FLOPs per token (+ 12*L*h*s).
+
+ERNIE 4.5 decoders (`ModelShape.from_config` of an `Ernie4_5Config` / `Ernie4_5_MoeConfig`): TP splits what
+transformers' `tp_plan` of the model splits (attention, MLPs, shared experts, embedding, lm_head). A MoE model's
+routed experts are split by expert parallelism (EP, Lepikhin et al. 2020 "GShard") instead, over ep ranks of the
+whole cluster with no TP inside an expert (Megatron-Core's "parallel folding", expert-TP 1): each GPU holds E/ep of
+every MoE layer's experts and ZeRO shards their states over the world/ep ranks holding the same experts. Model
+FLOPs count the parameters a token uses (the active ones: top-k of the routed experts) and the attention width
+heads x head_dim. Every MoE layer sends each token's hidden state to its k experts and back (GShard's dispatch and
+combine), each TP rank its 1/t of its group's tokens: per micro-batch 2 all-to-alls forward and 2 backward (+2 with
+full recompute) of (s*b/t)*k*h bf16 values per GPU, of which (ep-1)/ep leave the GPU (uniform routing).
+Activations use the per-layer formula above with the model's hidden size (a first-order estimate: SwiGLU, GQA and
+MoE dispatch buffers are not modelled separately).
 
 Time model (assumptions printed with every plan): compute runs at `efficiency` x peak bf16 dense FLOPS;
 ZeRO/DP communication overlaps compute (DeepSpeed `overlap_comm`) so only what exceeds compute is exposed;
@@ -143,11 +156,40 @@ class ModelShape:
     ffn: int
     vocab: int
     name: str = "model"
+    # ERNIE 4.5 decoders; the defaults describe an encoder (every parameter active, no experts, MHA)
+    kv_heads: int | None = None  # key/value heads (GQA); TP must divide them
+    attn_width: int | None = None  # heads x head_dim, the width of Q K^T and A V (default hidden)
+    n_expert: int = 0  # routed-expert parameters: EP splits them; not in n_sharded or n_replicated
+    n_active: int | None = None  # parameters one token uses (MoE: top-k routed experts); default n_params
+    n_block_active: int | None = (
+        None  # the active ones inside the transformer layers (what recompute re-runs)
+    )
+    experts: int = 0  # routed experts per MoE layer
+    top_k: int = 0  # experts per token
+    moe_layers: int = 0
+
+    @property
+    def active(self) -> int:
+        return self.n_params if self.n_active is None else self.n_active
 
     @classmethod
     def from_config(cls, config: Any, name: str = "model") -> ModelShape:
-        """Count parameters of `ErnieZooForMaskedLM(config)` on the meta device and split them by the TP plan."""
+        """Count parameters of `ErnieZooForMaskedLM(config)` (or of an ERNIE 4.5 decoder's causal LM) on the meta
+        device and split them by the TP plan."""
         import torch
+
+        from ernie_zoo.models.decoder import is_decoder_config
+
+        dims = dict(
+            layers=config.num_hidden_layers,
+            hidden=config.hidden_size,
+            heads=config.num_attention_heads,
+            ffn=config.intermediate_size,
+            vocab=config.vocab_size,
+            name=name,
+        )
+        if is_decoder_config(config):
+            return cls._from_decoder_config(config, dims)
 
         from ernie_zoo.models.modeling import ErnieZooForMaskedLM
         from ernie_zoo.models.presets import count_parameters
@@ -160,16 +202,37 @@ class ModelShape:
         total = count_parameters(config)
         if sharded + replicated != total:  # both de-duplicate tied weights; a mismatch is a bug
             raise AssertionError(f"TP split {sharded} + {replicated} != parameter count {total}")
+        return cls(n_params=total, n_sharded=sharded, n_replicated=replicated, **dims)
+
+    @classmethod
+    def _from_decoder_config(cls, config: Any, dims: dict[str, Any]) -> ModelShape:
+        """An ERNIE 4.5 decoder on the meta device, split by transformers' own TP plan of the model (routed experts
+        left to expert parallelism)."""
+        from ernie_zoo.models.decoder import build_decoder, decoder_counts, moe_blocks
+
+        from .tp_plan import parameter_split
+
+        model = build_decoder(config, "meta")
+        counts = decoder_counts(model)
+        plan = {key: style for key, style in model.tp_plan.items() if "mlp.experts" not in key}
+        sharded, unsplit = parameter_split(model, plan)  # the routed experts fall in `unsplit`
+        if sharded + unsplit != counts["total"]:
+            raise AssertionError(f"TP split {sharded} + {unsplit} != parameter count {counts['total']}")
+        embeddings = {id(p): p.numel() for p in (model.get_input_embeddings().weight, model.lm_head.weight)}
+        blocks = moe_blocks(model)
         return cls(
-            n_params=total,
+            n_params=counts["total"],
             n_sharded=sharded,
-            n_replicated=replicated,
-            layers=config.num_hidden_layers,
-            hidden=config.hidden_size,
-            heads=config.num_attention_heads,
-            ffn=config.intermediate_size,
-            vocab=config.vocab_size,
-            name=name,
+            n_replicated=unsplit - counts["experts"],
+            **dims,
+            kv_heads=config.num_key_value_heads,
+            attn_width=config.num_attention_heads * model.model.layers[0].self_attn.head_dim,
+            n_expert=counts["experts"],
+            n_active=counts["active"],
+            n_block_active=counts["active"] - sum(embeddings.values()),
+            experts=blocks[0].num_experts if blocks else 0,
+            top_k=blocks[0].top_k if blocks else 0,
+            moe_layers=counts["moe_layers"],
         )
 
 
@@ -178,6 +241,7 @@ class ParallelSettings:
     """How the job runs: TP size, ZeRO stage, batch shape, recompute, and the assumptions of the time model."""
 
     tp: int = 1
+    ep: int = 1  # expert-parallel size (MoE): each GPU holds experts/ep of each MoE layer's routed experts
     zero_stage: int = 3
     micro_batch: int = 1
     seq_len: int = 2048
@@ -202,7 +266,7 @@ class ParallelSettings:
     allgather_bucket_size: float = 5e8  # DeepSpeed allgather_bucket_size, stages 1-2 (elements)
 
     def validate(self) -> None:
-        for name in ("tp", "micro_batch", "seq_len"):
+        for name in ("tp", "ep", "micro_batch", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -286,10 +350,11 @@ def model_flops_per_token(
 
 
 def ring_bytes(collective: str, size_bytes: float, n: int) -> float:
-    """Bytes each rank sends in a ring collective over `n` ranks of a `size_bytes` buffer."""
+    """Bytes each rank sends in a ring collective over `n` ranks of a `size_bytes` buffer (all-to-all: the
+    `size_bytes` a rank holds, of which (n-1)/n go to other ranks)."""
     if n <= 1:
         return 0.0
-    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1}[collective]
+    factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1}[collective]
     return factor * size_bytes * (n - 1) / n
 
 
@@ -364,9 +429,18 @@ class Plan:
         lines = [
             f"model: {m.name}: {m.n_params:,} parameters ({m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
             f"FFN {m.ffn}, vocab {m.vocab}); TP splits {m.n_sharded:,}, replicates {m.n_replicated:,}",
+            *(
+                [
+                    f"MoE: {m.experts} routed experts, top-{m.top_k}, in {m.moe_layers} layers; {m.active:,} active "
+                    f"parameters per token of {m.n_params:,}; routed experts {m.n_expert:,}, EP splits them"
+                ]
+                if m.moe_layers
+                else []
+            ),
             f"cluster: {c.nodes} node(s) x {c.gpus_per_node} {c.gpu.name} = {c.world_size} GPUs, "
             f"{c.gpu.memory_gib:.1f} GiB and {c.gpu.peak_tflops:g} TFLOPS bf16 each",
-            f"parallel: TP {st.tp} x DP {self.dp}, ZeRO-{st.zero_stage}; recompute {st.recompute}; "
+            f"parallel: TP {st.tp} x DP {self.dp}{f' (EP {st.ep})' if m.moe_layers else ''}, "
+            f"ZeRO-{st.zero_stage}; recompute {st.recompute}; "
             f"sequence parallel {'yes' if st.sequence_parallel else 'no'}; "
             f"attention memory {'flash (no s^2 scores)' if st.flash_attention else 'paper (s^2 scores stored)'}",
             f"batch: micro {st.micro_batch} x seq {st.seq_len}, grad accumulation {self.grad_accum} -> "
@@ -396,17 +470,28 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     """Compute the memory, communication and time plan; raises ValueError for impossible layouts."""
     settings.validate()
     st, gpu = settings, cluster.gpu
-    t, s, b = st.tp, st.seq_len, st.micro_batch
+    t, s, b, ep = st.tp, st.seq_len, st.micro_batch, st.ep
     if cluster.world_size % t:
         raise ValueError(f"tp={t} does not divide the {cluster.world_size} GPUs of the cluster")
     for name, value in (
         ("num_attention_heads", model.heads),
+        ("num_key_value_heads", model.kv_heads or model.heads),
         ("hidden_size", model.hidden),
         ("intermediate_size", model.ffn),
     ):
         if value % t:
             raise ValueError(f"tensor parallel size {t} must divide {name}={value}")
     dp = cluster.world_size // t
+    if ep > 1 and not model.moe_layers:
+        raise ValueError(f"ep={ep} needs a mixture-of-experts model; {model.name} has no routed experts")
+    if model.moe_layers and (model.experts % ep or cluster.world_size % ep):
+        raise ValueError(
+            f"expert parallel size {ep} must divide the {model.experts} experts and the "
+            f"{cluster.world_size} GPUs of the cluster"
+        )
+    edp = (
+        cluster.world_size // ep
+    )  # ranks holding the same experts: ZeRO shards the experts' states over them
     global_batch = st.global_batch if st.global_batch is not None else b * dp * (st.grad_accum_steps or 1)
     if global_batch < 1 or global_batch % (b * dp):
         raise ValueError(
@@ -416,7 +501,8 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     notes: list[str] = []
 
     # ── memory ──
-    per_rank = model.n_sharded / t + model.n_replicated
+    per_rank = model.n_sharded / t + model.n_replicated  # routed experts apart (n_expert / ep)
+    expert_rank = model.n_expert / ep
     memory = {}
     f = st.trainable_fraction
     states = model_state_bytes(per_rank, st.zero_stage, dp, f)
@@ -426,12 +512,16 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     memory[f"optimizer: fp32 master + Adam m, v{' (ZeRO shard)' if st.zero_stage >= 1 else ''}{trained}"] = (
         states["optimizer"]
     )
+    if model.moe_layers:
+        held = f"{model.experts // ep}/{model.experts} per layer"
+        for key, value in model_state_bytes(expert_rank, st.zero_stage, edp, f).items():
+            memory[f"routed experts: {key} ({held})"] = value
     if f < 1:
         notes.append(
             f"fine-tuning: {f:.3%} of the parameters train; frozen ones have no gradients and no optimizer state"
         )
     if st.zero_stage == 3:
-        live = min(st.zero3_max_live_parameters, per_rank)
+        live = min(st.zero3_max_live_parameters, per_rank + expert_rank)
         memory["ZeRO-3 gathered parameters + reduce bucket (bf16)"] = BYTES_PARAM * (
             live + st.reduce_bucket_size
         )
@@ -457,20 +547,29 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
 
     # ── communication (bytes sent per GPU per optimizer step) ──
     comm = {}
-    dp_bytes = BYTES_PARAM * per_rank
-    grad_bytes = dp_bytes * f  # gradients (and updated parameters) exist for what trains only
-    if st.zero_stage == 3:
-        per_micro = ring_bytes("all_gather", dp_bytes, dp) * 2 + ring_bytes("reduce_scatter", grad_bytes, dp)
-        comm[f"ZeRO-3: 2 all-gathers + 1 reduce-scatter per micro-batch, DP {dp}"] = grad_accum * per_micro
-    elif st.zero_stage == 2:
-        comm[f"ZeRO-2: reduce-scatter per micro-batch + all-gather per step, DP {dp}"] = (
-            grad_accum * ring_bytes("reduce_scatter", grad_bytes, dp)
-            + ring_bytes("all_gather", grad_bytes, dp)
-        )
-    else:
-        comm[f"ZeRO-{st.zero_stage}: gradient all-reduce per step, DP {dp}"] = ring_bytes(
-            "all_reduce", grad_bytes, dp
-        )
+
+    def zero_traffic(params: float, group: int) -> float:
+        """Bytes one GPU sends per step for ZeRO over `group` ranks of its `params` (gradients: what trains)."""
+        param_bytes, grad_bytes = BYTES_PARAM * params, BYTES_PARAM * params * f
+        if st.zero_stage == 3:
+            return grad_accum * (
+                2 * ring_bytes("all_gather", param_bytes, group)
+                + ring_bytes("reduce_scatter", grad_bytes, group)
+            )
+        if st.zero_stage == 2:
+            return grad_accum * ring_bytes("reduce_scatter", grad_bytes, group) + ring_bytes(
+                "all_gather", grad_bytes, group
+            )
+        return ring_bytes("all_reduce", grad_bytes, group)
+
+    zero_what = {
+        3: "2 all-gathers + 1 reduce-scatter per micro-batch",
+        2: "reduce-scatter per micro-batch + all-gather per step",
+    }.get(st.zero_stage, "gradient all-reduce per step")
+    experts_over = f" (experts {edp})" if model.moe_layers else ""
+    comm[f"ZeRO-{st.zero_stage}: {zero_what}, DP {dp}{experts_over}"] = zero_traffic(
+        per_rank, dp
+    ) + zero_traffic(expert_rank, edp)
     tp_allreduces = 6 if st.recompute == "full" else 4
     tp_bytes_micro = (
         model.layers * tp_allreduces * ring_bytes("all_reduce", BYTES_PARAM * s * b * model.hidden, t)
@@ -478,6 +577,17 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     comm[f"TP: {tp_allreduces} all-reduces of s*b*h per layer per micro-batch, TP {t}"] = (
         grad_accum * tp_bytes_micro
     )
+    a2a_bytes_micro = 0.0
+    if model.moe_layers:
+        a2a_per_layer = 6 if st.recompute == "full" else 4
+        a2a_bytes_micro = (
+            model.moe_layers
+            * a2a_per_layer
+            * ring_bytes("all_to_all", BYTES_PARAM * s * b / t * model.top_k * model.hidden, ep)
+        )
+        comm[f"EP: {a2a_per_layer} all-to-alls of s*b*k*h/t per MoE layer per micro-batch, EP {ep}"] = (
+            grad_accum * a2a_bytes_micro
+        )
 
     # ── links ──
     tp_in_node = t <= cluster.gpus_per_node and cluster.gpus_per_node % t == 0
@@ -486,6 +596,8 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     nic = gpu.nic_gbit_s / 8 * 1e9 * st.comm_efficiency
     tp_bw = nvlink if tp_in_node else nic
     dp_bw = nvlink if dp_in_node else nic
+    ep_in_node = ep <= cluster.gpus_per_node and cluster.gpus_per_node % ep == 0
+    ep_bw = nvlink if ep_in_node else nic
     if not tp_in_node and t > 1:
         notes.append(
             f"TP {t} spans nodes: its all-reduces run over InfiniBand, not NVLink (keep TP <= GPUs/node)"
@@ -497,36 +609,52 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     )
 
     # ── FLOPs and time ──
-    n_layer_params = model.layers * (4 * model.hidden * model.hidden + 2 * model.hidden * model.ffn)
-    model_flops_tok = model_flops_per_token(model.n_params, model.layers, model.hidden, s, f)
-    # One GPU's work per token of its TP group: split layers / t, replicated parameters in full.
+    n_layer_params = model.n_block_active or model.layers * (
+        4 * model.hidden * model.hidden + 2 * model.hidden * model.ffn
+    )
+    width = model.attn_width or model.hidden  # heads x head_dim: the attention matmuls' width
+    model_flops_tok = model_flops_per_token(model.active, model.layers, width, s, f)
+    # One GPU's work per token of its TP group: split layers / t, replicated parameters in full, and on average
+    # top_k / experts of the routed experts for its 1/t of the tokens (EP moves tokens, not work).
+    expert_active = model.n_expert * model.top_k / model.experts if model.experts else 0.0
     gpu_flops_tok = (4 + 2 * f) * (
-        model.n_sharded / t + model.n_replicated
-    ) + 12 * model.layers * model.hidden * s / t
+        model.n_sharded / t + model.n_replicated + expert_active / t
+    ) + 12 * model.layers * width * s / t
     if st.recompute == "full":
-        gpu_flops_tok += (2 * n_layer_params + 4 * model.layers * model.hidden * s) / t
+        gpu_flops_tok += (2 * n_layer_params + 4 * model.layers * width * s) / t
     elif st.recompute == "selective":
-        gpu_flops_tok += 4 * model.layers * model.hidden * s / t
+        gpu_flops_tok += 4 * model.layers * width * s / t
     tokens_micro = b * s
     compute_s = grad_accum * tokens_micro * gpu_flops_tok / (gpu.peak_tflops * 1e12 * st.efficiency)
     tp_s = grad_accum * tp_bytes_micro / tp_bw if t > 1 else 0.0
+    ep_s = grad_accum * a2a_bytes_micro / ep_bw if ep > 1 else 0.0
     dp_comm_bytes = next(iter(comm.values()))
     dp_s = dp_comm_bytes / dp_bw if dp > 1 else 0.0
-    step_s = max(compute_s, dp_s) + tp_s
+    step_s = max(compute_s, dp_s) + tp_s + ep_s
     times = {
         f"compute ({gpu.peak_tflops:g} TFLOPS x {st.efficiency:.0%} efficiency)": compute_s,
         "ZeRO/DP communication (overlapped with compute)": dp_s,
         "exposed ZeRO/DP communication": max(0.0, dp_s - compute_s),
         "TP communication (not overlapped)": tp_s,
+        **({"EP all-to-all (not overlapped)": ep_s} if model.moe_layers else {}),
         "step": step_s,
     }
+    if model.moe_layers:
+        notes.append(
+            f"MoE: routed experts split over EP {ep} (expert-TP 1), their ZeRO over the {edp} ranks holding the "
+            f"same experts; all-to-alls over {'NVLink' if ep_in_node else 'InfiniBand'}, not overlapped; uniform "
+            "routing, no token dropping"
+        )
     tokens_step = global_batch * s
     tokens_per_s = tokens_step / step_s
     mfu = tokens_per_s * model_flops_tok / (cluster.world_size * gpu.peak_tflops * 1e12)
+    n_is = "N = active parameters, " if model.active != model.n_params else ""
     notes.append(
-        f"model FLOPs per token {'6N' if f == 1 else f'(4 + 2 x {f:.4f}) N'} + 12*L*h*s = {model_flops_tok:.4g}; "
+        f"model FLOPs per token {'6N' if f == 1 else f'(4 + 2 x {f:.4f}) N'} + 12*L*h*s = {model_flops_tok:.4g} "
+        f"({n_is}h = attention width {width}); "
         "hardware FLOPs per GPU per token include "
-        f"recompute ({st.recompute}) and the TP-replicated layers (embeddings, MLM head) done on every TP rank"
+        f"recompute ({st.recompute}) and the layers TP replicates (an encoder's embeddings and MLM head) on "
+        "every TP rank"
     )
     notes.append(
         f"compute at {st.efficiency:.0%} of peak; ZeRO/DP traffic overlaps compute; TP all-reduces do not; "
