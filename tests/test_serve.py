@@ -1,6 +1,8 @@
 """`ernie-zoo serve`: every endpoint, every limit and bad input, merged batches (order, options, size), timeouts,
 a failing request among merged ones, the API key, batch-size invariance over HTTP with the shipped sentiment
-model, the CLI arguments, and graceful shutdown of a real uvicorn process on SIGTERM.
+and NER models, the CLI arguments, graceful shutdown of a real uvicorn process on SIGTERM, and a real uvicorn
+process under load and bad input (lone surrogates, malformed and oversize bodies, bad HTTP, slow clients, too many
+connections) on keep-alive connections.
 
 Most tests serve `serve_test_echo`, a model-free task defined here whose forward pass can be held at a gate, so
 that requests pile up in the queue and the batches they form are known exactly.
@@ -10,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,13 +26,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.error import HTTPError
+from urllib.request import Request, urlopen
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from ernie_zoo.serving import ServeConfig, create_app
-from ernie_zoo.serving.app import begin_draining
+from ernie_zoo.serving.app import begin_draining, encode_json
 from ernie_zoo.taskflow import TASKS, Taskflow
 from ernie_zoo.taskflow.task import ALIASES, Result, Task, register_task
 
@@ -53,7 +60,8 @@ class EchoResult(Result):
 
 class Echo(Task):
     """Model-free: `echo` is the text (upper-cased with upper=True). A text containing "boom" raises
-    RuntimeError (a model failure), "bad-input" ValueError (Taskflow's bad-input contract)."""
+    RuntimeError (a model failure), "bad-input" ValueError (Taskflow's bad-input contract); the text
+    "unjsonable" gets an echo that JSON cannot encode (a failure after the model, while answering)."""
 
     auto_class = None
     Options = EchoOptions
@@ -76,7 +84,7 @@ class Echo(Task):
             raise RuntimeError("the model broke")
         if any("bad-input" in t for t in texts):
             raise ValueError("this text is not accepted")
-        return [t.upper() if self.options.upper else t for t in texts]
+        return [object() if t == "unjsonable" else t.upper() if self.options.upper else t for t in texts]
 
     def postprocess(self, texts: list[str], outputs: list[str]) -> list[EchoResult]:
         return [EchoResult(t, o, len(t)) for t, o in zip(texts, outputs)]
@@ -130,7 +138,9 @@ def post(client, texts, options=None, task=ECHO, **kwargs) -> httpx.Response:
     body: dict[str, Any] = {"texts": texts}
     if options is not None:
         body["options"] = options
-    return client.post(f"/v1/{task}", json=body, **kwargs)
+    # json.dumps escapes non-ASCII, so that a text with a lone surrogate can be sent (as "\\ud800")
+    headers = {"content-type": "application/json", **kwargs.pop("headers", {})}
+    return client.post(f"/v1/{task}", content=json.dumps(body).encode(), headers=headers, **kwargs)
 
 
 def error(response: httpx.Response) -> dict:
@@ -351,6 +361,8 @@ BAD_BODIES = [
     (b'{"texts": ["a"], "options": [1]}', 422, "invalid_request", ["options"]),
     (b'{"texts": ["a"], "options": {"uper": true}}', 422, "invalid_option", "unknown option(s) 'uper'"),
     (b'{"texts": ["a"], "options": {"upper": "yes"}}', 422, "invalid_option", "option 'upper' of task"),
+    (b'{"texts": ' + b"[" * 1000 + b"]" * 1000 + b"}", 422, "malformed_json", "nested too deeply"),
+    (b'{"texts": ["a\xff"]}', 422, "malformed_json", "not valid UTF-8: byte 0xff at position 13"),
 ]
 
 
@@ -364,6 +376,32 @@ def test_bad_requests_answer_json_errors_naming_the_field(body, status, code, ex
         else:
             assert expect in error(response)["message"]
         assert Echo.calls == []  # nothing bad reached the model
+
+
+def test_lone_surrogates_are_answered_as_u_fffd():
+    """`"\\ud800"` is valid JSON but cannot be encoded as UTF-8: the model sees U+FFFD in its place (one
+    character for one) and the results echo it."""
+    with serving() as client:
+        body = b'{"texts": ["\\ud800abc", "ok", "x\\udfff"]}'
+        response = client.post(f"/v1/{ECHO}", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 200
+        assert [r["echo"] for r in response.json()["results"]] == ["\ufffdabc", "ok", "x\ufffd"]
+        assert Echo.calls == [["\ufffdabc", "ok", "x\ufffd"]]
+        # a surrogate pair is one character (json joins it), not two lone surrogates
+        response = post(client, ["\U0001f600"])
+        assert response.json()["results"][0] == {"text": "\U0001f600", "echo": "\U0001f600", "length": 1}
+    # anything else holding one (an error message, a result) is written with U+FFFD too, never a 500
+    assert encode_json({"a": ["x\ud800"]}) == '{"a":["x\ufffd"]}'.encode()
+
+
+def test_a_failure_while_answering_is_a_json_500_and_the_connection_survives():
+    with serving() as client:
+        response = post(client, ["unjsonable"])
+        assert response.status_code == 500 and error(response)["code"] == "internal_error"
+        assert "TypeError" in error(response)["message"]
+        assert "connection" not in response.headers  # keep-alive: the connection is not closed
+        assert metric(client, "ernie_zoo_requests_total", task=ECHO, status="500") == 1
+        assert post(client, ["next"]).status_code == 200
 
 
 def test_unknown_task_wrong_method_and_content_type():
@@ -410,6 +448,12 @@ def test_config_rejects_impossible_limits():
         ServeConfig(tasks=["nope"])
     with pytest.raises(ValueError, match="batch_size must be"):
         ServeConfig(tasks=[ECHO], batch_size=0)
+    for port in (99999, 0, -1, 65536):  # uvicorn would listen on some other port
+        with pytest.raises(ValueError, match=f"port must be an int from 1 to 65535, got {port}"):
+            ServeConfig(tasks=[ECHO], port=port)
+    for name in ("max_connections", "header_timeout_s", "body_timeout_s", "drain_timeout_s"):
+        with pytest.raises(ValueError, match=name):
+            ServeConfig(tasks=[ECHO], **{name: 0})
 
 
 # ---------------------------------------------------------------------------------------- operations
@@ -466,59 +510,104 @@ def test_cli_arguments_build_the_config(tmp_path):
         config_from_args(["--task", "ner", "--task_path", "ner"])
     with pytest.raises(OSError, match="is not a directory"):
         check_models(config_from_args(["--task", "ner", "--task_path", "ner=/no/such/dir"]))
+    with pytest.raises(ValueError, match="port must be an int from 1 to 65535, got 99999"):
+        config_from_args(["--task", ECHO, "--port", "99999"])
     assert config_from_args(["--task", ECHO]).workers == 1
 
 
 # ------------------------------------------------------------------------------- a real model over HTTP
-def test_batch_size_invariance_over_http_with_the_shipped_sentiment_model():
+def _scores(task: str, result: dict) -> list[float]:
+    if task == "ner":
+        return [e["score"] for e in result["entities"]]
+    return list(result["scores"].values())
+
+
+def _without_scores(task: str, result: dict) -> Any:
+    if task == "ner":
+        return [{k: v for k, v in e.items() if k != "score"} for e in result["entities"]]
+    return result["label"]
+
+
+@pytest.mark.parametrize(
+    "task,options,precision",
+    [("sentiment_analysis", {"return_all_scores": True}, None), ("ner", {}, "fp32")],
+)
+def test_batch_size_invariance_over_http_with_the_shipped_models(task, options, precision):
     """A text gets the same answer alone, merged with others, and from Taskflow in process (floats within 1e-5:
-    padding changes the summation order of the matmuls by a few ulps)."""
+    padding changes the summation order of the matmuls by a few ulps). NER runs in fp32 here: its default int8
+    compute quantizes activations per row, but the float parts around it still vary with the batch's padded
+    width, so int8 scores move by up to ~1e-3 between batch compositions (models/int8.py), in process as much
+    as over HTTP. A lone surrogate is answered as U+FFFD, with Taskflow's results for the raw text."""
     lines = [line for line in SENTENCES.read_text(encoding="utf-8").splitlines() if line][:12]
-    texts = lines + ["。".join(lines) * 2]  # one text longer than max_seq_len: split into chunks and joined
-    reference = Taskflow("sentiment_analysis", max_seq_len=64, return_all_scores=True)(texts)
-    options = {"return_all_scores": True}
-    with serving(tasks=["sentiment_analysis"], max_seq_len=64, max_batch_size=64, max_wait_ms=300) as client:
-        alone = [post(client, [t], options, task="sentiment_analysis").json()["results"][0] for t in texts]
-        batches_before = metric(client, "ernie_zoo_batch_size_count", task="sentiment_analysis")
+    texts = lines + ["。".join(lines) * 2, "\ud800abc北京"]  # one text longer than max_seq_len, one surrogate
+    reference = Taskflow(task, max_seq_len=64, precision=precision, **options)(texts)
+    with serving(
+        tasks=[task], max_seq_len=64, precision=precision, max_batch_size=64, max_wait_ms=300
+    ) as client:
+        alone = [post(client, [t], options, task=task).json()["results"][0] for t in texts]
+        batches_before = metric(client, "ernie_zoo_batch_size_count", task=task)
         with ThreadPoolExecutor(len(texts)) as pool:
             merged = [
                 r.json()["results"][0]
-                for r in pool.map(lambda t: post(client, [t], options, task="sentiment_analysis"), texts)
+                for r in pool.map(lambda t: post(client, [t], options, task=task), texts)
             ]
-        batches = metric(client, "ernie_zoo_batch_size_count", task="sentiment_analysis") - batches_before
+        batches = metric(client, "ernie_zoo_batch_size_count", task=task) - batches_before
         assert batches < len(texts)  # requests were merged
     for a, m, ref in zip(alone, merged, reference):
-        assert a["text"] == m["text"] == ref["text"] and a["label"] == m["label"] == ref["label"]
-        for label, score in ref["scores"].items():
-            assert abs(a["scores"][label] - score) <= 1e-5 and abs(m["scores"][label] - score) <= 1e-5
+        assert a["text"] == m["text"] == ref["text"].replace("\ud800", "\ufffd")
+        assert _without_scores(task, a) == _without_scores(task, m) == _without_scores(task, ref)
+        assert len(_scores(task, ref)) > 0 or task == "ner"
+        for x, y, r in zip(_scores(task, a), _scores(task, m), _scores(task, ref)):
+            assert abs(x - r) <= 1e-5 and abs(y - r) <= 1e-5
 
 
 # --------------------------------------------------------------------------------- real uvicorn, SIGTERM
 SERVER_SCRIPT = """
-import sys
+import json, sys
 sys.path.insert(0, {tests!r})
 import test_serve
 test_serve.register_echo()
 test_serve.Echo.gate.set()
 test_serve.Echo.load_gate.set()
 from ernie_zoo.serving import ServeConfig, serve
-sys.exit(serve(ServeConfig(tasks=[test_serve.ECHO], port={port}, graceful_timeout_s=20)))
+sys.exit(serve(ServeConfig(tasks=[test_serve.ECHO], **json.loads({options!r}))))
 """
 
 
-def test_sigterm_finishes_requests_in_flight_and_refuses_new_ones(tmp_path):
+@contextmanager
+def uvicorn_server(tmp_path: Path, **options: Any):
+    """A real `serve(ServeConfig(tasks=[echo], **options))` process on a free port; yields (url, process, log)."""
     from ernie_zoo.serving.server import free_port
 
     port = free_port()
-    script = tmp_path / "server.py"
-    script.write_text(SERVER_SCRIPT.format(tests=str(Path(__file__).parent), port=port))
+    script = tmp_path / f"server_{port}.py"
+    script.write_text(
+        SERVER_SCRIPT.format(tests=str(Path(__file__).parent), options=json.dumps({"port": port, **options}))
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    log_path = tmp_path / "server.log"
+    log_path = tmp_path / f"server_{port}.log"
     log_file = open(log_path, "w")  # noqa: SIM115  (closed in finally)
     proc = subprocess.Popen([sys.executable, str(script)], env=env, stderr=log_file)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _get(f"{url}/ready") == 200, timeout=60, what="the server to start")
+        wait_for(
+            lambda: _get(f"{url}/ready") == 200 or proc.poll() is not None, timeout=60, what="the server"
+        )
+        assert proc.poll() is None, log_path.read_text()
+        yield url, proc, log_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log_file.close()
+
+
+def test_sigterm_finishes_requests_in_flight_and_refuses_new_ones(tmp_path):
+    with uvicorn_server(tmp_path, graceful_timeout_s=20) as (url, proc, log_path):
         with ThreadPoolExecutor(2) as pool:
             slow = pool.submit(
                 httpx.post,
@@ -538,11 +627,6 @@ def test_sigterm_finishes_requests_in_flight_and_refuses_new_ones(tmp_path):
         log = log_path.read_text()
         assert "Waiting for connections to close" in log or "Shutting down" in log
         assert "Finished server process" in log
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log_file.close()
 
 
 def _get(url: str) -> int:
@@ -550,3 +634,174 @@ def _get(url: str) -> int:
         return httpx.get(url, timeout=2).status_code
     except httpx.TransportError:
         return 0
+
+
+# ------------------------------------------------------------------- real uvicorn under load and bad input
+# Small limits: a body over max_body_bytes (12 * 1000 + 4 * 8 + 65,536 = 77,568 bytes) is refused from its
+# Content-Length; short timeouts and a low connection cap so that slow clients are cut within the test.
+EDGE = dict(
+    max_chars_per_request=1000,
+    max_texts_per_request=8,
+    max_queue=512,
+    header_timeout_s=1.5,
+    body_timeout_s=1.5,
+    drain_timeout_s=3.0,
+    max_connections=40,
+)
+
+
+@pytest.fixture(scope="module")
+def edge_server(tmp_path_factory):
+    with uvicorn_server(tmp_path_factory.mktemp("edge"), **EDGE) as (url, _, log_path):
+        yield url, log_path
+
+
+def _raw(url: str, data: bytes, then: bytes = b"", pause: float = 0.0, timeout: float = 10.0) -> bytes:
+    """Send `data` on a new connection (then `then` byte by byte, `pause` seconds apart) and read until the
+    server closes; the bytes it answered."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        try:
+            for byte in then:
+                time.sleep(pause)
+                sock.sendall(bytes([byte]))
+        except OSError:  # the server cut us off: read its answer
+            pass
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _json_answer(raw: bytes) -> tuple[int, dict]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), raw[:300]
+    return int(head.split()[1]), json.loads(body)
+
+
+def test_413_reaches_urllib_and_curl_while_they_still_send(edge_server):
+    """2M characters (6 MB) against a 77 KB body limit: the server answers 413 from the Content-Length, then
+    reads and discards the rest while the client is still sending, so the client reads the 413 instead of a
+    connection reset."""
+    url, _ = edge_server
+    body = json.dumps({"texts": ["中" * 2_000_000]}, ensure_ascii=False).encode()
+    request = Request(f"{url}/v1/{ECHO}", data=body, headers={"Content-Type": "application/json"})
+    with pytest.raises(HTTPError) as caught:
+        urlopen(request, timeout=30)
+    assert caught.value.code == 413
+    assert json.loads(caught.value.read())["error"]["code"] == "body_too_large"
+    curl = shutil.which("curl")
+    assert curl, "curl is needed for this test (apt-get install -y curl)"
+    out = subprocess.run(
+        [curl, "-sS", "-w", "\n%{http_code}", "-H", "Content-Type: application/json", "--data-binary", "@-"]
+        + [f"{url}/v1/{ECHO}"],
+        input=body,
+        capture_output=True,
+        timeout=60,
+    )
+    answer, _, status = out.stdout.decode().rpartition("\n")
+    assert out.returncode == 0 and status == "413", out.stderr
+    assert json.loads(answer)["error"]["code"] == "body_too_large"
+
+
+@pytest.mark.parametrize("length", [b"-5", b"abc", b"1e3"])
+def test_a_bad_content_length_is_a_json_400(edge_server, length):
+    url, _ = edge_server
+    raw = _raw(
+        url, b"POST /v1/%s HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n{}" % (ECHO.encode(), length)
+    )
+    status, answer = _json_answer(raw)
+    assert status == 400 and answer["error"]["code"] == "bad_http_request"
+    assert "Content-Length" in answer["error"]["message"]
+
+
+def test_slow_clients_are_cut_and_connections_are_capped(edge_server):
+    url, _ = edge_server
+    start = f"POST /v1/{ECHO} HTTP/1.1\r\nHost: x\r\n".encode()
+    # headers trickled one byte every 0.2 s: 408 once header_timeout_s (1.5 s) has passed
+    began = time.monotonic()
+    status, answer = _json_answer(_raw(url, start, then=b"X-Slow: " + b"a" * 100, pause=0.2))
+    assert status == 408 and answer["error"]["code"] == "header_timeout"
+    assert "header_timeout_s" in answer["error"]["message"] and time.monotonic() - began < 10
+    # a body trickled after complete headers: 408 once body_timeout_s has passed
+    headers = start + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    status, answer = _json_answer(_raw(url, headers, then=b'{"texts": ["' + b"a" * 80, pause=0.2))
+    assert status == 408 and answer["error"]["code"] == "body_timeout"
+    # a connection that sends nothing is closed without an answer
+    assert _raw(url, b"") == b""
+    # max_connections (40) idle connections are held; one more is refused with a JSON 503 at once
+    host, port = url.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(EDGE["max_connections"])]
+    try:
+        time.sleep(0.2)  # all accepted
+        status, answer = _json_answer(_raw(url, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+        assert status == 503 and answer["error"]["code"] == "too_many_connections"
+        # the idle ones are cut after header_timeout_s, which frees the slots
+        for sock in idle:
+            assert sock.recv(100) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+    wait_for(lambda: _get(f"{url}/health") == 200, what="a free connection slot")
+
+
+def _mixed_requests(n: int, seed: int = 0) -> list[tuple[str, bytes, int, str | None]]:
+    """(kind, body, expected status, expected error code or echo) for n requests: about 2/3 good, the rest
+    lone surrogates, malformed bodies, oversize bodies and characters, and a failure while answering."""
+    rng = random.Random(seed)
+    bad = [
+        ("surrogate", b'{"texts": ["\\ud800x%d"]}', 200, "\ufffdx%d"),
+        ("malformed", b'{"texts": ["a%d"', 422, "malformed_json"),
+        ("utf8", b'{"texts": ["\xff%d"]}', 422, "malformed_json"),
+        ("nested", b'{"texts": ' + b"[" * 1000 + b"%d" + b"]" * 1000 + b"}", 422, "malformed_json"),
+        ("types", b'{"texts": [%d]}', 422, "invalid_request"),
+        ("oversize", b'{"texts": ["' + b"x" * 100_000 + b'%d"]}', 413, "body_too_large"),
+        ("too_long", b'{"texts": ["' + b"y" * 1200 + b'%d"]}', 413, "request_too_long"),
+        ("server_error", b'{"texts": ["unjsonable"]}', 500, "internal_error"),
+    ]
+    requests = []
+    for i in range(n):
+        if rng.random() < 2 / 3:
+            text = f"好{i}" * rng.randint(1, 20)
+            requests.append(("good", json.dumps({"texts": [text, str(i)]}).encode(), 200, text))
+        else:
+            kind, body, status, expect = rng.choice(bad)
+            expect = expect % i if "%d" in expect else expect
+            requests.append((kind, body % i if b"%d" in body else body, status, expect))
+    return requests
+
+
+def test_mixed_load_on_keep_alive_connections_loses_no_good_request(edge_server):
+    """2,000 requests at concurrency 32 over 32 keep-alive connections, a third of them bad (lone surrogates,
+    malformed JSON, invalid UTF-8, deep nesting, wrong types, bodies over the limit, too many characters, a
+    server error while answering): every good request is answered 200 with its own results, every bad one
+    with its JSON error; no request sees a dropped connection."""
+    url, _ = edge_server
+    requests = _mixed_requests(2000)
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    failures: list[str] = []
+    with httpx.Client(base_url=url, limits=limits, timeout=60) as client:
+
+        def send(request):
+            kind, body, status, expect = request
+            try:
+                r = client.post(f"/v1/{ECHO}", content=body, headers={"content-type": "application/json"})
+            except httpx.TransportError as exc:
+                return f"{kind}: {type(exc).__name__}: {exc}"
+            if r.status_code != status or not r.headers["content-type"].startswith("application/json"):
+                return f"{kind}: {r.status_code} {r.text[:200]}"
+            answer = r.json()
+            if status == 200:
+                if answer["results"][0]["echo"] != expect:
+                    return f"{kind}: wrong result {answer['results'][0]}"
+            elif answer["error"]["code"] != expect:
+                return f"{kind}: {answer}"
+            return None
+
+        with ThreadPoolExecutor(32) as pool:
+            failures = [f for f in pool.map(send, requests) if f is not None]
+    kinds = {kind for kind, *_ in requests}
+    assert len(kinds) == 9 and sum(kind == "good" for kind, *_ in requests) > 1200
+    good = sum(f.startswith("good") for f in failures)
+    assert failures == [], f"{len(failures)} of {len(requests)} failed ({good} good ones): {failures[:5]}"

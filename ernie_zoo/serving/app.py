@@ -10,7 +10,12 @@
 Every error is JSON: `{"error": {"code": ..., "message": ..., ["fields": [...]]}}` with status 401 (API key),
 404 (unknown task), 413 (too many texts or characters), 415 (body not sent as JSON), 422 (malformed JSON, wrong types, unknown or invalid
 options: `fields` names them), 503 (loading, queue full with Retry-After, shutting down), 504 (timeout) or 500
-(the model raised; other requests are not affected).
+(the model raised, or the server failed on this request; other requests and the connection are not affected).
+Errors found below the app (bad HTTP, slow clients, too many connections) are answered in the same shape by
+`protocol.py`.
+
+A lone UTF-16 surrogate in a text (`"\ud800"` not part of a pair: valid JSON, but not encodable as UTF-8) is
+replaced with U+FFFD before the model sees it, one character for one, so offsets hold.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import functools
 import hmac
 import json
 import logging
+import re
 import time
 import weakref
 from collections import OrderedDict
@@ -49,6 +55,24 @@ logger = logging.getLogger(__name__)
 ARRIVING_KEY = "ernie_zoo.arriving"  # in the ASGI scope of a task request until it reaches the batcher
 MAX_OPTION_SETS = 16  # Taskflow instances kept per task, one per distinct option set (they share the model)
 WARMUP_TEXT = "这家餐厅的服务非常棒！"
+_SURROGATE = re.compile(
+    "[\ud800-\udfff]"
+)  # a str from JSON holds surrogates only unpaired (pairs are joined)
+
+
+def encode_json(content: Any) -> bytes:
+    """JSON as UTF-8 with Chinese kept readable and numpy arrays as lists. A lone surrogate cannot be encoded in
+    UTF-8: it is written as U+FFFD (the texts are cleaned on the way in; this covers e.g. an echoed option)."""
+    text = json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_to_list)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
+
+
+def replace_surrogates(texts: list[str]) -> list[str]:
+    """Each lone surrogate as U+FFFD (what the model sees and what the results echo)."""
+    return [_SURROGATE.sub("\ufffd", t) if _SURROGATE.search(t) else t for t in texts]
 
 
 class PredictRequest(BaseModel):
@@ -79,7 +103,7 @@ class ApiError(Exception):
         self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
 
     def response(self) -> JSONResponse:
-        return JSONResponse(
+        return ErrorResponse(
             {"error": {"code": self.code, "message": self.message, **self.extra}}, self.status, self.headers
         )
 
@@ -90,9 +114,12 @@ class ResultsResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_to_list).encode(
-            "utf-8"
-        )
+        return encode_json(content)
+
+
+class ErrorResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return encode_json(content)
 
 
 def _to_list(value: Any) -> Any:
@@ -280,11 +307,10 @@ class ServingState:
             raise ApiError(422, "invalid_option", str(exc), fields=["options"]) from None
         if not body.texts:
             return {"task": task.name, "results": []}
+        texts = replace_surrogates(body.texts)
         self.arrived(scope)
         try:
-            results = await asyncio.wait_for(
-                task.batcher.submit(key, body.texts), self.config.request_timeout_s
-            )
+            results = await asyncio.wait_for(task.batcher.submit(key, texts), self.config.request_timeout_s)
         except QueueFull as exc:
             raise ApiError(503, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)}) from None
         except ShuttingDown as exc:
@@ -324,7 +350,31 @@ class GuardMiddleware:
         self.state = state
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_checked(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, send_checked)
+        except Exception as exc:
+            # Starlette would answer a plain-text 500 and re-raise, and uvicorn would then drop the connection,
+            # with whatever request the client sends next on it: answer JSON here and keep the connection.
+            if started:
+                raise
+            logger.error("%s %s: the server failed", scope["method"], scope["path"], exc_info=exc)
+            error = ApiError(
+                500, "internal_error", f"the server failed on this request ({type(exc).__name__})"
+            )
+            await error.response()(scope, receive, send_checked)
+
+    async def _guarded(self, scope: dict, receive: Any, send: Any) -> None:
+        if not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         state, limit = self.state, self.state.config.max_body_bytes
@@ -374,6 +424,9 @@ class GuardMiddleware:
                     if response_started:
                         raise
                     await self._too_large(scope, receive, send_wrapper, limit)
+        except Exception:
+            status = 500  # answered by __call__
+            raise
         finally:
             state.arrived(scope)
             metrics.in_flight.dec()
@@ -446,6 +499,15 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        cause = exc.__cause__
+        if exc.status_code == 400 and cause is not None:  # FastAPI could not parse the JSON body
+            if isinstance(cause, UnicodeDecodeError):
+                detail = f"not valid UTF-8: byte 0x{cause.object[cause.start]:02x} at position {cause.start}"
+            elif isinstance(cause, RecursionError):
+                detail = "nested too deeply to parse"
+            else:
+                detail = f"{type(cause).__name__}: {cause}"
+            return ApiError(422, "malformed_json", f"the body is not valid JSON ({detail})").response()
         codes = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         code = codes.get(exc.status_code, "http_error")
         return ApiError(exc.status_code, code, str(exc.detail), dict(exc.headers or {})).response()
@@ -513,10 +575,13 @@ def create_app(config: ServeConfig) -> FastAPI:
 
 
 _ERROR_DOCS = {
+    400: "not parseable as HTTP (e.g. a bad Content-Length)",
     401: "missing or wrong API key",
+    408: "the headers or the body came too slowly",
     413: "too many texts or characters",
     422: "malformed JSON, wrong types, unknown or invalid options (`fields` names them)",
-    503: "loading, queue full (Retry-After) or shutting down",
+    500: "the model or the server failed on this request",
+    503: "loading, queue full (Retry-After), shutting down or too many connections",
     504: "no answer within the request timeout",
 }
 

@@ -23,7 +23,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     """Address to bind; loopback by default so nothing is exposed until you ask for it ("0.0.0.0")."""
     port: int = 8000
-    """TCP port."""
+    """TCP port, 1-65535."""
     workers: int = 1
     """Uvicorn worker processes, each with its own copy of the models and its own batcher."""
     device: str | None = None
@@ -60,6 +60,19 @@ class ServeConfig:
     """Log every request (uvicorn's access log); off by default, /metrics counts requests."""
     graceful_timeout_s: float = 60.0
     """After SIGTERM, how long in-flight requests may take before the server stops anyway."""
+    max_connections: int = 256
+    """Most open connections per worker process; a connection beyond it gets 503 `too_many_connections` and is
+    closed (slow or idle clients cannot exhaust the server)."""
+    header_timeout_s: float = 10.0
+    """A request's line and headers must arrive within this many seconds (of connecting, or of the request's
+    first byte on a kept-alive connection); else 408 `header_timeout` and the connection is closed."""
+    body_timeout_s: float = 30.0
+    """A request's body must arrive within this many seconds of its headers; else 408 `body_timeout` and the
+    connection is closed."""
+    drain_timeout_s: float = 5.0
+    """After an answer that closes the connection while the client is still sending (413 `body_too_large`, 408,
+    400), the server half-closes and reads and discards what still comes for up to this many seconds (and 64 MiB),
+    so that the client reads the answer instead of a connection reset."""
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -81,10 +94,19 @@ class ServeConfig:
             raise ValueError(f"give either a task_path or a model for {', '.join(both)}, not both")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
-        for name in ("workers", "port", "max_batch_size", "max_queue", "max_texts_per_request"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < (0 if name == "port" else 1):
+        if not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+            raise ValueError(f"port must be an int from 1 to 65535, got {self.port!r}")
+        for name in ("workers", "max_batch_size", "max_queue", "max_texts_per_request", "max_connections"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
-        for name in ("max_chars_per_text", "max_chars_per_request", "request_timeout_s"):
+        for name in (
+            "max_chars_per_text",
+            "max_chars_per_request",
+            "request_timeout_s",
+            "header_timeout_s",
+            "body_timeout_s",
+            "drain_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.max_wait_ms < 0:

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from .app import begin_draining, create_app
 from .config import ServeConfig
+from .protocol import ServeProtocol
 
 CONFIG_ENV = "ERNIE_ZOO_SERVE_CONFIG"  # how worker processes receive the config (they start from scratch)
 logger = logging.getLogger(__name__)
@@ -41,7 +42,9 @@ def app_from_env() -> FastAPI:
     _tune_process()
     if not logging.getLogger().handlers:  # a spawned worker starts without the parent's logging setup
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    app = create_app(ServeConfig.from_json(os.environ[CONFIG_ENV]))
+    config = ServeConfig.from_json(os.environ[CONFIG_ENV])
+    ServeProtocol.use_config(config)
+    app = create_app(config)
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous = signal.getsignal(sig)
         if callable(previous):
@@ -55,8 +58,11 @@ def app_from_env() -> FastAPI:
 
 
 def uvicorn_config(config: ServeConfig, app: Any) -> uvicorn.Config:
+    ServeProtocol.use_config(config)
     return uvicorn.Config(
         app,
+        # uvicorn's httptools protocol plus connection cap, header/body timeouts, JSON errors, graceful close
+        http=ServeProtocol,
         host=config.host,
         port=config.port,
         workers=config.workers,
