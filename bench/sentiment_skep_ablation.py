@@ -2,7 +2,7 @@
 lexicon as input bits on vs off.
 
 Each arm is fine-tuned the same way (recipes/experiments/sentiment-*.yaml and
-recipes/zoo/sentiment-lexicon-skep-seed3.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160, checkpoint chosen
+recipes/experiments/sentiment-lexicon-skep-seed3.yaml: 3 epochs, lr 3e-4, batch 32, max_length 160, checkpoint chosen
 on the multi-domain dev) with two seeds; this script scores every run's exported model with
 `Taskflow("sentiment_analysis", task_path=..., precision="fp32")` on the multi-domain dev (per domain) and on
 the review dev split, and writes per-run numbers, each arm's mean and its seeds' spread. Dev only: no test

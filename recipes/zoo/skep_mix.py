@@ -1,4 +1,4 @@
-"""The text of SKEP pretraining (recipes/zoo/pretrain-skep-s7.yaml): six cleaned corpora from `scripts/prepare_corpora.py
+"""The text of SKEP pretraining (recipes/experiments/pretrain-skep-s7.yaml): six cleaned corpora from `scripts/prepare_corpora.py
 --sources msra reviews xinhua fortunes manpages libreoffice`, stripped of every held-out text, mixed under
 per-source character budgets.
 
