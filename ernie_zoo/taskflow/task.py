@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import sys
 import threading
 import types
@@ -122,6 +123,10 @@ def build_options(options_cls: type, task: str, given: dict[str, Any]) -> Any:
             raise TypeError(
                 f"option {name!r} of task {task!r} must be {_describe(hints[name])}, got {value!r}"
             )
+        # NaN fails every comparison, so a range check written `x < bound` lets it through and the task then
+        # silently does nothing (threshold=nan corrected no text): no option takes a non-finite number.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"option {name!r} of task {task!r} must be a finite number, got {value!r}")
     options = options_cls(**given)
     check = getattr(options, "validate", None)
     if check is not None:
