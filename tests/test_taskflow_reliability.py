@@ -363,9 +363,8 @@ def test_a_text_without_letters_has_no_entities(flows):
         flow = flows[key]
         # a tagger that calls every token a person: only texts with letters may give entities
         tags = flow._task.tags
-        hook = flow._task.model.classifier.register_forward_hook(
-            lambda module, args, out: out + 50.0 * (torch.arange(len(tags)) == tags.index("B-PER"))
-        )
+        person = 50.0 * (torch.arange(len(tags)) == tags.index("B-PER"))
+        hook = flow._task.model.classifier.register_forward_hook(lambda module, args, out, p=person: out + p)
         try:
             out = flow([*NO_LETTERS, "张伟👍"])
         finally:
@@ -373,4 +372,6 @@ def test_a_text_without_letters_has_no_entities(flows):
         assert [r["entities"] for r in out[:-1]] == [[]] * len(NO_LETTERS)
         assert out[-1]["entities"] and out[-1]["entities"][0]["type"] == "PER"
     gaps = Taskflow("ner", task_path=flows["ner"]._task.loaded.source.location, entity_only=False)
-    assert gaps("？！。")["entities"] == [{"text": "？！。", "type": "O", "start": 0, "end": 3, "score": None}]
+    assert gaps("？！。")["entities"] == [
+        {"text": "？！。", "type": "O", "start": 0, "end": 3, "score": None}
+    ]
