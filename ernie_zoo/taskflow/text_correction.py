@@ -18,7 +18,10 @@ correction head together, and makes a change when the score exceeds `threshold` 
 when it prefers the candidate to the character as written by at least `min_prob` (default: the model's
 `correction_min_prob`). Latin, digits,
 punctuation and whitespace are never touched. Traditional input is read as Simplified by the model; characters
-that are not corrected are returned exactly as given, and a correction is written in Simplified.
+that are not corrected are returned exactly as given, and a correction comes back in the input's script: in
+Traditional where the character it replaces is Traditional or the text reads as Traditional
+(`ernie_zoo.text.traditional.reads_traditional`), converted with OpenCC's s2t in the context of its neighbours
+(少先隊員因該為老人讓坐 -> 少先隊員應該為老人讓坐, 我們的頭法很長 -> 我們的頭髮很長).
 
 `user_dict` (a path or a list of words, one per line; jieba's `word [freq] [tag]` lines are read too) lists words
 never to correct, e.g. names and terms the model does not know:
@@ -48,10 +51,12 @@ from ernie_zoo.models.correction import (
 from ernie_zoo.text.confusion import is_cjk
 from ernie_zoo.text.lexicon import AhoCorasick
 from ernie_zoo.text.segment import read_user_dict
-from ernie_zoo.text.traditional import to_simplified
+from ernie_zoo.text.traditional import reads_traditional, to_simplified, to_traditional
 from ernie_zoo.text.words import WordUnigram
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
+
+SCRIPT_CONTEXT = 3  # characters either side of a correction that OpenCC reads to choose its Traditional form
 
 
 @dataclass
@@ -60,12 +65,24 @@ class CorrectionOptions:
 
     min_prob: a model decoded alone: how much more probable than the character as written a correction must be
         (0 to 1); default: the model's `correction_min_prob`.
-    threshold: a model shipped with an n-gram LM (fused decoding): the score, in nats, a correction must exceed;
-        default: the model's (config.correction_fusion). Higher: fewer, surer corrections.
+    threshold: a model shipped with an n-gram LM (fused decoding): the score, in nats, a correction must exceed
+        (a finite number >= 0: below 0 a change would make the text less likely than as written); default: the
+        model's (config.correction_fusion). Higher: fewer, surer corrections.
     """
 
     min_prob: float | None = None
     threshold: float | None = None
+
+    def validate(self) -> None:
+        # (NaN and infinity are refused for every option by build_options)
+        require(
+            self.min_prob is None or 0.0 <= self.min_prob <= 1.0,
+            f"min_prob must be between 0 and 1, got {self.min_prob}",
+        )
+        require(
+            self.threshold is None or self.threshold >= 0.0,
+            f"threshold must be >= 0 (nats), got {self.threshold}",
+        )
 
 
 @dataclass
@@ -188,6 +205,24 @@ class TextCorrection(EncoderTask):
                 errors.append({"position": pos, "correction": (text[pos], new), "score": round(margin, 4)})
         return errors
 
+    def _in_script(self, text: str, simplified: str, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The corrections of a text holding Traditional characters, each written in Traditional where the
+        character it replaces is Traditional or the whole text reads as Traditional (the model chose them in
+        Simplified). OpenCC converts the corrected text around each change, so phrases pick the right form
+        (应该 -> 應該, 头发 -> 頭髮)."""
+        fixed = list(simplified)
+        for e in errors:
+            fixed[e["position"]] = e["correction"][1]
+        whole = reads_traditional(text)
+        out = []
+        for e in errors:
+            pos, (old, new) = e["position"], e["correction"]
+            if whole or old != simplified[pos]:
+                start = max(0, pos - SCRIPT_CONTEXT)
+                new = to_traditional("".join(fixed[start : pos + SCRIPT_CONTEXT + 1]))[pos - start]
+            out.append({**e, "correction": (old, new)})
+        return out
+
     def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[CorrectionResult]:
         decode = self._fused if self.fusion is not None else self._alone
         results = []
@@ -196,6 +231,8 @@ class TextCorrection(EncoderTask):
             errors = sorted(
                 decode(text, simplified, pairs, self._protected(simplified)), key=lambda e: e["position"]
             )
+            if errors and text != simplified:
+                errors = self._in_script(text, simplified, errors)
             chars = list(text)
             for e in errors:
                 chars[e["position"]] = e["correction"][1]
