@@ -131,6 +131,11 @@ class TextCorrection(EncoderTask):
         self.min_prob = min_prob
         sets = self.model.confusion_sets
         self.candidates = candidate_table(sets, self.tokenizer.get_vocab()) if sets is not None else None
+        # token id -> whether it has candidates (the positions fused decoding scores)
+        self.has_candidates = torch.zeros(
+            max(len(self.tokenizer), self.model.config.vocab_size), dtype=torch.bool
+        )
+        self.has_candidates[list(self.candidates or ())] = True
         words = read_user_dict(settings.user_dict) if settings.user_dict else []
         self.user_words = AhoCorasick(to_simplified(w) for w, _, _ in words)
 
@@ -147,31 +152,35 @@ class TextCorrection(EncoderTask):
         return Prepared(texts=texts, chunks=prepared.chunks)
 
     def run_batch(self, batch: dict[str, torch.Tensor], chunks: list[Chunk]) -> list[Any]:
-        out = self.model(**batch)
         eligible = torch.zeros_like(batch["input_ids"], dtype=torch.bool)
         for row, chunk in enumerate(chunks):
             for t, (start, end) in enumerate(chunk.offsets):
                 if end - start == 1 and not chunk.special[t]:
                     eligible[row, t] = True
         if self.fusion is not None:
+            # the correction head only where a character may change: (N, V), not (B, T, V)
+            needed = eligible & self.has_candidates.to(eligible.device)[batch["input_ids"]]
+            out = self.model(**batch, logits_mask=needed)
             return [
                 (out.detection_logits[i].float(), gains)
-                for i, gains in enumerate(self._gains(out, batch, eligible))
+                for i, gains in enumerate(self._gains(out, batch, needed))
             ]
+        out = self.model(**batch)
         rows = decode_corrections(out.logits, batch["input_ids"], eligible, self.candidates, self.min_prob)
         return [(out.detection_logits[i].float(), rows[i]) for i in range(len(chunks))]
 
-    def _gains(self, out, batch, eligible) -> list[dict[int, dict[int, float]]]:
-        """Per row: token position -> {candidate token id: the model's log-probability gain over the input}."""
-        logp = out.logits.float().log_softmax(-1)
-        if self.candidates is None:
-            return [{} for _ in range(logp.shape[0])]
-        return [
-            model_log_gains(
-                logp[b], batch["input_ids"][b], torch.nonzero(eligible[b]).flatten().tolist(), self.candidates
-            )
-            for b in range(logp.shape[0])
-        ]
+    def _gains(self, out, batch, needed) -> list[dict[int, dict[int, float]]]:
+        """Per row: token position -> {candidate token id: the model's log-probability gain over the input}, at
+        the `needed` positions, whose correction logits `out.logits` holds (N, V) in row-major order."""
+        gains: list[dict[int, dict[int, float]]] = [{} for _ in range(needed.shape[0])]
+        if self.candidates is None or not needed.any():
+            return gains
+        logp = out.logits.float().log_softmax(-1)  # (N, V)
+        rows, cols = torch.nonzero(needed, as_tuple=True)
+        found = model_log_gains(logp, batch["input_ids"][needed], range(len(rows)), self.candidates)
+        for n, by_id in found.items():
+            gains[int(rows[n])][int(cols[n])] = by_id
+        return gains
 
     def _fused(self, text: str, simplified: str, pairs, protected: list[bool]) -> list[dict[str, Any]]:
         """The errors fused decoding finds in one text (the n-gram LM and word model read the whole text)."""
