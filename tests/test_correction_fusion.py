@@ -454,3 +454,60 @@ def test_an_int8_stored_correction_model_decodes_as_the_float_one(fused_dir, tmp
         assert [e["position"] for e in a["errors"]] == [e["position"] for e in b["errors"]]
         for ea, eb in zip(a["errors"], b["errors"]):
             assert ea["score"] == pytest.approx(eb["score"], abs=0.05)
+
+
+def _line_events(fn, *args) -> int:
+    """Python line events executed inside correction.py while fn runs: a count of work, not a time."""
+    import sys
+
+    from ernie_zoo.models import correction
+
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        if frame.f_code.co_filename != correction.__file__:
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_choosing_corrections_is_linear_in_the_text_length():
+    """A 100k-character text did not finish in 120 s: each change was checked against every change made so far.
+    Every position a candidate scoring above the threshold (the worst case): 4x the text, ~4x the work, not 16x."""
+    weights = FusionWeights(lm=1.0, threshold=0.5, min_distance=4)
+
+    def gains(n):
+        return [(i, "再", 1.0 + (i * 7919 % 1000) / 1000, 0.0, 0.0) for i in range(n)]
+
+    small, large = (_line_events(choose_corrections, gains(n), weights) for n in (2_000, 8_000))
+    assert 3.5 < large / small < 4.5
+    chosen = choose_corrections(gains(2_000), weights)
+    positions = [i for i, _, _ in chosen]
+    assert all(b - a >= 4 for a, b in zip(positions, positions[1:])) and len(chosen) >= 2_000 // 7
+
+
+def test_fused_decoding_runs_the_correction_head_on_candidate_positions_only(fused_dir):
+    """The head's (B, T, V) output was 1 GB for a batch of 32 long chunks (and its log_softmax another): now it
+    sees only the characters that have candidates, as (N, H) rows."""
+    from ernie_zoo.taskflow import Taskflow
+
+    flow = Taskflow("text_correction", task_path=str(fused_dir))
+    seen = []
+    hook = flow._task.model.cls.register_forward_hook(lambda m, args, out: seen.append(tuple(args[0].shape)))
+    try:
+        out = flow(["我们明天在见面吧。", "iPhone 15，OK"])
+    finally:
+        hook.remove()
+    assert out[0]["target"] == "我们明天再见面吧。" and out[1]["errors"] == []
+    candidates = flow._task.candidates
+    ids = flow._task.tokenizer.convert_tokens_to_ids(list("我们明天在见面吧。"))
+    assert seen == [(sum(i in candidates for i in ids), flow._task.model.config.hidden_size)]

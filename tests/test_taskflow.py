@@ -55,6 +55,48 @@ def test_unknown_and_mistyped_options_are_rejected(models):
         Taskflow("text_generation", task_path=models.poetry, max_new_tokens=8, min_new_tokens=9)
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"num_beams": 5000, "decode_strategy": "beam_search"},
+            "num_beams must be between 1 and 64, got 5000",
+        ),
+        ({"max_new_tokens": 100_000}, "max_new_tokens must be between 1 and 4096, got 100000"),
+        (
+            {"num_return_sequences": 65, "decode_strategy": "sampling"},
+            "num_return_sequences must be between 1 and 64, got 65",
+        ),
+        (
+            {"top_k": 10**9, "decode_strategy": "sampling"},
+            r"top_k must be at most the vocabulary size \(\d+ tokens",
+        ),
+        ({"seed": 2**64, "decode_strategy": "sampling"}, r"seed must be between -2\*\*63 and 2\*\*64 - 1"),
+    ],
+)
+def test_generation_size_options_have_upper_bounds(models, options, message):
+    """num_beams=5000 (and other sizes) used to be accepted: a call then did unbounded work."""
+    with pytest.raises(ValueError, match=message):
+        Taskflow("text_generation", task_path=models.poetry, **options)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize(
+    "task, option",
+    [
+        ("text_generation", "temperature"),
+        ("text_generation", "top_p"),
+        ("text_generation", "repetition_penalty"),
+    ],
+)
+def test_non_finite_float_options_are_rejected(models, task, option, value):
+    """NaN fails every comparison, so `x < bound` range checks let it through; no option takes it (or infinity)."""
+    with pytest.raises(
+        ValueError, match=f"option '{option}' of task '{task}' must be a finite number, got {value}"
+    ):
+        Taskflow(task, task_path=models.poetry, **{option: value})
+
+
 def test_list_tasks_and_aliases():
     tasks = list_tasks()
     assert set(tasks) == {

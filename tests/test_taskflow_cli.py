@@ -134,3 +134,17 @@ def test_usage_and_list(capsys):
 def test_bad_input_combinations(argv, capsys):
     code, _, err = run_cli(argv, capsys)
     assert code == 2 and "error:" in err
+
+
+@pytest.mark.parametrize("digits", ["-3", "-1", "18", "400"])
+def test_digits_out_of_range_is_an_error(digits, capsys):
+    """--digits -3 used to round every score to 0.0; now it is a usage error naming the option and its range."""
+    code, rows, err = run_cli(["word_segmentation", "好", "--digits", digits, "--no-progress"], capsys)
+    assert code == 2 and rows == []
+    assert f"--digits must be between 0 and 17, got {digits}" in err
+
+
+def test_digits_zero_and_seventeen_are_accepted(capsys):
+    for digits in ("0", "17"):
+        code, rows, _ = run_cli(["word_segmentation", "好", "--digits", digits, "--no-progress"], capsys)
+        assert code == 0 and rows == [{"text": "好", "words": ["好"]}]

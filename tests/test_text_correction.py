@@ -407,3 +407,48 @@ def test_finetune_refuses_pairs_of_different_length(tmp_path):
     )
     with pytest.raises(ValueError, match="row 1.*same length"):
         load_split(args.data, "text_correction", "train")
+
+
+def test_taskflow_corrects_traditional_text_in_traditional():
+    """The model reads Simplified; its corrections used to come back Simplified inside Traditional text
+    (少先隊員因該… -> …应該…). The shipped model, whose n-gram LM finds 因该 -> 应该."""
+    from ernie_zoo.taskflow import Taskflow
+
+    flow = Taskflow("text_correction")
+    trad = flow("少先隊員因該為老人讓坐")
+    assert trad["target"] == "少先隊員應該為老人讓坐"
+    assert [(e["position"], e["correction"]) for e in trad["errors"]] == [(4, ["因", "應"])]
+    simp = flow("少先队员因该为老人让坐")  # the same correction, in Simplified, for Simplified text
+    assert (
+        simp["target"] == "少先队员应该为老人让坐"
+        and simp["errors"][0]["score"] == trad["errors"][0]["score"]
+    )
+    # OpenCC reads the corrected phrase: 头发 -> 頭髮 (not 頭發)
+    assert flow("我們的頭法很長")["target"] == "我們的頭髮很長"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"threshold": float("nan")},
+            "option 'threshold' of task 'text_correction' must be a finite number, got nan",
+        ),
+        (
+            {"threshold": float("inf")},
+            "option 'threshold' of task 'text_correction' must be a finite number, got inf",
+        ),
+        ({"threshold": -1.0}, r"threshold must be >= 0 \(nats\), got -1.0"),
+        (
+            {"min_prob": float("nan")},
+            "option 'min_prob' of task 'text_correction' must be a finite number, got nan",
+        ),
+        ({"min_prob": -0.5}, "min_prob must be between 0 and 1, got -0.5"),
+    ],
+)
+def test_taskflow_rejects_bad_float_options(forced_dir, options, message):
+    """threshold=nan was accepted and silently corrected nothing (every `score > nan` is false)."""
+    from ernie_zoo.taskflow import Taskflow
+
+    with pytest.raises(ValueError, match=message):
+        Taskflow("text_correction", task_path=str(forced_dir), **options)

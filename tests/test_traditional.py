@@ -269,3 +269,14 @@ def test_train_vocab_converts_texts(zh_sentences):
 def test_pinyin_of_traditional_text():
     assert [decode_pinyin_id(i) for i in char_pinyin_ids("銀行行長")] == ["yin2", "hang2", "hang2", "zhang3"]
     assert char_pinyin_ids(TRAD2) == char_pinyin_ids(SIMP2)
+
+
+def test_to_traditional_keeps_length_and_reads_phrases():
+    from ernie_zoo.text.traditional import reads_traditional, to_traditional
+
+    assert to_traditional("头发和发展") == "頭髮和發展"  # one simplified 发, two traditional forms by phrase
+    for text in ("少先队员应该为老人让座", "iPhone 15 😀，好", ""):
+        out = to_traditional(text)
+        assert len(out) == len(text) and to_simplified(out) == to_simplified(text)
+    assert reads_traditional("少先隊員因該為老人讓坐") and not reads_traditional("少先队员因该为老人让坐")
+    assert not reads_traditional("今天在下雨") and not reads_traditional("")

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Literal, TextIO
 
 BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
+#: --digits beyond this rounds nothing: a float64 (17 significant digits) in [0, 1] has no 18th decimal to keep.
+MAX_DIGITS = 17
 
 
 @dataclass
@@ -65,7 +67,7 @@ class Args:
     no_progress: bool = False
     """No progress bar."""
     digits: int | None = None
-    """Round scores and other floats to this many decimals."""
+    """Round scores and other floats to this many decimals (0 to 17; null: as computed)."""
 
 
 ALIASES = {"i": "input", "o": "output", "O": "option", "list": "list_tasks"}
@@ -203,6 +205,10 @@ def _run(args: Args, stdout: TextIO) -> int:
 
     if args.texts and args.input:
         print("error: give TEXT arguments or --input, not both", file=sys.stderr)
+        return 2
+    if args.digits is not None and not 0 <= args.digits <= MAX_DIGITS:
+        # round(x, -3) would print every score in [0, 1] as 0.0: a silent wrong answer
+        print(f"error: --digits must be between 0 and {MAX_DIGITS}, got {args.digits}", file=sys.stderr)
         return 2
     if args.input and args.input != "-" and not os.path.isfile(args.input):
         print(f"error: --input {args.input!r} is not a file", file=sys.stderr)

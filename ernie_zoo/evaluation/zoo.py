@@ -43,6 +43,7 @@ import torch
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from ..data.sources import DEFAULT_CACHE
 from ..models.ngram import CharNgramLM
+from ..text import traditional
 from ..text.metrics import span_scores
 from .baselines import (
     MULTIDOMAIN_DIR,
@@ -92,18 +93,9 @@ __all__ = [
 
 # ------------------------------------------------------------------------------------------ text variants
 def to_traditional(texts: Sequence[str]) -> list[str]:
-    """Simplified -> Traditional (OpenCC s2t), character by character so offsets stay valid; a character
-    OpenCC maps to several (rare) is kept as it is."""
-    import opencc
-
-    conv = opencc.OpenCC("s2t")
-    out = []
-    for text in texts:
-        t = conv.convert(text)
-        if len(t) != len(text):
-            t = "".join(c if len(c) == 1 else o for o, c in zip(text, (conv.convert(ch) for ch in text)))
-        out.append(t)
-    return out
+    """Simplified -> Traditional (OpenCC s2t), character by character so offsets stay valid
+    (`ernie_zoo.text.traditional.to_traditional` on each text)."""
+    return [traditional.to_traditional(text) for text in texts]
 
 
 def to_fullwidth(texts: Sequence[str]) -> list[str]:

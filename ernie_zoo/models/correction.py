@@ -105,6 +105,7 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
         labels: torch.Tensor | None = None,
         *,
         pinyin_ids: torch.Tensor | None = None,
+        logits_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> SpellingCorrectionOutput:
         r"""
@@ -112,6 +113,9 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
             The right token at each position (`-100` where nothing is learned: special tokens, padding, non-Chinese
             tokens). A position is wrong, for the detection loss, where its label differs from `input_ids`.
         pinyin_ids: see `ErnieZooModel.forward`.
+        logits_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`, *optional*, without labels):
+            compute the correction logits only where True, as `(N, V)` in row-major order: a (B, T, V) tensor is
+            B x T x 16,000 floats (1 GB for 32 chunks of 512 tokens), and a decoder needs a few positions of it.
         """
         if pinyin_ids is not None:
             kwargs["pinyin_ids"] = pinyin_ids
@@ -127,7 +131,8 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
         ).last_hidden_state  # (B, T, H)
         detection_logits = self.detector(hidden).squeeze(-1)  # (B, T)
         if labels is None:
-            return SpellingCorrectionOutput(logits=self.cls(hidden), detection_logits=detection_logits)
+            logits = self.cls(hidden if logits_mask is None else hidden[logits_mask])
+            return SpellingCorrectionOutput(logits=logits, detection_logits=detection_logits)
         if input_ids is None:
             raise ValueError(
                 "labels need input_ids: a position is wrong where its label differs from its input"
@@ -317,8 +322,11 @@ def choose_corrections(
         if score > weights.threshold:
             best.append((score, i, cand))
     chosen: dict[int, tuple[str, float]] = {}
+    near = range(-weights.min_distance + 1, weights.min_distance)  # offsets of the positions a change blocks
     for score, i, cand in sorted(best, reverse=True):
-        if i in chosen or any(abs(i - j) < weights.min_distance for j in chosen):
+        # the positions within min_distance, looked up (not every change made so far: that was quadratic in the
+        # text's length, 100k characters making thousands of changes)
+        if i in chosen or any(i + d in chosen for d in near):
             continue
         chosen[i] = (cand, score)
     return [(i, c, s) for i, (c, s) in sorted(chosen.items())]

@@ -26,9 +26,11 @@ result depends on the other texts of its batch (and on how far the batch is padd
 coarsens everyone's quantisation. fbgemm derives the input's scale from the tensor's min and max, so each call
 appends two constant rows (all +1 and all -1) that pin them: every row, scaled into [-1, 1], is then quantised
 with the same fixed step, and its integer product is exact: a layer's output for a row depends on that row
-alone. (The float parts around the layers, attention and LayerNorm, still vary by ~1e-7 with the batch's padded
-width; a rounding step can amplify that, so whole-model scores move by up to ~1e-3 between batch sizes, against
-0.15 and changed entities in 3 of 1,000 MSRA sentences with `quantize_dynamic`.)
+alone. The float parts around the layers (attention over the padded keys) still round differently, by ~1e-7, at
+another padded width, and the next layer's input quantisation can turn that into a whole rounding step (whole-model
+scores moved by up to ~1e-3; 0.15 and changed entities in 3 of 1,000 MSRA sentences with `quantize_dynamic`), so
+Taskflow batches only texts of one padded width in int8 (`EncoderTask.batches`): a text's scores are then the same
+bits alone and in any batch.
 """
 
 from __future__ import annotations

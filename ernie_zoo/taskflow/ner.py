@@ -34,6 +34,12 @@ words as lexicon matches.
 [{'text': '蓝鲸科技', 'type': 'ORG', 'start': 0, 'end': 4, 'score': None}]
 
 Options: `entity_only=False` returns every span of the text, the gaps between entities with type "O".
+
+A text without a letter of any script (punctuation, digits, emoji alone) has no entities, whatever the model tags
+(the same rule as sentiment_analysis' no-label texts; `ernie_zoo.taskflow.text.has_letters`):
+
+>>> Taskflow("ner")(["😀😂🎉👍🏽", "？！……"])
+[{'text': '😀😂🎉👍🏽', 'entities': []}, {'text': '？！……', 'entities': []}]
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from ernie_zoo.text.tags import parse_tag, tags_to_spans
 from ernie_zoo.text.traditional import to_simplified
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
+from .text import has_letters
 
 
 @dataclass
@@ -171,7 +178,7 @@ class NamedEntityRecognition(EncoderTask):
         results = []
         for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
             entities: list[Entity] = []
-            for chunk, (labels, scores) in pairs:
+            for chunk, (labels, scores) in pairs if has_letters(text) else ():
                 entities.extend(self._chunk_entities(text, chunk, labels.tolist(), scores.tolist()))
             if self.user_words:
                 entities = self._intervene(text, entities)

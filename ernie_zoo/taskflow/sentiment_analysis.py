@@ -22,11 +22,12 @@ Labels come from the model's `config.id2label`. Texts longer than `max_seq_len` 
 the chunk probabilities are averaged weighted by chunk length in characters; `label` is the arg-max of that
 average and `score` its probability. Options: `return_all_scores`.
 
-A text that is empty or only whitespace has no polarity: its result is `label` None and `score` None (`null` in
-JSON), never a confident guess, and the other texts of the batch are unaffected:
+A text without a letter of any script (Chinese characters, Latin, ...) has no polarity: an empty text, whitespace,
+punctuation, digits or emoji alone get `label` None and `score` None (`null` in JSON), never a confident guess
+(the model's prior), and the other texts of the batch are unaffected (`ernie_zoo.taskflow.text.has_letters`):
 
->>> Taskflow("sentiment_analysis")(["  ", "太好吃了"])[0]
-{'text': '  ', 'label': None, 'score': None}
+>>> Taskflow("sentiment_analysis")(["  ", "😀😂🎉👍🏽", "？！。。。", "太好吃了"])[:3]
+[{'text': '  ', 'label': None, 'score': None}, {'text': '😀😂🎉👍🏽', 'label': None, 'score': None}, {'text': '？！。。。', 'label': None, 'score': None}]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import torch
 from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
 
 from .task import EncoderTask, Prepared, Result, register_task
+from .text import has_letters
 
 
 @dataclass
@@ -54,7 +56,7 @@ class SentimentOptions:
 @dataclass
 class SentimentResult(Result):
     text: str
-    label: str | None  # None for an empty or whitespace-only text
+    label: str | None  # None for a text without letters (empty, whitespace, punctuation, digits, emoji)
     score: float | None
     scores: dict[str, float] | None = None
 
@@ -87,7 +89,7 @@ class SentimentAnalysis(EncoderTask):
         id2label = self.model.config.id2label
         results = []
         for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
-            if not text.strip():  # nothing to classify: say so instead of the model's prior
+            if not has_letters(text):  # nothing to classify: say so instead of the model's prior
                 results.append(SentimentResult(text, None, None, None))
                 continue
             weights = torch.tensor([float(max(c.end - c.start, 1)) for c, _ in pairs], dtype=torch.float64)

@@ -11,6 +11,7 @@ count; fill-mask predicts each mask within its own chunk.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from ernie_zoo.tokenization.tokenizer import join_wordpieces  # noqa: F401  (re-exported for the tasks)
 
@@ -46,4 +47,14 @@ def clean_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-__all__ = ["clean_surrogates", "join_wordpieces", "normalize_inputs"]
+def has_letters(text: str) -> bool:
+    """Whether `text` holds a letter of any script (Unicode category L*: Chinese characters, Latin, kana, ...).
+
+    A text without one (empty, whitespace, punctuation, digits, emoji: "😀😂🎉👍🏽", "？！。。。") has no words for a
+    model to read: sentiment gives it no label and NER no entities, rather than the model's prior as a confident
+    answer (an emoji-only review came out negative with probability 0.93).
+    """
+    return any(unicodedata.category(ch)[0] == "L" for ch in text)
+
+
+__all__ = ["clean_surrogates", "has_letters", "join_wordpieces", "normalize_inputs"]

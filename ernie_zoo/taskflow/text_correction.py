@@ -18,7 +18,10 @@ correction head together, and makes a change when the score exceeds `threshold` 
 when it prefers the candidate to the character as written by at least `min_prob` (default: the model's
 `correction_min_prob`). Latin, digits,
 punctuation and whitespace are never touched. Traditional input is read as Simplified by the model; characters
-that are not corrected are returned exactly as given, and a correction is written in Simplified.
+that are not corrected are returned exactly as given, and a correction comes back in the input's script: in
+Traditional where the character it replaces is Traditional or the text reads as Traditional
+(`ernie_zoo.text.traditional.reads_traditional`), converted with OpenCC's s2t in the context of its neighbours
+(少先隊員因該為老人讓坐 -> 少先隊員應該為老人讓坐, 我們的頭法很長 -> 我們的頭髮很長).
 
 `user_dict` (a path or a list of words, one per line; jieba's `word [freq] [tag]` lines are read too) lists words
 never to correct, e.g. names and terms the model does not know:
@@ -48,10 +51,12 @@ from ernie_zoo.models.correction import (
 from ernie_zoo.text.confusion import is_cjk
 from ernie_zoo.text.lexicon import AhoCorasick
 from ernie_zoo.text.segment import read_user_dict
-from ernie_zoo.text.traditional import to_simplified
+from ernie_zoo.text.traditional import reads_traditional, to_simplified, to_traditional
 from ernie_zoo.text.words import WordUnigram
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require
+
+SCRIPT_CONTEXT = 3  # characters either side of a correction that OpenCC reads to choose its Traditional form
 
 
 @dataclass
@@ -60,12 +65,24 @@ class CorrectionOptions:
 
     min_prob: a model decoded alone: how much more probable than the character as written a correction must be
         (0 to 1); default: the model's `correction_min_prob`.
-    threshold: a model shipped with an n-gram LM (fused decoding): the score, in nats, a correction must exceed;
-        default: the model's (config.correction_fusion). Higher: fewer, surer corrections.
+    threshold: a model shipped with an n-gram LM (fused decoding): the score, in nats, a correction must exceed
+        (a finite number >= 0: below 0 a change would make the text less likely than as written); default: the
+        model's (config.correction_fusion). Higher: fewer, surer corrections.
     """
 
     min_prob: float | None = None
     threshold: float | None = None
+
+    def validate(self) -> None:
+        # (NaN and infinity are refused for every option by build_options)
+        require(
+            self.min_prob is None or 0.0 <= self.min_prob <= 1.0,
+            f"min_prob must be between 0 and 1, got {self.min_prob}",
+        )
+        require(
+            self.threshold is None or self.threshold >= 0.0,
+            f"threshold must be >= 0 (nats), got {self.threshold}",
+        )
 
 
 @dataclass
@@ -114,6 +131,11 @@ class TextCorrection(EncoderTask):
         self.min_prob = min_prob
         sets = self.model.confusion_sets
         self.candidates = candidate_table(sets, self.tokenizer.get_vocab()) if sets is not None else None
+        # token id -> whether it has candidates (the positions fused decoding scores)
+        self.has_candidates = torch.zeros(
+            max(len(self.tokenizer), self.model.config.vocab_size), dtype=torch.bool
+        )
+        self.has_candidates[list(self.candidates or ())] = True
         words = read_user_dict(settings.user_dict) if settings.user_dict else []
         self.user_words = AhoCorasick(to_simplified(w) for w, _, _ in words)
 
@@ -130,31 +152,35 @@ class TextCorrection(EncoderTask):
         return Prepared(texts=texts, chunks=prepared.chunks)
 
     def run_batch(self, batch: dict[str, torch.Tensor], chunks: list[Chunk]) -> list[Any]:
-        out = self.model(**batch)
         eligible = torch.zeros_like(batch["input_ids"], dtype=torch.bool)
         for row, chunk in enumerate(chunks):
             for t, (start, end) in enumerate(chunk.offsets):
                 if end - start == 1 and not chunk.special[t]:
                     eligible[row, t] = True
         if self.fusion is not None:
+            # the correction head only where a character may change: (N, V), not (B, T, V)
+            needed = eligible & self.has_candidates.to(eligible.device)[batch["input_ids"]]
+            out = self.model(**batch, logits_mask=needed)
             return [
                 (out.detection_logits[i].float(), gains)
-                for i, gains in enumerate(self._gains(out, batch, eligible))
+                for i, gains in enumerate(self._gains(out, batch, needed))
             ]
+        out = self.model(**batch)
         rows = decode_corrections(out.logits, batch["input_ids"], eligible, self.candidates, self.min_prob)
         return [(out.detection_logits[i].float(), rows[i]) for i in range(len(chunks))]
 
-    def _gains(self, out, batch, eligible) -> list[dict[int, dict[int, float]]]:
-        """Per row: token position -> {candidate token id: the model's log-probability gain over the input}."""
-        logp = out.logits.float().log_softmax(-1)
-        if self.candidates is None:
-            return [{} for _ in range(logp.shape[0])]
-        return [
-            model_log_gains(
-                logp[b], batch["input_ids"][b], torch.nonzero(eligible[b]).flatten().tolist(), self.candidates
-            )
-            for b in range(logp.shape[0])
-        ]
+    def _gains(self, out, batch, needed) -> list[dict[int, dict[int, float]]]:
+        """Per row: token position -> {candidate token id: the model's log-probability gain over the input}, at
+        the `needed` positions, whose correction logits `out.logits` holds (N, V) in row-major order."""
+        gains: list[dict[int, dict[int, float]]] = [{} for _ in range(needed.shape[0])]
+        if self.candidates is None or not needed.any():
+            return gains
+        logp = out.logits.float().log_softmax(-1)  # (N, V)
+        rows, cols = torch.nonzero(needed, as_tuple=True)
+        found = model_log_gains(logp, batch["input_ids"][needed], range(len(rows)), self.candidates)
+        for n, by_id in found.items():
+            gains[int(rows[n])][int(cols[n])] = by_id
+        return gains
 
     def _fused(self, text: str, simplified: str, pairs, protected: list[bool]) -> list[dict[str, Any]]:
         """The errors fused decoding finds in one text (the n-gram LM and word model read the whole text)."""
@@ -188,6 +214,24 @@ class TextCorrection(EncoderTask):
                 errors.append({"position": pos, "correction": (text[pos], new), "score": round(margin, 4)})
         return errors
 
+    def _in_script(self, text: str, simplified: str, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The corrections of a text holding Traditional characters, each written in Traditional where the
+        character it replaces is Traditional or the whole text reads as Traditional (the model chose them in
+        Simplified). OpenCC converts the corrected text around each change, so phrases pick the right form
+        (应该 -> 應該, 头发 -> 頭髮)."""
+        fixed = list(simplified)
+        for e in errors:
+            fixed[e["position"]] = e["correction"][1]
+        whole = reads_traditional(text)
+        out = []
+        for e in errors:
+            pos, (old, new) = e["position"], e["correction"]
+            if whole or old != simplified[pos]:
+                start = max(0, pos - SCRIPT_CONTEXT)
+                new = to_traditional("".join(fixed[start : pos + SCRIPT_CONTEXT + 1]))[pos - start]
+            out.append({**e, "correction": (old, new)})
+        return out
+
     def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[CorrectionResult]:
         decode = self._fused if self.fusion is not None else self._alone
         results = []
@@ -196,6 +240,8 @@ class TextCorrection(EncoderTask):
             errors = sorted(
                 decode(text, simplified, pairs, self._protected(simplified)), key=lambda e: e["position"]
             )
+            if errors and text != simplified:
+                errors = self._in_script(text, simplified, errors)
             chars = list(text)
             for e in errors:
                 chars[e["position"]] = e["correction"][1]

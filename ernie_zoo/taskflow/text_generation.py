@@ -48,6 +48,12 @@ from .task import Result, Task, register_task, require
 from .text import clean_surrogates, join_wordpieces
 
 logger = logging.getLogger(__name__)
+# Upper bounds of the size options: each multiplies the work of a call (num_beams=5000 was accepted and ran
+# 5,000 beams per prompt). Far above any useful setting for a small model; raise them here if one ever needs more.
+MAX_NEW_TOKENS = 4096
+MAX_BEAMS = 64
+MAX_RETURN_SEQUENCES = 64
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.manual_seed accepts
 _RNG_LOCK = threading.Lock()  # sampling uses torch's global RNG
 
 
@@ -56,7 +62,7 @@ class GenerationOptions:
     """Options of text_generation.
 
     max_new_tokens: tokens to generate after the prompt (64: an eight-line poem of 7-character lines with its
-        punctuation).
+        punctuation); at most 4096, and the prompt must still fit the model's positions.
     min_new_tokens: the end token is suppressed until this many tokens are generated (0 = off), e.g. to get more
         than one line of a poem.
     eos_min_prob: the end token is only chosen while the model gives it at least this probability (0 = off).
@@ -71,14 +77,15 @@ class GenerationOptions:
         None: the model's default (`poem_format` in its generation_config.json; ernie-zoo-mini-poetry ships
         true), else off.
     decode_strategy: "greedy", "sampling" or "beam_search".
-    num_beams: beams for beam_search.
+    num_beams: beams for beam_search (1 to 64).
     temperature: softmax temperature for sampling (> 0).
-    top_k: sample among the k most likely tokens (0 = no limit).
+    top_k: sample among the k most likely tokens (0 = no limit; at most the vocabulary size).
     top_p: nucleus sampling: the smallest set of tokens whose probability reaches top_p (1.0 = no limit).
     repetition_penalty: > 1 discourages repeating tokens (1.0 = off). None: the model's default (its
         generation_config.json; ernie-zoo-mini-poetry ships 1.2), else 1.0.
-    num_return_sequences: continuations per prompt (sampling or beam_search; at most num_beams for beams).
-    seed: makes sampling reproducible per prompt.
+    num_return_sequences: continuations per prompt (sampling or beam_search; 1 to 64, at most num_beams for
+        beams).
+    seed: makes sampling reproducible per prompt (an integer torch.manual_seed accepts: -2**63 to 2**64 - 1).
     """
 
     max_new_tokens: int = 64
@@ -95,12 +102,18 @@ class GenerationOptions:
     seed: int | None = None
 
     def validate(self) -> None:
-        require(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        require(
+            1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
+            f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}",
+        )
         require(
             0 <= self.min_new_tokens <= self.max_new_tokens,
             f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}",
         )
-        require(self.num_beams >= 1, f"num_beams must be >= 1, got {self.num_beams}")
+        require(
+            1 <= self.num_beams <= MAX_BEAMS,
+            f"num_beams must be between 1 and {MAX_BEAMS}, got {self.num_beams}",
+        )
         require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
         require(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         require(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
@@ -113,8 +126,12 @@ class GenerationOptions:
             f"eos_min_prob must be in [0, 1), got {self.eos_min_prob}",
         )
         require(
-            self.num_return_sequences >= 1,
-            f"num_return_sequences must be >= 1, got {self.num_return_sequences}",
+            1 <= self.num_return_sequences <= MAX_RETURN_SEQUENCES,
+            f"num_return_sequences must be between 1 and {MAX_RETURN_SEQUENCES}, got {self.num_return_sequences}",
+        )
+        require(
+            self.seed is None or SEED_RANGE[0] <= self.seed <= SEED_RANGE[1],
+            f"seed must be between -2**63 and 2**64 - 1, got {self.seed}",
         )
         require(
             self.decode_strategy != "greedy" or self.num_return_sequences == 1,
@@ -153,6 +170,11 @@ class TextGeneration(Task):
         max_pos = getattr(config, "max_position_embeddings", None)
         if isinstance(max_pos, int) and max_pos > 0:
             limit = min(limit, max_pos)
+        vocab = len(self.tokenizer)
+        require(
+            self.options.top_k <= vocab,
+            f"top_k must be at most the vocabulary size ({vocab} tokens; 0 = no limit), got {self.options.top_k}",
+        )
         self.prompt_budget = limit - self.options.max_new_tokens
         if self.prompt_budget < 1:
             raise ValueError(

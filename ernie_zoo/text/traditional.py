@@ -16,6 +16,9 @@ that OpenCC itself sometimes keeps unchanged (乾 覆 藉 於 徵 瞭 ...) are l
 text uses them too (乾隆, 覆盖, 慰藉), so Simplified input is never changed by the table; targets
 outside the Basic Multilingual Plane are left out as well.
 
+The other way, :func:`to_traditional` uses OpenCC's ``s2t`` (its phrase tables choose among one-to-many
+forms: 头发 -> 頭髮, 发展 -> 發展), kept to one character for one.
+
 Limits of a character map: OpenCC's phrase table is not used, so one-to-many cases take the most
 common form (髮/發 -> 发 is right, but 乾 stays 乾 and 著 stays 著); regional vocabulary (軟體 vs
 软件) is not converted; text that mixes in Japanese kanji may be changed (後 -> 后).
@@ -29,7 +32,14 @@ from functools import lru_cache
 from importlib import resources
 from types import MappingProxyType
 
-__all__ = ["is_traditional_char", "t2s_mapping", "to_simplified", "traditional_chars"]
+__all__ = [
+    "is_traditional_char",
+    "reads_traditional",
+    "t2s_mapping",
+    "to_simplified",
+    "to_traditional",
+    "traditional_chars",
+]
 
 _RESOURCE = ("ernie_zoo.text", "data/t2s_chars.tsv.gz")
 
@@ -81,3 +91,33 @@ def is_traditional_char(ch: str) -> bool:
     if len(ch) != 1:
         raise ValueError(f"expected a single character, got {ch!r}")
     return ch in t2s_mapping()
+
+
+@lru_cache(maxsize=1)
+def _s2t():
+    import opencc
+
+    return opencc.OpenCC("s2t")
+
+
+def to_traditional(text: str) -> str:
+    """Convert Simplified characters to Traditional with OpenCC's ``s2t`` (phrase-aware: 头发 -> 頭髮, 发展 -> 發展).
+
+    ``len(result) == len(text)``: where OpenCC's phrase output changes the length, each character is converted
+    alone, and a character it turns into several keeps its form.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, not {type(text).__name__}")
+    conv = _s2t()
+    out = conv.convert(text)
+    if len(out) != len(text):
+        out = "".join(c if len(c) == 1 else o for o, c in zip(text, (conv.convert(ch) for ch in text)))
+    return out
+
+
+def reads_traditional(text: str) -> bool:
+    """Whether `text` is written in Traditional characters: more of them that :func:`to_simplified` changes (這 說)
+    than characters :func:`to_traditional` changes (这 说). A text with neither (你好, 今天在下雨) reads as
+    Simplified."""
+    simplified, traditional = to_simplified(text), to_traditional(text)
+    return sum(a != b for a, b in zip(text, simplified)) > sum(a != b for a, b in zip(text, traditional))
