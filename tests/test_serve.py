@@ -530,14 +530,14 @@ def _without_scores(task: str, result: dict) -> Any:
 
 @pytest.mark.parametrize(
     "task,options,precision",
-    [("sentiment_analysis", {"return_all_scores": True}, None), ("ner", {}, "fp32")],
+    [("sentiment_analysis", {"return_all_scores": True}, None), ("ner", {}, "fp32"), ("ner", {}, None)],
 )
 def test_batch_size_invariance_over_http_with_the_shipped_models(task, options, precision):
     """A text gets the same answer alone, merged with others, and from Taskflow in process (floats within 1e-5:
-    padding changes the summation order of the matmuls by a few ulps). NER runs in fp32 here: its default int8
-    compute quantizes activations per row, but the float parts around it still vary with the batch's padded
-    width, so int8 scores move by up to ~1e-3 between batch compositions (models/int8.py), in process as much
-    as over HTTP. A lone surrogate is answered as U+FFFD, with Taskflow's results for the raw text."""
+    padding changes the summation order of the matmuls by a few ulps). NER runs in fp32 and in its default int8:
+    int8 forward batches hold chunks of one padded width only (taskflow EncoderTask.batches), so a text's int8
+    scores do not depend on what it is batched with, in process or over HTTP. A lone surrogate is answered as
+    U+FFFD, with Taskflow's results for the raw text."""
     lines = [line for line in SENTENCES.read_text(encoding="utf-8").splitlines() if line][:12]
     texts = lines + ["。".join(lines) * 2, "\ud800abc北京"]  # one text longer than max_seq_len, one surrogate
     reference = Taskflow(task, max_seq_len=64, precision=precision, **options)(texts)
