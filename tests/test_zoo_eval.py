@@ -586,3 +586,27 @@ def test_the_csc_card_describes_the_lm_it_ships():
         "(3-grams seen once pruned)"
     )
     assert _csc_lm_text({"order": 3, "min_count": 1, "prune_from_order": 2}).endswith("(every n-gram kept)")
+
+
+def test_a_reshipped_models_card_puts_the_previous_release_beside_its_scores():
+    """A re-shipped model's card says what it replaces, why, and each score then and now (#36: the sentiment
+    model re-trained on the permissive lexicon states its multi-domain and review scores beside the old ones)."""
+    from ernie_zoo.evaluation.cards import _previous_release
+
+    prev = {
+        "weights": "abc",
+        "recipe": "recipes/experiments/x.yaml",
+        "why": "a licence",
+        "scores": {"review test accuracy": 0.8289, "multi-domain test macro-F1": 0.8215, "gone": 0.5},
+    }
+    r = {
+        "training": {"previous_release": prev},
+        "test": {"accuracy": 0.8300, "macro_f1": 0.83},
+        "multidomain": {"test": {"overall": {"macro_f1": 0.8015, "accuracy": 0.8}}},
+    }
+    text = "\n".join(_previous_release(r))
+    assert "replaces weights `abc` (`recipes/experiments/x.yaml`). Why: a licence." in text
+    assert "| review test accuracy | 0.8289 | 0.8300 | +0.0011 |" in text
+    assert "| multi-domain test macro-F1 | 0.8215 | 0.8015 | -0.0200 |" in text
+    assert "| gone | 0.5000 | n/a | n/a |" in text
+    assert _previous_release({"training": {}}) == []

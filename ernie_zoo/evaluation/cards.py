@@ -911,6 +911,41 @@ def _csc_lm_text(spec: dict[str, Any]) -> str:
     )
 
 
+def _current_scores(r: dict[str, Any]) -> dict[str, float]:
+    """The scores a previous release's record names, read from this evaluation (sentiment models)."""
+    scores = {}
+    if "test" in r and "accuracy" in r["test"]:
+        scores["review test accuracy"] = r["test"]["accuracy"]
+        scores["review test macro-F1"] = r["test"]["macro_f1"]
+    md = (r.get("multidomain") or {}).get("test")
+    if md:
+        scores["multi-domain test macro-F1"] = md["overall"]["macro_f1"]
+        scores["multi-domain test accuracy"] = md["overall"]["accuracy"]
+    return scores
+
+
+def _previous_release(r: dict[str, Any]) -> list[str]:
+    """A section beside the evaluation when the model replaces an earlier release (training.json's
+    `previous_release`, written by recipes/zoo/ship.py): why, and each score then and now."""
+    prev = (r.get("training") or {}).get("previous_release")
+    if not prev:
+        return []
+    now = _current_scores(r)
+    out = [
+        "### Changes from the previous release",
+        "",
+        f"This release replaces weights `{prev['weights']}` (`{prev['recipe']}`). Why: {prev['why']}.",
+        "",
+        "| score | previous release | this release | change |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, before in prev["scores"].items():
+        after = now.get(name)
+        change = "n/a" if after is None else f"{after - before:+.4f}"
+        out.append(f"| {name} | {_f(before)} | {_f(after)} | {change} |")
+    return out + [""]
+
+
 def render_card(
     name: str,
     r: dict[str, Any],
@@ -971,6 +1006,7 @@ def render_card(
         if kind == "sentiment"
         else {"ner": _eval_ner, "poetry": _eval_poetry, "csc": _eval_csc}[kind](r)
     )
+    out += _previous_release(r)
     out += [
         "## Limitations",
         "",
