@@ -350,6 +350,26 @@ def test_exact_resume_after_sigkill(tmp_path, tokenizer_dir):
         assert sa[key] == sb[key], key
 
 
+def test_the_process_group_starts_first_with_the_recipe_timeout(tmp_path, tokenizer_dir, monkeypatch):
+    """A data-parallel backend starts torch.distributed before anything else, with distributed.timeout_s (a dead
+    or hung rank then fails every rank's collective within that time instead of blocking it forever)."""
+    from ernie_zoo.training import pretrain as pretrain_module
+
+    seen = []
+
+    def init_from_env(backend=None, timeout_s=None):
+        seen.append(timeout_s)
+        raise RuntimeError("stopped after the process group")
+
+    monkeypatch.setattr(pretrain_module, "init_from_env", init_from_env)
+    with pytest.raises(RuntimeError, match="stopped after the process group"):
+        _run(tmp_path / "out", **{"distributed.backend": "deepspeed", "distributed.timeout_s": 42})
+    assert seen == [42.0]
+    assert not (tmp_path / "out" / "tokenizer").exists()  # nothing ran before it
+    summary = _run(tmp_path / "single", max_steps=1, **{"tokenizer.path": str(tokenizer_dir)})
+    assert summary["steps"] == 1 and seen == [42.0]  # the single backend starts no process group
+
+
 # ------------------------------------------------------------------------------------------ profiler
 def _trace(path: Path) -> tuple[dict[str, dict], list[dict]]:
     """The Chrome trace at `path`: ({"train_step n": its event}, every complete event)."""

@@ -52,6 +52,13 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and rank == 0:
+            if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0:
+                logger.warning(
+                    "torchrun shares its rendezvous store with the ranks: a restarted group reads the old "
+                    "ranks' addresses from it and cannot connect (pytorch/pytorch#135712); launch torchrun "
+                    "with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (recipes/launch/common.sh sets it)"
+                )
         if world == 1 and "MASTER_ADDR" not in os.environ:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(free_port()))
@@ -82,6 +89,8 @@ def local_ranks_command(
         raise ValueError(f"nproc must be >= 1, got {nproc}")
     full_env = dict(os.environ)
     full_env.update(
+        # a fresh rendezvous store per restart (a shared one hands restarted ranks stale addresses)
+        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1",
         OMP_NUM_THREADS="1",
         TORCH_EXTENSIONS_DIR=os.environ.get("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR)),
         CUDA_VISIBLE_DEVICES="",
