@@ -15,7 +15,10 @@ TP in deepspeed_engine.py) builds the model, steps the optimizer and saves / loa
 
 Exact resume: a checkpoint holds the weights, AdamW and LR-schedule state, the RNG states and the data
 position; masks are a function of (seed, step), so a run killed at any point and resumed from its newest
-valid checkpoint produces the same losses and the same final weights as an uninterrupted run.
+valid checkpoint produces the same losses and the same final weights as an uninterrupted run. That is what a
+restart by torchrun's elastic agent or a Slurm requeue does (docs/scale.md, Failures and restarts); the process
+group starts first, with `distributed.timeout_s`, so a dead or hung rank fails every rank's step instead of
+blocking it. `logging.profile_steps` records a window of steps with torch.profiler (training/profiling.py).
 """
 
 from __future__ import annotations
