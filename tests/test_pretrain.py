@@ -350,6 +350,66 @@ def test_exact_resume_after_sigkill(tmp_path, tokenizer_dir):
         assert sa[key] == sb[key], key
 
 
+def test_the_process_group_starts_first_with_the_recipe_timeout(tmp_path, tokenizer_dir, monkeypatch):
+    """A data-parallel backend starts torch.distributed before anything else, with distributed.timeout_s (a dead
+    or hung rank then fails every rank's collective within that time instead of blocking it forever)."""
+    from ernie_zoo.training import pretrain as pretrain_module
+
+    seen = []
+
+    def init_from_env(backend=None, timeout_s=None):
+        seen.append(timeout_s)
+        raise RuntimeError("stopped after the process group")
+
+    monkeypatch.setattr(pretrain_module, "init_from_env", init_from_env)
+    with pytest.raises(RuntimeError, match="stopped after the process group"):
+        _run(tmp_path / "out", **{"distributed.backend": "deepspeed", "distributed.timeout_s": 42})
+    assert seen == [42.0]
+    assert not (tmp_path / "out" / "tokenizer").exists()  # nothing ran before it
+    summary = _run(tmp_path / "single", max_steps=1, **{"tokenizer.path": str(tokenizer_dir)})
+    assert summary["steps"] == 1 and seen == [42.0]  # the single backend starts no process group
+
+
+# ------------------------------------------------------------------------------------------ profiler
+def _trace(path: Path) -> tuple[dict[str, dict], list[dict]]:
+    """The Chrome trace at `path`: ({"train_step n": its event}, every complete event)."""
+    assert path.stat().st_size > 0
+    events = [e for e in json.loads(path.read_text(encoding="utf-8"))["traceEvents"] if e.get("ph") == "X"]
+    return {e["name"]: e for e in events if e["name"].startswith("train_step ")}, events
+
+
+def test_profile_steps_trace_the_window_only(tmp_path, tokenizer_dir):
+    """logging.profile_steps [3, 4]: a Perfetto/Chrome trace with exactly steps 3 and 4, their phases and the
+    torch ops inside them, and a table of the ops by self time; a run resumed inside a window ([5, 7] from
+    checkpoint-6) records the rest of it (step 7)."""
+    out = tmp_path / "run"
+    extra = {
+        "tokenizer.path": str(tokenizer_dir),
+        "checkpoint.interval": 3,
+        "eval.interval": 0,
+        "logging.tensorboard": False,
+    }
+    _run(out, max_steps=6, **extra, **{"logging.profile_steps": [3, 4]})
+    steps, events = _trace(out / "profile" / "rank0.pt.trace.json")
+    assert sorted(steps) == ["train_step 3", "train_step 4"]
+    step3 = steps["train_step 3"]
+
+    def inside(event: dict, outer: dict) -> bool:
+        return outer["ts"] <= event["ts"] and event["ts"] + event["dur"] <= outer["ts"] + outer["dur"]
+
+    phases = {e["name"] for e in events if inside(e, step3)}
+    # step 3 saves checkpoint-3 (interval 3); every phase and torch's own ops sit inside the step's range
+    assert {"data", "forward", "backward", "optimizer", "dp_sum", "save"} <= phases
+    assert any(name.startswith("aten::") for name in phases)
+    assert "save" not in {e["name"] for e in events if inside(e, steps["train_step 4"])}
+    table = (out / "profile" / "rank0.txt").read_text(encoding="utf-8")
+    assert "Self CPU" in table and "forward" in table and "aten::" in table
+
+    _run(out, max_steps=8, **extra, **{"logging.profile_steps": [5, 7]})  # resumes from checkpoint-6
+    steps, _ = _trace(out / "profile" / "rank0.pt.trace.json")
+    assert sorted(steps) == ["train_step 7"]
+
+
 # ------------------------------------------------------------------------------------------ bad data
 def test_bad_lines_are_counted_and_training_runs(tmp_path, tokenizer_dir):
     text = SENTENCES.read_bytes()

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import torch
 
 from .logging_utils import progress_bar
+from .profiling import StepProfiler
 
 #: Test hook: SIGKILL this process right after the optimizer step with this number (exact-resume tests).
 KILL_ENV = "ERNIE_ZOO_TEST_KILL_AT_STEP"
@@ -65,6 +66,8 @@ class TrainLoop:
     progress: bool = True
     desc: str = "train"
     nonfinite_hint: str = "lower the learning rate"
+    profile_steps: tuple[int, int] | list[int] | None = None  #: [start, end] (1-based, inclusive): profiled
+    profile_dir: str | os.PathLike | None = None  #: where the profiled steps' traces go
 
     def run(
         self,
@@ -82,22 +85,35 @@ class TrainLoop:
         step, last_saved = start_step, start_step if resumed else None
         kill_at = int(os.environ.get(KILL_ENV, "0") or 0)
         bar = progress_bar(self.total_steps, step, self.progress and engine.is_main, self.desc)
+        prof = StepProfiler(self.profile_steps, self.profile_dir, getattr(engine, "rank", 0))
+        region = prof.region
         engine.model.train()
         try:
             while step < self.total_steps and not stopped:
+                prof.begin(step + 1)
                 t0 = time.perf_counter()
                 running = 0.0
-                for batch, last in task.micro_batches(step):
-                    loss = task.loss(batch)
-                    engine.backward(loss / self.grad_accum, last)
+                batches = iter(task.micro_batches(step))
+                while True:
+                    with region("data"):
+                        item = next(batches, None)
+                    if item is None:
+                        break
+                    batch, last = item
+                    with region("forward"):
+                        loss = task.loss(batch)
+                    with region("backward"):
+                        engine.backward(loss / self.grad_accum, last)
                     running += float(loss.detach()) / self.grad_accum
-                grad_norm = engine.step()
+                with region("optimizer"):
+                    grad_norm = engine.step()
                 step += 1
                 seconds = time.perf_counter() - t0
                 sums = task.step_sums()
                 if on_step_end is not None:
                     on_step_end(step, {"loss": running, **sums, "seconds": seconds})
-                loss_sum, *totals = engine.dp_sum([running, *sums.values()])
+                with region("dp_sum"):
+                    loss_sum, *totals = engine.dp_sum([running, *sums.values()])
                 running = loss_sum / engine.dp_world_size
                 if not math.isfinite(running):
                     raise FloatingPointError(f"loss is {running} at step {step}: {self.nonfinite_hint}")
@@ -109,10 +125,13 @@ class TrainLoop:
                     if postfix:
                         bar.set_postfix(**postfix)
                 if self.eval_every and step % self.eval_every == 0:
-                    stopped, last_eval = task.run_eval(step), step
+                    with region("eval"):
+                        stopped, last_eval = task.run_eval(step), step
                 if self.save_every and step % self.save_every == 0:
-                    task.save(step)
+                    with region("save"):
+                        task.save(step)
                     last_saved = step
+                prof.end(step)
                 if step == kill_at:
                     os.kill(os.getpid(), signal.SIGKILL)
             if last_eval != step:
@@ -120,6 +139,7 @@ class TrainLoop:
             if self.save_final and last_saved != step:
                 task.save(step)
         finally:
+            prof.close()
             bar.close()
         return step
 

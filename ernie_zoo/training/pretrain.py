@@ -15,7 +15,10 @@ TP in deepspeed_engine.py) builds the model, steps the optimizer and saves / loa
 
 Exact resume: a checkpoint holds the weights, AdamW and LR-schedule state, the RNG states and the data
 position; masks are a function of (seed, step), so a run killed at any point and resumed from its newest
-valid checkpoint produces the same losses and the same final weights as an uninterrupted run.
+valid checkpoint produces the same losses and the same final weights as an uninterrupted run. That is what a
+restart by torchrun's elastic agent or a Slurm requeue does (docs/scale.md, Failures and restarts); the process
+group starts first, with `distributed.timeout_s`, so a dead or hung rank fails every rank's step instead of
+blocking it. `logging.profile_steps` records a window of steps with torch.profiler (training/profiling.py).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from ernie_zoo.parallel.distributed import init_from_env
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
@@ -127,6 +131,10 @@ def pretrain(
     if recipe.num_threads is not None:
         torch.set_num_threads(recipe.num_threads)
     device = resolve_device(recipe.device, key="device")
+    if recipe.distributed.backend != "single":
+        # First: the process group, with the recipe's collective timeout (a dead or hung rank then fails every
+        # rank's step, and torchrun / Slurm restart the job from the newest valid checkpoint).
+        init_from_env(timeout_s=recipe.distributed.timeout_s)
     resume_from = _resume_dir(recipe, output_dir)
 
     # ---- tokenizer and data (errors about the data surface here, before any model is built)
@@ -219,6 +227,8 @@ def pretrain(
         progress=recipe.logging.progress_bar,
         desc="pretrain",
         nonfinite_hint="lower optim.lr, enable optim.grad_clip, or use fp32",
+        profile_steps=recipe.logging.profile_steps,
+        profile_dir=output_dir / "profile",
     )
     try:
         step = loop.run(

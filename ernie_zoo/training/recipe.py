@@ -36,6 +36,8 @@ from jsonargparse import (
     set_parsing_settings,
 )
 
+from ernie_zoo.parallel.distributed import DEFAULT_TIMEOUT_S
+
 # Field docstrings are the help text; jsonargparse reads them only when asked (litgpt asks the same way).
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
 
@@ -226,6 +228,10 @@ class LoggingArgs:
     peak_flops: float | None = None
     """Peak FLOP/s of one device for the MFU estimate; null: looked up for known GPUs at the run's precision, not
     reported on CPU."""
+    profile_steps: list[int] | None = None
+    """[start, end]: record optimizer steps start..end (1-based, inclusive) with torch.profiler and write, per
+    rank, a Chrome/Perfetto trace (output_dir/profile/rank<r>.pt.trace.json) and a table of the ops that took
+    the time (rank<r>.txt); keep the window short (a few steps). null: no profiling."""
 
 
 @dataclass
@@ -251,6 +257,11 @@ class DistributedArgs:
     recompute: str = "none"
     """deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none keeps
     activations. Fine-tuning: none only."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """deepspeed backend: seconds a collective waits for the other ranks before it fails, so a rank that died or
+    hangs ends the step on every rank and the launcher restarts the job from the newest valid checkpoint
+    (docs/scale.md, Failures and restarts); keep it above the slowest legitimate wait (a checkpoint save).
+    ernie-pretrain; ernie-finetune starts its process group with the 600 s default."""
 
     def validate(self) -> None:
         """The rules of both commands; raises `ValueError` naming the key."""
@@ -273,8 +284,10 @@ class DistributedArgs:
             self.recompute,
             "must be none or full",
         )
+        _check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0 (seconds)")
         if self.backend == "single":
             unset = {"deepspeed_config": None, "tp_size": None, "zero_stage": None, "recompute": "none"}
+            unset["timeout_s"] = DEFAULT_TIMEOUT_S
             for key, default in unset.items():
                 value = getattr(self, key)
                 _check(value == default, f"distributed.{key}", value, "needs distributed.backend deepspeed")
@@ -430,6 +443,13 @@ class PretrainRecipe:
         _check(self.logging.interval > 0, "logging.interval", self.logging.interval, "must be > 0")
         pf = self.logging.peak_flops
         _check(pf is None or pf > 0, "logging.peak_flops", pf, "must be > 0 or null")
+        window = self.logging.profile_steps
+        _check(
+            window is None or (len(window) == 2 and 1 <= window[0] <= window[1] <= self.max_steps),
+            "logging.profile_steps",
+            window,
+            f"must be [start, end] with 1 <= start <= end <= max_steps ({self.max_steps}), or null",
+        )
         self.distributed.validate()
 
 

@@ -13,6 +13,13 @@ if [[ -n "${CUDA_DEVICE_MAX_CONNECTIONS:-}" ]]; then export CUDA_DEVICE_MAX_CONN
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/ernie_zoo/torch_extensions}"
 export MASTER_PORT="${MASTER_PORT:-29500}"
 export GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+# torchrun's elastic agent restarts the whole worker group this many times after a rank fails (a crash, a
+# SIGKILL, a collective that timed out after distributed.timeout_s); each restart resumes from the newest
+# valid checkpoint. 0: the first failure ends the job. docs/scale.md, "Failures and restarts".
+export MAX_RESTARTS="${MAX_RESTARTS:-3}"
+# torchrun shares its rendezvous TCPStore with the ranks by default; after a restart the new ranks then read
+# the dead ranks' addresses from it and cannot connect (pytorch/pytorch#135712). 1: a fresh store per restart.
+export TORCH_DISABLE_SHARE_RDZV_TCP_STORE="${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}"
 
 # Variables forwarded to every rank (the DeepSpeed launcher writes them to its env file).
 ERNIE_ZOO_ENV_VARS=(NCCL_DEBUG NCCL_IB_DISABLE NCCL_IB_HCA NCCL_SOCKET_IFNAME CUDA_DEVICE_MAX_CONNECTIONS

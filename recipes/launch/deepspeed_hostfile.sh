@@ -5,6 +5,8 @@
 #   recipes/launch/deepspeed_hostfile.sh HOSTFILE RECIPE.yaml [--key value ...]
 #   DRY_RUN=1 recipes/launch/deepspeed_hostfile.sh recipes/launch/hostfile.example recipes/pretrain/ernie-100b.yaml
 #
+# The DeepSpeed launcher does not restart failed ranks: a failure ends the job, and running this again resumes
+# from the newest valid checkpoint. For automatic restarts use torchrun_rendezvous.sh or slurm.sbatch.
 # HOSTFILE: one `hostname slots=8` line per node (see hostfile.example); passwordless ssh between hosts.
 # Environment: NUM_NODES (default: hosts in HOSTFILE), GPUS_PER_NODE (8), MASTER_ADDR (default: first host),
 # MASTER_PORT (29500), NCCL_* and friends (see common.sh, docs/scale.md), DRY_RUN=1 to print, not run.

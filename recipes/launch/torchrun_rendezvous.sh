@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Multi-node pretraining with torchrun's c10d rendezvous: run this same command on every node (by hand,
-# pdsh, or your scheduler); the nodes find each other through MASTER_ADDR:MASTER_PORT.
+# pdsh, or your scheduler); the nodes find each other through MASTER_ADDR:MASTER_PORT. NUM_NODES=1 with
+# MASTER_ADDR=127.0.0.1 runs one node the same way (same restarts).
 #
 #   NUM_NODES=64 MASTER_ADDR=gpu-node-001 recipes/launch/torchrun_rendezvous.sh RECIPE.yaml [--key value ...]
 #
 # Environment: NUM_NODES (required), MASTER_ADDR (required: a host every node can reach, usually the first
 # node), MASTER_PORT (29500), GPUS_PER_NODE (8), RDZV_ID (a job id shared by all nodes; default ernie-zoo),
-# MAX_RESTARTS (0), NCCL_* and friends (see common.sh, docs/scale.md), DRY_RUN=1 to print, not run.
+# MAX_RESTARTS (3: torchrun restarts every rank after one fails, and the run resumes from its newest valid
+# checkpoint; see common.sh), NCCL_* and friends (see common.sh, docs/scale.md), DRY_RUN=1 to print, not run.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/common.sh"
@@ -20,5 +22,5 @@ shift
 
 run torchrun --nnodes "$NUM_NODES" --nproc-per-node "$GPUS_PER_NODE" \
   --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "${RDZV_ID:-ernie-zoo}" \
-  --max-restarts "${MAX_RESTARTS:-0}" \
+  --max-restarts "$MAX_RESTARTS" \
   -m "$ERNIE_ZOO_MODULE" "$recipe" "$@"
