@@ -758,7 +758,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     if distributed:
         from ernie_zoo.parallel.deepspeed_backend import init_deepspeed_distributed
 
-        is_main = init_deepspeed_distributed()[0] == 0
+        is_main = init_deepspeed_distributed(timeout_s=args.distributed.timeout_s)[0] == 0
     seed_everything(t.seed)
     device = resolve_device(t.device, key="train.device")
 

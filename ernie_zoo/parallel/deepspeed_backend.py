@@ -195,12 +195,13 @@ def _without_weight(cls: type) -> type:
     return type(cls.__name__, (cls,), {"weight": property(missing), "bias": property(missing)})
 
 
-def init_deepspeed_distributed() -> tuple[int, int, int]:
-    """Start torch.distributed from the launcher's environment and DeepSpeed on it; (rank, world, local rank)."""
+def init_deepspeed_distributed(timeout_s: float | None = None) -> tuple[int, int, int]:
+    """Start torch.distributed from the launcher's environment and DeepSpeed on it; (rank, world, local rank).
+    timeout_s: the collective timeout (`init_from_env`; the recipe's `distributed.timeout_s`)."""
     import deepspeed
 
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR))
-    rank, world, local_rank = init_from_env()
+    rank, world, local_rank = init_from_env(timeout_s=timeout_s)
     deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
     return rank, world, local_rank
 

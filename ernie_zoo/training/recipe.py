@@ -260,8 +260,7 @@ class DistributedArgs:
     timeout_s: float = DEFAULT_TIMEOUT_S
     """deepspeed backend: seconds a collective waits for the other ranks before it fails, so a rank that died or
     hangs ends the step on every rank and the launcher restarts the job from the newest valid checkpoint
-    (docs/scale.md, Failures and restarts); keep it above the slowest legitimate wait (a checkpoint save).
-    ernie-pretrain; ernie-finetune starts its process group with the 600 s default."""
+    (docs/scale.md, Failures and restarts); keep it above the slowest legitimate wait (a checkpoint save)."""
 
     def validate(self) -> None:
         """The rules of both commands; raises `ValueError` naming the key."""
