@@ -610,3 +610,28 @@ def test_a_reshipped_models_card_puts_the_previous_release_beside_its_scores():
     assert "| multi-domain test macro-F1 | 0.8215 | 0.8015 | -0.0200 |" in text
     assert "| gone | 0.5000 | n/a | n/a |" in text
     assert _previous_release({"training": {}}) == []
+
+
+def test_every_file_of_every_shipped_directory_has_a_licence_row(tmp_path, monkeypatch):
+    """#36: a card's licence holds for everything its model directory contains: each shipped file has a row (what
+    it is, under which terms), and a file of an unknown kind cannot be carded until it gets one."""
+    import ernie_zoo.zoo
+    from ernie_zoo.evaluation import cards
+    from ernie_zoo.zoo import ZOO_DIR
+
+    names = sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").is_file())
+    assert len(names) >= 6
+    for name in names:
+        rows = cards._directory_rows(name)
+        files = sorted(
+            p.relative_to(ZOO_DIR / name).as_posix() for p in (ZOO_DIR / name).rglob("*") if p.is_file()
+        )
+        assert [f for f, _, _ in rows] == files, name
+        assert all(lic for _, _, lic in rows)
+    odd = tmp_path / "odd-model"
+    odd.mkdir()
+    (odd / "config.json").write_text("{}", encoding="utf-8")
+    (odd / "weights.bin").write_bytes(b"\0")
+    monkeypatch.setattr(ernie_zoo.zoo, "ZOO_DIR", tmp_path)
+    with pytest.raises(ValueError, match="no licence known for weights.bin"):
+        cards._directory_rows("odd-model")

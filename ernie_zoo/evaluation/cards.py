@@ -111,6 +111,60 @@ def _shipped_lexicon_row(sources: list[str]) -> tuple[str, str]:
     )
 
 
+#: What each file a shipped model directory may hold is, and under which terms it is shipped; a file not listed
+#: here cannot be carded (a new kind of file needs its row first). The sentiment lexicon's row is built from its rows.
+_OWN_FILE = ("made by this project", "Apache-2.0")
+_DIRECTORY_FILES: dict[str, tuple[str, str]] = {
+    "model.safetensors": ("weights, trained by this project's recipes", "Apache-2.0"),
+    "config.json": ("model configuration", _OWN_FILE[1]),
+    "generation_config.json": ("decoding defaults chosen on dev", _OWN_FILE[1]),
+    "tokenizer.json": ("tokenizer (vocabulary learnt from the pretraining mixture)", _OWN_FILE[1]),
+    "tokenizer_config.json": ("tokenizer configuration", _OWN_FILE[1]),
+    "training.json": ("training record (data, stages, compute)", _OWN_FILE[1]),
+    "manifest.json": ("sha256 of every file, checked before loading", _OWN_FILE[1]),
+    "README.md": ("this card", _OWN_FILE[1]),
+    "entity_lexicon.txt": _LEXICON_LICENCE,
+    "confusion_sets.json": (
+        "spelling confusion sets: pycorrector 1.1.4's same_pinyin.txt and same_stroke.txt, plus near-sound sets "
+        "derived from pypinyin readings",
+        "Apache-2.0 (pycorrector) / MIT (pypinyin)",
+    ),
+    "ngram_lm.safetensors": (
+        "character n-gram LM: counts of 1- to 3-character sequences of the clean training text of the corpora in "
+        "the table above (no sentence is stored, only n-gram counts)",
+        "Apache-2.0 (statistics computed by this project; the texts' own licences are listed above)",
+    ),
+}
+
+
+def _directory_rows(name: str) -> list[tuple[str, str, str]]:
+    """(file, what it is, licence) for every file of the shipped model directory `name` (none if not shipped);
+    ValueError for a file whose terms this module does not know."""
+    from ernie_zoo.zoo import ZOO_DIR
+
+    root = ZOO_DIR / name
+    if not root.is_dir():
+        return []
+    rows = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel in _DIRECTORY_FILES:
+            rows.append((rel, *_DIRECTORY_FILES[rel]))
+        elif rel == _sentiment_lexicon_file():
+            rows.append((rel, *_shipped_lexicon_row(_shipped_lexicon_sources(name) or [])))
+        else:
+            raise ValueError(
+                f"{root}: no licence known for {rel}; add it to evaluation/cards.py _DIRECTORY_FILES"
+            )
+    return rows
+
+
+def _sentiment_lexicon_file() -> str:
+    from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE
+
+    return SENTIMENT_LEXICON_FILE
+
+
 def _uses_sentiment_lexicon(stage: dict[str, Any]) -> bool:
     """Whether a training stage (an entry of training.json's `stages`) used the sentiment lexicon: its recipe names
     one for the sentiment masking unit (`data.sentiment_lexicon` of a pretraining recipe), or it trains on the
@@ -993,6 +1047,17 @@ def render_card(
         shipped = _shipped_lexicon_sources(name)
         licences.append(_shipped_lexicon_row(shipped) if shipped else _SENTIMENT_LEXICON_LICENCE)
     out += ["| source | licence |", "|---|---|"] + [f"| {s} | {lic} |" for s, lic in licences] + [""]
+    files = _directory_rows(name)
+    if files:
+        out += [
+            "What the model directory holds, and under which terms it is shipped (the licence field above holds for "
+            "all of it):",
+            "",
+            "| file | what | licence |",
+            "|---|---|---|",
+            *[f"| `{f}` | {what} | {lic} |" for f, what, lic in files],
+            "",
+        ]
     out += [
         "Test splits, the People's Daily file and every other labelled set reserved for independent evaluation "
         "were kept out of all training text.",
