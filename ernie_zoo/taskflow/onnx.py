@@ -3,7 +3,7 @@
     ernie-zoo export --onnx runs/ner exported/ner                # or Taskflow's shipped directories
     Taskflow("ner", task_path="exported/ner", backend="onnxruntime")
 
-One exported directory holds one task's graph (`model.onnx`, optionally `model.int8.onnx`), the files of the model
+One exported directory holds one task's graph (`model.onnx`), the files of the model
 directory that are not weights (config.json, tokenizer, lexicons, confusion sets, the n-gram LM), the CRF's
 transition scores (`crf.safetensors`, decoded outside the graph), `onnx.json` (the task, the graph's inputs and
 outputs, the exporter's versions) and `manifest.json` (sha256 of every file, checked before anything is loaded).
@@ -36,6 +36,7 @@ import logging
 import os
 import shutil
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnxruntime")
 SPEC_FILE = "onnx.json"
-GRAPH_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}
+GRAPH_FILES = {"fp32": "model.onnx"}  # precision -> graph file (no int8 graph yet: docs/onnx.md)
 CRF_FILE = "crf.safetensors"
 OPSET = 17
 SPEC_FORMAT = 1
@@ -145,12 +146,10 @@ def graph_inputs(loaded: LoadedModel, task: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def export_onnx(
-    model_dir: str | os.PathLike, out_dir: str | os.PathLike, task: str | None = None, int8: bool = False
-) -> Path:
+def export_onnx(model_dir: str | os.PathLike, out_dir: str | os.PathLike, task: str | None = None) -> Path:
     """Export the encoder head of `model_dir` (a directory written by save_pretrained / ernie-finetune, or a
     shipped model's) for `task` (default: the head's task, `DEFAULT_TASK`) into `out_dir` (written atomically).
-    `int8`: also `model.int8.onnx` (`ernie_zoo.models.onnx_int8`). Returns `out_dir`."""
+    Returns `out_dir`. Int8: not exported yet (docs/onnx.md says why and what the torch int8 mode guarantees)."""
     from .task import get_task
 
     source_dir = Path(model_dir).expanduser().resolve()
@@ -196,7 +195,10 @@ def export_onnx(
             )
         try:
             model.set_attn_implementation("eager")  # plain MatMul/Softmax ops; restored below (cached model)
-            with torch.no_grad():
+            # TracerWarnings name the shape checks that run in Python (constant in the trace; the inputs are
+            # checked by the backend) and the deprecation of the TorchScript exporter (module docstring)
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 torch.onnx.export(
                     _Graph(model, task, names).eval(),
                     _example_inputs(loaded, names),
@@ -210,11 +212,6 @@ def export_onnx(
         finally:
             model.set_attn_implementation(before)
         graphs = {"fp32": GRAPH_FILES["fp32"]}
-        if int8:
-            from ernie_zoo.models.onnx_int8 import quantize_onnx_rowwise
-
-            quantize_onnx_rowwise(tmp / GRAPH_FILES["fp32"], tmp / GRAPH_FILES["int8"])
-            graphs["int8"] = GRAPH_FILES["int8"]
         spec = {
             "format": SPEC_FORMAT,
             "task": task,
@@ -301,7 +298,7 @@ class OnnxRuntimeModel:
         if precision not in spec["graphs"]:
             raise OnnxExportError(
                 f"{directory} has no {precision} graph (it has {', '.join(spec['graphs'])}); "
-                + ("export it with --int8" if precision == "int8" else "use precision='fp32'")
+                + "; use precision='fp32' (int8 runs on backend='torch')"
             )
         cls = getattr(models, spec["architecture"], None)
         if not (isinstance(cls, type) and issubclass(cls, models.ErnieZooPreTrainedModel)):
