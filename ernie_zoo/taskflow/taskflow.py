@@ -41,10 +41,10 @@ class Taskflow:
         mode: for tasks that ship several models, which one: ner has "accurate" (the default,
             ernie-zoo-mini-ner) and "fast" (ernie-zoo-mini-ner-fast, a smaller distilled tagger). Exclusive with
             `model` and `task_path`.
-        backend: "torch" (default, the fastest measured on the shipped models' usual batches is kept the
-            default) or "onnxruntime": run a directory written by `ernie-zoo export --onnx` (task_path=) with ONNX
-            Runtime on CPU; same results, options and errors (docs/onnx.md). precision None then picks the
-            directory's config precision when that graph was exported, else fp32.
+        backend: "torch" (default) or "onnxruntime": run a directory written by `ernie-zoo export --onnx`
+            (task_path=) with ONNX Runtime on CPU, fp32 only; same results, options and errors. On one thread it
+            measured 1.1-1.4x torch fp32 but 0.6-0.8x the NER models' default torch int8
+            (bench/results/onnx_speed.json), so torch stays the default (docs/onnx.md).
         user_dict: a jieba user dictionary (path or list of "word [freq] [tag]" lines) for word_segmentation
             and pos_tagging; for ner, names (tag PER/LOC/ORG or nr/ns/nt) added to the model's entity lexicon.
         **task_options: the task's own options (e.g. `top_k=3` for fill_mask); unknown names raise ValueError.
