@@ -225,3 +225,24 @@ def test_cli_export(tmp_path, capsys):
     assert "sentiment_analysis" in capsys.readouterr().out and (out / "model.onnx").is_file()
     assert cli_main(["export", str(ZOO / "ernie-zoo-mini-sentiment"), str(tmp_path / "x")]) != 0
     assert "--onnx" in capsys.readouterr().err
+
+
+def test_serve_and_taskflow_cli_pass_the_backend(exported, capsys):
+    from ernie_zoo.serving.config import ServeConfig
+
+    config = ServeConfig(tasks=["ner", "word_segmentation"], backend="onnxruntime")
+    assert config.taskflow_kwargs("ner")["backend"] == "onnxruntime"
+    assert "backend" not in ServeConfig(tasks=["ner"]).taskflow_kwargs("ner")
+    path = str(exported["ner", "ernie-zoo-mini-ner-fast"])
+    argv = [
+        "taskflow",
+        "ner",
+        "--task_path",
+        path,
+        "--backend",
+        "onnxruntime",
+        "--no_progress",
+        "李明在北京工作",
+    ]
+    assert cli_main(argv) == 0
+    assert '"李明"' in capsys.readouterr().out
