@@ -25,6 +25,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "ernie_zoo.commands.plan",
         "per-GPU memory, communication and MFU plan for a recipe on a cluster",
     ),
+    "export": (
+        "ernie_zoo.commands.export",
+        "export a model's encoder head to ONNX for the onnxruntime backend",
+    ),
     "consolidate": ("ernie_zoo.commands.consolidate", "turn a sharded checkpoint into a from_pretrained dir"),
     "taskflow": ("ernie_zoo.commands.taskflow", "run a Taskflow task on text, a file or stdin"),
     "serve": ("ernie_zoo.commands.serve", "serve Taskflow tasks over HTTP with dynamic batching"),

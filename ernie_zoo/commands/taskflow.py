@@ -53,6 +53,8 @@ class Args:
     """Longest token sequence fed to the model; longer texts are split and joined."""
     precision: Literal["fp32", "fp16", "bf16", "int8"] | None = None
     """null: fp32, or on CPU the model's own choice (int8 for ernie-zoo-mini-ner)."""
+    backend: Literal["torch", "onnxruntime"] = "torch"
+    """torch, or onnxruntime for a --task_path written by `ernie-zoo export --onnx` (docs/onnx.md)."""
     mode: str | None = None
     """For tasks with several shipped models: ner accurate (default) or fast."""
     user_dict: str | None = None
@@ -228,6 +230,7 @@ def _run(args: Args, stdout: TextIO) -> int:
             max_seq_len=args.max_seq_len,
             precision=args.precision,
             mode=args.mode,
+            backend=args.backend,
             user_dict=args.user_dict,
             **options,
         )

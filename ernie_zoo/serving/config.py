@@ -31,6 +31,9 @@ class ServeConfig:
     precision: Literal["fp32", "fp16", "bf16", "int8"] | None = None
     """"fp32", "fp16"/"bf16" (GPU) or "int8" (CPU int8 compute; about 2x faster on CPU); None: fp32, or on CPU
     the model's own choice (Taskflow's default)."""
+    backend: Literal["torch", "onnxruntime"] = "torch"
+    """Taskflow's backend: "torch", or "onnxruntime" for directories written by `ernie-zoo export --onnx` (every
+    served task then needs --task_path TASK=EXPORTED_DIR; see docs/onnx.md)."""
     max_seq_len: int = 512
     """Longest token sequence fed to the model; longer texts are split and joined (see Taskflow)."""
     max_batch_size: int = 64
@@ -139,6 +142,8 @@ class ServeConfig:
             precision=self.precision,
             device=self.device,
         )
+        if self.backend != "torch":  # only then: a model-free task (word_segmentation) takes no backend
+            kwargs["backend"] = self.backend
         if task in self.task_paths:
             kwargs["task_path"] = self.task_paths[task]
         if task in self.models:

@@ -168,6 +168,8 @@ class FillMask(EncoderTask):
     ) -> torch.Tensor:
         """(M, V) vocabulary scores at the M mask positions only. The head runs on those M hidden states, not on
         all B*T: a (B, T, V) logits tensor for one long text is gigabytes (30k characters at batch 64: +2 GB)."""
+        if hasattr(self.model, "mask_logits"):  # the ONNX Runtime backend: its graph picks the positions
+            return self.model.mask_logits(batch, rows, cols)
         base = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
         head = getattr(self.model, "cls", None)  # the MLM head of BERT/ERNIE-style models
         if base is None or head is None:  # another architecture: whole logits, then pick

@@ -312,9 +312,9 @@ class EncoderTask(Task):
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         from ernie_zoo.models import ErnieZooPreTrainedModel
 
-        self.keys = (
-            self.model_keys if isinstance(self.model, ErnieZooPreTrainedModel) else self.model_keys[:2]
-        )
+        # an ONNX Runtime backend names the torch module its graph was exported from as `module`
+        module = getattr(self.model, "module", self.model)
+        self.keys = self.model_keys if isinstance(module, ErnieZooPreTrainedModel) else self.model_keys[:2]
 
     # -- preprocess
     def protected_spans(self, text: str) -> list[tuple[int, int]]:

@@ -14,7 +14,9 @@ import torch
 
 from ernie_zoo.utils import resolve_device
 
-from .models import PRECISIONS, default_precision, load_model, resolve_model
+from .models import PRECISIONS, check_precision, default_precision, load_model, resolve_model
+from .onnx import BACKENDS, load_onnx_model, onnx_default_precision
+from .onnx import OUTPUTS as ONNX_TASKS
 from .task import TASKS, Settings, Task, build_options, get_task
 from .text import normalize_inputs
 
@@ -39,6 +41,10 @@ class Taskflow:
         mode: for tasks that ship several models, which one: ner has "accurate" (the default,
             ernie-zoo-mini-ner) and "fast" (ernie-zoo-mini-ner-fast, a smaller distilled tagger). Exclusive with
             `model` and `task_path`.
+        backend: "torch" (default) or "onnxruntime": run a directory written by `ernie-zoo export --onnx`
+            (task_path=) with ONNX Runtime on CPU, fp32 only; same results, options and errors. On one thread it
+            measured 1.1-1.4x torch fp32 but 0.6-0.8x the NER models' default torch int8
+            (bench/results/onnx_speed.json), so torch stays the default (docs/onnx.md).
         user_dict: a jieba user dictionary (path or list of "word [freq] [tag]" lines) for word_segmentation
             and pos_tagging; for ner, names (tag PER/LOC/ORG or nr/ns/nt) added to the model's entity lexicon.
         **task_options: the task's own options (e.g. `top_k=3` for fill_mask); unknown names raise ValueError.
@@ -58,6 +64,7 @@ class Taskflow:
         max_seq_len: int = 512,
         precision: str | None = None,
         mode: str | None = None,
+        backend: str = "torch",
         user_dict: str | os.PathLike | list[str] | None = None,
         **task_options: Any,
     ):
@@ -69,6 +76,8 @@ class Taskflow:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_seq_len < 8:
             raise ValueError(f"max_seq_len must be >= 8, got {max_seq_len}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if precision is not None and precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
         default_model = cls.default_model
@@ -94,6 +103,13 @@ class Taskflow:
         source = (
             resolve_model(cls.name, model, task_path, default_model) if cls.auto_class is not None else None
         )
+        if backend != "torch" and (source is None or cls.name not in ONNX_TASKS):
+            with_onnx = ", ".join(ONNX_TASKS)
+            raise ValueError(
+                f"backend={backend!r} runs the exported encoder tasks ({with_onnx}), not {cls.name!r}"
+            )
+        if precision is None and backend != "torch":
+            precision = onnx_default_precision(source.location) if source.kind == "local" else "fp32"
         if precision is None:
             precision = default_precision(source, run_on) if source is not None else "fp32"
         settings = Settings(
@@ -104,13 +120,17 @@ class Taskflow:
             user_dict=user_dict,
         )
         loaded = None
-        if source is not None:
+        if source is not None and backend != "torch":
+            check_precision(precision, run_on)
+            loaded = load_onnx_model(source, cls.name, precision, run_on)
+        elif source is not None:
             loaded = load_model(source, cls.auto_class, precision, settings.device, cls.ignore_missing)
         elif model is not None or task_path is not None:
             raise ValueError(f"task {cls.name!r} uses no model: drop model= / task_path=")
         self.task: str = cls.name
         self.options = options
         self.settings = settings
+        self.backend = backend
         self._task: Task = cls(settings, options, loaded)
 
     def __call__(self, inputs: str | list[str]) -> dict[str, Any] | list[dict[str, Any]]:

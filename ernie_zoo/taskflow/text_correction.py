@@ -108,7 +108,7 @@ class TextCorrection(EncoderTask):
     def __init__(self, settings, options, loaded=None):
         super().__init__(settings, options, loaded)
         require(
-            isinstance(self.model, ErnieZooForSpellingCorrection),
+            isinstance(getattr(self.model, "module", self.model), ErnieZooForSpellingCorrection),
             f"text_correction needs an ErnieZooForSpellingCorrection model, not {type(self.model).__name__}",
         )
         self.fusion = self.model.fusion
