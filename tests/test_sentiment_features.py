@@ -105,7 +105,13 @@ def test_the_shipped_lexicon_names_its_sources_and_licences():
     header = "\n".join(shipped.header)
     for source in sorted({s for sources in shipped.sources.values() for s in sources}):
         assert f"#   {source}: " in header and "licence" in header, source
-    assert "LICENSES.md" in header and "GPL-3.0-or-later" in header
+    assert "LICENSES.md" in header
+    # #36: the package ships the default (permissive) build only: no research-only or GPL-declared rows.
+    from ernie_zoo.data.sentiment_lexicon import SOURCE_TERMS
+
+    used = {s for sources in shipped.sources.values() for s in sources}
+    assert used and all(SOURCE_TERMS[s] == "permissive" for s in used), used
+    assert "GPL" not in header and "terms: research" not in header and "terms: gpl" not in header
 
 
 def test_classifier_computes_its_lexicon_bits_starts_at_zero_and_roundtrips(

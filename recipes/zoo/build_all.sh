@@ -6,7 +6,7 @@
 #   3. pretrain ernie-zoo-mini-zh, stages 1, 2 (packed), 3, 4, 5, 6, 7 -> runs/zoo/pretrain{,2,3,4,5,6,7}/checkpoint-*
 #   4. fine-tune sentiment (from stage 7, with the permissive sentiment lexicon), the two NER taggers of the
 #      shipped ensemble (A from stage 5, B from stage 7, both with the entity lexicon; B's last stage distilled)
-#      and train the poetry LM                                          -> runs/zoo/{sentiment-permissive-seed3,ner-lex-3,ner-s7-kd,poetry-s5}
+#      and train the poetry LM                                          -> runs/zoo/{sentiment-permissive-seed7,ner-lex-3,ner-s7-kd,poetry-s5}
 #   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>; then
 #      distil the fast NER tagger (1 layer) from the shipped ensemble, ship it (int8) -> ernie_zoo/zoo/ernie-zoo-mini-ner-fast
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
@@ -82,7 +82,7 @@ $PY -m ernie_zoo.evaluation.correction --baseline --out bench/results/correction
 $PY -m ernie_zoo.data.sentiment_lexicon
 $PY recipes/zoo/skep_mix.py --src $C
 $PY recipes/zoo/sentiment_silver.py --out ~/.cache/ernie_zoo/datasets/sentiment_silver3 --frames 3000
-$PY -m ernie_zoo.finetune.cli recipes/zoo/sentiment-permissive-seed3.yaml
+$PY -m ernie_zoo.finetune.cli recipes/zoo/sentiment-permissive-seed7.yaml
 
 echo "== 5. ship"
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.
