@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ernie_zoo.training.recipe import DistributedArgs, iter_fields, load_recipe, recipe_to_yaml
+from ernie_zoo.recipe_cli import iter_fields, load_recipe, recipe_to_yaml
+from ernie_zoo.training.recipe import DistributedArgs
 from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_source
 
 from .methods import METHODS, check_supported

@@ -15,7 +15,7 @@ import sys
 
 from jsonargparse import ArgumentError, ArgumentParser
 
-from ernie_zoo.training.recipe import recipe_from_cli
+from ernie_zoo.recipe_cli import recipe_from_cli
 
 from .args import FinetuneArgs, flat_aliases
 from .methods import methods_help
