@@ -29,7 +29,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "taskflow": ("ernie_zoo.commands.taskflow", "run a Taskflow task on text, a file or stdin"),
     "serve": ("ernie_zoo.commands.serve", "serve Taskflow tasks over HTTP with dynamic batching"),
     "baselines": (
-        "ernie_zoo.commands.baselines",
+        "ernie_zoo.evaluation.baselines",
         "run the reference baselines on the prepared labelled splits",
     ),
     "eval": (
@@ -55,12 +55,11 @@ def _main(argv: list[str]) -> int:
         for name, (_, help_text) in SUBCOMMANDS.items():
             sub.add_parser(name, help=help_text)
         parser.parse_args(argv)
-    from ernie_zoo.recipe_cli import recipe_from_cli
+    from ernie_zoo.recipe_cli import command_main
 
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     aliases = getattr(module, "ALIASES", None)  # flag names kept from before the module was typed
-    args = recipe_from_cli(argv[1:], module.Args, f"ernie-zoo {argv[0]}", module.__doc__, aliases, True)
-    return args if isinstance(args, int) else int(module.run(args, argv[1:]) or 0)
+    return command_main(module.Args, module.run, f"ernie-zoo {argv[0]}", module.__doc__, argv[1:], aliases)
 
 
 if __name__ == "__main__":

@@ -230,6 +230,22 @@ def recipe_from_cli(
     return recipe
 
 
+def command_main(
+    cls: type[T],
+    run: typing.Callable[[T, list[str]], int | None],
+    prog: str,
+    description: str | None,
+    argv: list[str] | None = None,
+    aliases: dict[str, str] | None = None,
+) -> int:
+    """A command on its `Args` dataclass: an `ernie-zoo` subcommand or a `python -m` tool. Its fields without a
+    default are positional (`cli_args`); `run(args, argv)` gets the parsed dataclass and the arguments as given
+    (to record in a results file). Returns the exit status (`--help`: 0; bad arguments: 2)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = recipe_from_cli(argv, cls, prog, description, aliases, positionals=True)
+    return args if isinstance(args, int) else int(run(args, argv) or 0)
+
+
 _UNKNOWN = re.compile(
     r"unrecognized arguments: --([^\s=]+)|Group '(\S+)' does not accept option '(\S+)'|Option '(\S+)' is not"
 )
@@ -336,6 +352,7 @@ def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
 
 __all__ = [
     "cli_args",
+    "command_main",
     "field_help",
     "iter_fields",
     "load_recipe",
