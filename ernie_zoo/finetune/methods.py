@@ -72,10 +72,15 @@ class MethodContext:
         return method_args.target_modules or default_target_modules(self.model)
 
 
-def _peft_wrap(model: nn.Module, config: Any) -> nn.Module:
+def _peft(name: str) -> Any:
+    """peft's `name` (imported on first use: `import ernie_zoo.finetune` stays fast)."""
     import peft
 
-    return peft.get_peft_model(model, config)
+    return getattr(peft, name)
+
+
+def _peft_wrap(model: nn.Module, config: Any) -> nn.Module:
+    return _peft("get_peft_model")(model, config)
 
 
 @dataclass(frozen=True)
@@ -225,9 +230,7 @@ def apply_method(
 
 # ------------------------------------------------------------------------------------------------ the methods
 def _lora(a, c: MethodContext):
-    import peft
-
-    return peft.LoraConfig(
+    return _peft("LoraConfig")(
         r=a.lora_r,
         lora_alpha=a.lora_alpha,
         lora_dropout=a.lora_dropout,
@@ -237,13 +240,11 @@ def _lora(a, c: MethodContext):
 
 
 def _adalora(a, c: MethodContext):
-    import peft
-
     steps = c.total_steps
     if not steps:
         raise ValueError("adalora needs the total number of training steps")
     # Budget schedule: warm up at init_r for 10% of steps, prune towards target_r until 70%, then fix.
-    return peft.AdaLoraConfig(
+    return _peft("AdaLoraConfig")(
         init_r=a.lora_r,
         target_r=max(1, a.lora_r // 2),
         lora_alpha=a.lora_alpha,
@@ -258,8 +259,6 @@ def _adalora(a, c: MethodContext):
 
 
 def _ia3(a, c: MethodContext):
-    import peft
-
     if a.target_modules:
         targets, feedforward = a.target_modules, []
     else:
@@ -267,31 +266,23 @@ def _ia3(a, c: MethodContext):
         # output projection (layer.N.output.dense, not attention.output.dense).
         targets = r".*layer\.\d+\.(attention\.self\.(key|value)|output\.dense)"
         feedforward = r".*layer\.\d+\.output\.dense"
-    return peft.IA3Config(target_modules=targets, feedforward_modules=feedforward, **c.peft_kwargs())
+    return _peft("IA3Config")(target_modules=targets, feedforward_modules=feedforward, **c.peft_kwargs())
 
 
 def _loha(a, c: MethodContext):
-    import peft
-
-    return peft.LoHaConfig(r=a.lora_r, alpha=a.lora_alpha, target_modules=c.targets(a), **c.peft_kwargs())
+    return _peft("LoHaConfig")(r=a.lora_r, alpha=a.lora_alpha, target_modules=c.targets(a), **c.peft_kwargs())
 
 
 def _lokr(a, c: MethodContext):
-    import peft
-
-    return peft.LoKrConfig(r=a.lora_r, alpha=a.lora_alpha, target_modules=c.targets(a), **c.peft_kwargs())
+    return _peft("LoKrConfig")(r=a.lora_r, alpha=a.lora_alpha, target_modules=c.targets(a), **c.peft_kwargs())
 
 
 def _prompt_tuning(a, c: MethodContext):
-    import peft
-
-    return peft.PromptTuningConfig(num_virtual_tokens=a.num_virtual_tokens, **c.peft_kwargs())
+    return _peft("PromptTuningConfig")(num_virtual_tokens=a.num_virtual_tokens, **c.peft_kwargs())
 
 
 def _p_tuning(a, c: MethodContext):
-    import peft
-
-    return peft.PromptEncoderConfig(
+    return _peft("PromptEncoderConfig")(
         encoder_hidden_size=c.model.config.hidden_size,
         num_virtual_tokens=a.num_virtual_tokens,
         **c.peft_kwargs(),
@@ -299,9 +290,7 @@ def _p_tuning(a, c: MethodContext):
 
 
 def _prefix_tuning(a, c: MethodContext):
-    import peft
-
-    return peft.PrefixTuningConfig(num_virtual_tokens=a.num_virtual_tokens, **c.peft_kwargs())
+    return _peft("PrefixTuningConfig")(num_virtual_tokens=a.num_virtual_tokens, **c.peft_kwargs())
 
 
 def _bottleneck(mode: str) -> Callable[[Any, MethodContext], BottleneckConfig]:
