@@ -47,10 +47,11 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from ernie_zoo.models.presets import PRESETS  # noqa: E402
+from ernie_zoo.recipe_cli import load_recipe  # noqa: E402
 from ernie_zoo.tokenization import SPECIAL_TOKENS, ErnieZooTokenizerFast  # noqa: E402
 from ernie_zoo.training.logging_utils import read_metrics  # noqa: E402
 from ernie_zoo.training.pretrain import pretrain  # noqa: E402
-from ernie_zoo.training.recipe import load_recipe  # noqa: E402
+from ernie_zoo.training.recipe import PretrainRecipe  # noqa: E402
 
 SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
 
@@ -126,7 +127,9 @@ def run_ours(args, tokenizer_dir: Path, corpus: Path, work: Path) -> tuple[list,
     }
     clock = StepClock()
     clock.tick(0)  # reference point: the end of setup
-    summary = pretrain(load_recipe(None, overrides), on_step_end=lambda step, m: clock.tick(m["tokens"]))
+    summary = pretrain(
+        load_recipe(None, overrides, cls=PretrainRecipe), on_step_end=lambda step, m: clock.tick(m["tokens"])
+    )
     losses = [round(r["train/loss"], 4) for r in read_metrics(out / "metrics.jsonl") if "train/loss" in r]
     return clock.timed(args.warmup + 1), {"parameters": summary["parameters"], "losses": losses}
 

@@ -3,7 +3,7 @@
 A subcommand module exposes a dataclass `Args` (its docstring and its fields' docstrings are the `--help`; fields
 without a default are positional) and `run(args, argv) -> int` (argv: the subcommand's arguments as given, for a
 results file to record), and optionally `ALIASES` (other flag names -> fields). The command line is parsed by
-jsonargparse as `ernie-pretrain`'s recipes are (`ernie_zoo.training.recipe.recipe_from_cli`): `--print_config`,
+jsonargparse as `ernie-pretrain`'s recipes are (`ernie_zoo.recipe_cli.recipe_from_cli`): `--print_config`,
 `--config FILE`, `--snake_case` or `--kebab-case`. Register it in `SUBCOMMANDS` (name -> "module.path"); modules
 are imported only when their subcommand runs, so `--help` stays fast.
 """
@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "taskflow": ("ernie_zoo.commands.taskflow", "run a Taskflow task on text, a file or stdin"),
     "serve": ("ernie_zoo.commands.serve", "serve Taskflow tasks over HTTP with dynamic batching"),
     "baselines": (
-        "ernie_zoo.commands.baselines",
+        "ernie_zoo.evaluation.baselines",
         "run the reference baselines on the prepared labelled splits",
     ),
     "eval": (
@@ -59,12 +59,11 @@ def _main(argv: list[str]) -> int:
         for name, (_, help_text) in SUBCOMMANDS.items():
             sub.add_parser(name, help=help_text)
         parser.parse_args(argv)
-    from ernie_zoo.training.recipe import recipe_from_cli
+    from ernie_zoo.recipe_cli import command_main
 
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     aliases = getattr(module, "ALIASES", None)  # flag names kept from before the module was typed
-    args = recipe_from_cli(argv[1:], module.Args, f"ernie-zoo {argv[0]}", module.__doc__, aliases, True)
-    return args if isinstance(args, int) else int(module.run(args, argv[1:]) or 0)
+    return command_main(module.Args, module.run, f"ernie-zoo {argv[0]}", module.__doc__, argv[1:], aliases)
 
 
 if __name__ == "__main__":

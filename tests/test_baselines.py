@@ -249,3 +249,26 @@ def test_recorded_baselines_file_has_all_numbers():
         assert 0 < system["micro"]["f1"] < 1 and set(system["per_type"]) == {"PER", "LOC", "ORG"}
     assert set(results["sentiment"]["systems"]) == {"snownlp_bundled", "tfidf_char13_logreg"}
     assert all(1 < s["test_perplexity"] for s in results["poetry"]["systems"].values())
+
+
+def test_both_command_lines_run_the_typed_function(tmp_path, capsys):
+    """`ernie-zoo baselines` and `python -m ernie_zoo.evaluation.baselines` parse the same `Args` (documented
+    flags: --tasks A B, --out, --no-progress) and call `run` with it: no argv handed to a second parser."""
+    from ernie_zoo.cli import main as zoo_main
+    from ernie_zoo.data.labelled import write_jsonl
+    from ernie_zoo.evaluation.baselines import main
+
+    root = tmp_path / "datasets"
+    poem = {"title": "", "author": "", "text": "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。"}
+    for split in ("train", "dev", "test"):
+        write_jsonl(root / "poetry" / f"{split}.jsonl", [poem] * 2)
+    argv = ["--datasets", str(root), "--tasks", "poetry", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "a.json")]) == 0
+    assert zoo_main(["baselines", *argv, "--out", str(tmp_path / "b.json")]) == 0
+    a, b = (json.loads((tmp_path / f"{n}.json").read_text(encoding="utf-8")) for n in "ab")
+    assert a["command"].startswith("python -m ernie_zoo.evaluation.baselines --datasets")
+    assert a["command"].endswith("a.json") and b["command"].endswith("b.json")
+    assert set(a) == set(b) >= {"poetry", "versions"} and "ner" not in a
+    assert a["poetry"]["systems"].keys() == b["poetry"]["systems"].keys()
+    assert zoo_main(["baselines", "--task", "ner"]) == 2  # unknown option: one line naming the valid ones
+    assert "--tasks" in capsys.readouterr().err

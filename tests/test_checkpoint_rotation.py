@@ -105,8 +105,9 @@ def test_resume_refuses_when_every_checkpoint_is_damaged(tmp_path):
 
 # ------------------------------------------------------------------------------------------- ernie-pretrain
 def _pretrain(output_dir: Path, **extra) -> dict:
+    from ernie_zoo.recipe_cli import load_recipe
     from ernie_zoo.training.pretrain import pretrain
-    from ernie_zoo.training.recipe import load_recipe
+    from ernie_zoo.training.recipe import PretrainRecipe
 
     overrides = {
         "output_dir": str(output_dir),
@@ -119,7 +120,9 @@ def _pretrain(output_dir: Path, **extra) -> dict:
         "checkpoint.keep_last": 1,
         **extra,
     }
-    return pretrain(load_recipe(REPO / "recipes" / "pretrain" / "tiny-cpu.yaml", overrides))
+    return pretrain(
+        load_recipe(REPO / "recipes" / "pretrain" / "tiny-cpu.yaml", overrides, cls=PretrainRecipe)
+    )
 
 
 def _damaged_copy(src: Path, step: int, truncate: str | None) -> None:

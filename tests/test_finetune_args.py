@@ -11,7 +11,7 @@ import yaml
 from ernie_zoo.finetune import FinetuneArgs, build_args, dump_recipe
 from ernie_zoo.finetune.args import flat_aliases
 from ernie_zoo.finetune.cli import main
-from ernie_zoo.training.recipe import iter_fields
+from ernie_zoo.recipe_cli import iter_fields
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes" / "finetune").glob("*.yaml"))
@@ -50,7 +50,7 @@ def test_recipe_loads_and_repeats_every_help_text(path):
 
 def test_the_task_help_names_every_task():
     from ernie_zoo.finetune.args import TASKS
-    from ernie_zoo.training.recipe import field_help
+    from ernie_zoo.recipe_cli import field_help
 
     assert all(task in field_help(FinetuneArgs)["task"] for task in TASKS)
 
@@ -127,12 +127,15 @@ def test_zoo_stages_start_from_what_an_earlier_recipe_writes():
     zoo recipe never starts from an experiment's, and build_all.sh runs no experiment."""
     import re
 
-    from ernie_zoo.training.recipe import load_recipe
+    from ernie_zoo.recipe_cli import load_recipe
+    from ernie_zoo.training.recipe import PretrainRecipe
 
     outputs = {build_args(p).train.output_dir: p for p in ZOO_RECIPES}
-    outputs |= {load_recipe(p).output_dir: p for p in ZOO.glob("pretrain-*.yaml")}
+    outputs |= {load_recipe(p, cls=PretrainRecipe).output_dir: p for p in ZOO.glob("pretrain-*.yaml")}
     experiments = {build_args(p).train.output_dir: p for p in EXPERIMENT_RECIPES}
-    experiments |= {load_recipe(p).output_dir: p for p in EXPERIMENTS.glob("pretrain-*.yaml")}
+    experiments |= {
+        load_recipe(p, cls=PretrainRecipe).output_dir: p for p in EXPERIMENTS.glob("pretrain-*.yaml")
+    }
     assert experiments and not set(experiments) & set(outputs)  # no run directory written twice
     lines = (ZOO / "build_all.sh").read_text(encoding="utf-8").splitlines()
     build = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # the commands only

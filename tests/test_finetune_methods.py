@@ -172,3 +172,69 @@ def test_default_targets_include_fusion_for_concat(tiny_tokenizer, make_config):
 def test_methods_that_cannot_work_say_why(method, task, match):
     with pytest.raises(ValueError, match=match):
         check_supported(method, task)
+
+
+@pytest.fixture
+def lora_qv():
+    """A toy method registered in one place, the test: LoRA on the attention's query and value only, for
+    sequence classification, at its own default learning rate."""
+    from ernie_zoo.finetune import METHODS, Method, register_method
+
+    def config(a, c):
+        import peft
+
+        return peft.LoraConfig(
+            r=a.lora_r, lora_alpha=a.lora_alpha, target_modules=["query", "value"], **c.peft_kwargs()
+        )
+
+    method = register_method(
+        Method("lora_qv", config, learning_rate=2e-3, tasks=("sequence_classification",), mergeable=True)
+    )
+    yield method
+    del METHODS[method.name]
+    with pytest.raises(ValueError, match="unknown method 'lora_qv'"):
+        check_supported("lora_qv", "sequence_classification")
+
+
+def test_a_registered_method_is_usable_from_a_recipe(lora_qv, tmp_path, capsys):
+    from pathlib import Path
+
+    from ernie_zoo.finetune import build_args, run_finetune
+    from ernie_zoo.finetune.cli import main
+    from ernie_zoo.finetune.methods import default_learning_rate
+
+    data = str(Path(__file__).parent / "data" / "finetune" / "sentiment.jsonl")
+    recipe = {
+        "task": "sequence_classification",
+        "data": {"train_file": data, "dev_file": data, "max_length": 24, "max_eval_samples": 8},
+        "model": {
+            "vocab_size": 300,
+            "config_overrides": {
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 64,
+            },
+        },
+        "method": {"method": "lora_qv", "lora_r": 2},
+        "train": {
+            "output_dir": str(tmp_path / "out"),
+            "max_steps": 2,
+            "batch_size": 8,
+            "progress": False,
+            "tensorboard": False,
+            "num_threads": 1,
+        },
+    }
+    # validation knows its tasks, --help lists it, its learning rate is the default
+    with pytest.raises(ValueError, match="lora_qv supports sequence_classification only"):
+        build_args({**recipe, "task": "generation"})
+    assert main(["--help"]) == 0
+    assert "lora_qv: sequence_classification; learning rate 0.002; merges" in capsys.readouterr().out
+    assert default_learning_rate("lora_qv") == 2e-3
+    result = run_finetune(build_args(recipe))
+    assert result["method"] == "lora_qv" and result["export"]["kind"] == "merged"
+    names = [n for n, _ in result["model"].named_modules()]
+    assert not any("lora" in n for n in names)  # merged into the base weights
+    adapter = (tmp_path / "out" / "adapter" / "adapter_config.json").read_text(encoding="utf-8")
+    assert '"query"' in adapter and '"value"' in adapter and '"key"' not in adapter

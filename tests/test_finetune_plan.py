@@ -70,7 +70,7 @@ def test_plan_scales_gradients_optimizer_and_their_traffic():
 def test_the_10b_lora_recipe_loads_and_repeats_every_help_text():
     from ernie_zoo.finetune import build_args
     from ernie_zoo.finetune.args import FinetuneArgs
-    from ernie_zoo.training.recipe import iter_fields
+    from ernie_zoo.recipe_cli import iter_fields
 
     args = build_args(RECIPE)
     assert args.model.preset == "10b" and args.method.method == "lora" and args.method.lora_r == 16

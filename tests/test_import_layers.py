@@ -5,7 +5,8 @@ string constant that names an ernie_zoo module (`importlib.import_module("ernie_
 "ernie_zoo.x.y:factory" specs a table resolves later) or a class defined only in higher layers (a lookup of
 "ErnieZooForTokenClassificationCRF" by name): a cycle hidden in a string is still a cycle.
 
-    0  utils, version, zoo (names -> shipped dirs), text, tokenization   building blocks
+    0  utils, version, zoo (names -> shipped dirs), text, tokenization,  building blocks
+       recipe_cli (typed command lines)
     1  models, auto                 every model class and the one registry (models/registry.py)
     2  masking, data                pretraining masking, corpora, labelled data
     3  parallel                     plans, the planner, consolidation: a leaf that never imports training
@@ -32,6 +33,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ernie_zoo"
 LAYERS = {
     "ernie_zoo.utils": 0,
     "ernie_zoo.version": 0,
+    "ernie_zoo.recipe_cli": 0,
     "ernie_zoo.zoo": 0,
     "ernie_zoo.text": 0,
     "ernie_zoo.tokenization": 0,

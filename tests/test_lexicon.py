@@ -297,3 +297,17 @@ def test_same_as_compares_words_and_types(lexicon):
     assert not lexicon.same_as(None)
     assert not lexicon.same_as(lexicon.with_words({"上海": {"LOC"}}))
     assert not lexicon.same_as(EntityLexicon(dict(lexicon.entries()), tuple(reversed(lexicon.types))))
+
+
+def test_lexicon_command_line_keeps_its_flags(capsys):
+    """`python -m ernie_zoo.data.lexicon --out FILE --raw-dir DIR` parses onto the typed `Args`; --out is
+    required, with an error that says so."""
+    from pathlib import Path
+
+    from ernie_zoo.data.lexicon import Args, main
+    from ernie_zoo.recipe_cli import cli_args, parse_recipe
+
+    argv = ["--out", "lex.txt", "--raw-dir", "~/raw"]
+    assert parse_recipe(Args, cli_args(argv, None, Args, True), True) == Args(Path("lex.txt"), Path("~/raw"))
+    assert main(["--raw-dir", "x"]) == 2
+    assert "--out is required" in capsys.readouterr().err

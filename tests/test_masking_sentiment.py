@@ -26,8 +26,9 @@ from ernie_zoo.masking import (
     prepare_dataset,
 )
 from ernie_zoo.masking.collator import _SENTIMENT
+from ernie_zoo.recipe_cli import load_recipe
 from ernie_zoo.training.logging_utils import read_metrics
-from ernie_zoo.training.recipe import load_recipe
+from ernie_zoo.training.recipe import PretrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "pretrain" / "tiny-cpu-sentiment.yaml"
@@ -405,7 +406,7 @@ def _overrides(output_dir: Path, lexicon: Path, **extra) -> dict:
 def _run(output_dir: Path, lexicon: Path, **extra) -> dict:
     from ernie_zoo.training.pretrain import pretrain
 
-    return pretrain(load_recipe(RECIPE, _overrides(output_dir, lexicon, **extra)))
+    return pretrain(load_recipe(RECIPE, _overrides(output_dir, lexicon, **extra), cls=PretrainRecipe))
 
 
 @pytest.fixture(scope="module")
@@ -420,7 +421,7 @@ def test_tiny_sentiment_recipe_runs_end_to_end(tmp_path, lexicon_file, tokenizer
 
     from ernie_zoo import ErnieZooForMaskedLM
 
-    recipe = load_recipe(RECIPE, _overrides(tmp_path, lexicon_file))
+    recipe = load_recipe(RECIPE, _overrides(tmp_path, lexicon_file), cls=PretrainRecipe)
     assert recipe.masking.uses_sentiment() and recipe.masking.polarity_weight == 1.0
     summary = _run(
         tmp_path / "run",
@@ -459,7 +460,9 @@ def test_sentiment_stage_needs_a_lexicon(tmp_path, lexicon_file, tokenizer_dir):
     from ernie_zoo.masking import save_prepared
 
     with pytest.raises(ValueError, match="data.sentiment_lexicon"):
-        load_recipe(RECIPE, _overrides(tmp_path, lexicon_file, **{"data.sentiment_lexicon": None})).validate()
+        load_recipe(
+            RECIPE, _overrides(tmp_path, lexicon_file, **{"data.sentiment_lexicon": None}), cls=PretrainRecipe
+        ).validate()
     with pytest.raises(ValueError, match="no such file"):
         _run(tmp_path / "a", tmp_path / "missing.tsv", max_steps=1)
     # a prepared dataset without the sentiment columns is refused before training

@@ -572,11 +572,12 @@ def test_loop_logs_the_mean_over_ranks_and_only_rank0_reports(loop_run):
     import re
 
     from ernie_zoo import ErnieZooForMaskedLM
+    from ernie_zoo.recipe_cli import cli_args, parse_recipe
     from ernie_zoo.training.data import load_dataset, load_tokenizer
     from ernie_zoo.training.engine import SingleDeviceEngine
     from ernie_zoo.training.logging_utils import read_metrics
     from ernie_zoo.training.pretrain import _eval_batches, evaluate
-    from ernie_zoo.training.recipe import PretrainRecipe, cli_args, parse_recipe
+    from ernie_zoo.training.recipe import PretrainRecipe
 
     tmp, local, logs = loop_run
     run_dir = tmp / "run"

@@ -294,9 +294,12 @@ def test_cli_reads_the_100b_recipe(capsys):
 
 
 def test_100b_recipe_loads_with_the_recipe_schema():
-    from ernie_zoo.training.recipe import load_recipe
+    from ernie_zoo.recipe_cli import load_recipe
+    from ernie_zoo.training.recipe import PretrainRecipe
 
-    recipe = load_recipe(REPO / "recipes/pretrain/ernie-100b.yaml")  # every key and value checked
+    recipe = load_recipe(
+        REPO / "recipes/pretrain/ernie-100b.yaml", cls=PretrainRecipe
+    )  # every key and value checked
     assert recipe.model.preset == "100b" and recipe.precision == "bf16" and recipe.data.max_seq_len == 2048
     d = recipe.distributed
     assert (d.backend, d.tp_size, d.recompute) == ("deepspeed", 8, "full")

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from ernie_zoo.recipe_cli import load_recipe
 from ernie_zoo.training import checkpoint as ckpt
 from ernie_zoo.training.data import DataPosition, ShardedBatchSampler, split_indices
 from ernie_zoo.training.logging_utils import read_metrics
-from ernie_zoo.training.recipe import load_recipe
+from ernie_zoo.training.recipe import PretrainRecipe
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "recipes" / "pretrain" / "tiny-cpu.yaml"
@@ -40,7 +41,7 @@ def _tiny_overrides(output_dir: Path, **extra) -> dict:
 def _run(output_dir: Path, **extra) -> dict:
     from ernie_zoo.training.pretrain import pretrain
 
-    return pretrain(load_recipe(TINY, _tiny_overrides(output_dir, **extra)))
+    return pretrain(load_recipe(TINY, _tiny_overrides(output_dir, **extra), cls=PretrainRecipe))
 
 
 @pytest.fixture(scope="module")
@@ -543,6 +544,7 @@ def test_split_seed_keeps_the_held_out_examples_of_an_earlier_seed(tmp_path, tok
             _tiny_overrides(
                 tmp_path / "out", **{"tokenizer.path": str(tokenizer_dir), "data.eval_fraction": 0.2, **extra}
             ),
+            cls=PretrainRecipe,
         )
         _, eval_ds, _ = load_dataset(recipe, load_tokenizer(recipe, tmp_path / "out"))
         return sorted(tuple(ids) for ids in eval_ds["input_ids"])
@@ -597,6 +599,7 @@ def test_init_from_continues_from_a_checkpoint(tiny_run, tmp_path, tokenizer_dir
         _tiny_overrides(
             tmp_path / "a", **{"model.init_from": str(ckpt), "tokenizer.path": str(out / "tokenizer")}
         ),
+        cls=PretrainRecipe,
     )
     from ernie_zoo.tokenization import ErnieZooTokenizerFast
 

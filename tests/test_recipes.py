@@ -10,15 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ernie_zoo.training.recipe import (
-    PretrainRecipe,
-    cli_args,
-    iter_fields,
-    load_recipe,
-    parse_recipe,
-    recipe_to_yaml,
-    to_dict,
-)
+from ernie_zoo.recipe_cli import cli_args, iter_fields, load_recipe, parse_recipe, recipe_to_yaml, to_dict
+from ernie_zoo.training.recipe import PretrainRecipe
 
 RECIPES_DIR = Path(__file__).parents[1] / "recipes" / "pretrain"
 # The zoo's pretraining recipes share the schema, and so do the experiments'.
@@ -40,11 +33,11 @@ def test_every_recipe_loads_against_the_schema(path):
     from ernie_zoo.models.presets import count_parameters
     from ernie_zoo.training.engine import build_model_config
 
-    recipe = load_recipe(path)
+    recipe = load_recipe(path, cls=PretrainRecipe)
     assert isinstance(recipe, PretrainRecipe)
     # every key of the file is a schema key (load_recipe would raise otherwise) and the file is complete
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert load_recipe(data) == recipe
+    assert load_recipe(data, cls=PretrainRecipe) == recipe
     MaskingSchedule.from_config(recipe.masking.schedule)
     vocab = recipe.model.vocab_size or recipe.tokenizer.vocab_size
     config = build_model_config(recipe.model, vocab, recipe.data.max_seq_len)
@@ -78,10 +71,10 @@ def test_recipe_files_repeat_the_help_as_comments(name):
 
 
 def test_yaml_round_trip_and_defaults():
-    recipe = load_recipe(None, MINIMAL)
+    recipe = load_recipe(None, MINIMAL, cls=PretrainRecipe)
     text = recipe_to_yaml(recipe, header="a header")
     assert text.startswith("# a header")
-    assert load_recipe(yaml.safe_load(text)) == recipe
+    assert load_recipe(yaml.safe_load(text), cls=PretrainRecipe) == recipe
     assert to_dict(recipe)["optim"]["lr"] == 5e-4
 
 
@@ -96,7 +89,7 @@ def test_every_field_has_help():
 def test_dotted_overrides_and_type_coercion(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("max_steps: 10\noptim:\n  lr: 1e-3\ndata:\n  files: [a.txt]\n", encoding="utf-8")
-    recipe = load_recipe(path)
+    recipe = load_recipe(path, cls=PretrainRecipe)
     assert recipe.optim.lr == pytest.approx(
         1e-3
     )  # PyYAML reads 1e-3 as a string; the schema makes it a float
@@ -183,16 +176,16 @@ def test_command_line_read_as_argparse_would():
 )
 def test_unknown_keys_are_named(overrides, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
-        load_recipe(None, {**MINIMAL, **overrides})
+        load_recipe(None, {**MINIMAL, **overrides}, cls=PretrainRecipe)
 
 
 def test_unknown_key_lists_the_valid_keys_of_its_section():
     with pytest.raises(
         ValueError, match=r"unknown recipe key 'optim\.lrr'; valid keys in optim: betas, decay, "
     ):
-        load_recipe(None, {**MINIMAL, "optim.lrr": "1"})
+        load_recipe(None, {**MINIMAL, "optim.lrr": "1"}, cls=PretrainRecipe)
     with pytest.raises(ValueError, match=r"unknown recipe key 'foo'; valid keys: checkpoint, data, device"):
-        load_recipe({"foo": 1})
+        load_recipe({"foo": 1}, cls=PretrainRecipe)
 
 
 def test_unknown_key_in_a_file_is_named(tmp_path):
@@ -201,7 +194,7 @@ def test_unknown_key_in_a_file_is_named(tmp_path):
     with pytest.raises(
         ValueError, match=r"unknown recipe key 'data\.eval_fractoin'.*valid keys in data:.*eval_fraction"
     ):
-        load_recipe(path)
+        load_recipe(path, cls=PretrainRecipe)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +219,7 @@ def test_unknown_key_in_a_file_is_named(tmp_path):
 )
 def test_bad_values_raise_naming_the_key(overrides, exc, message):
     with pytest.raises(exc, match=message.replace("(", r"\(").replace(".", r"\.")):
-        load_recipe(None, {**MINIMAL, **overrides})
+        load_recipe(None, {**MINIMAL, **overrides}, cls=PretrainRecipe)
 
 
 def test_help_lists_every_field(capsys):
@@ -260,4 +253,4 @@ def test_print_config(capsys):
     assert "# Optimizer steps to train.\nmax_steps: 7\n" in text  # commented, like the shipped recipes
     printed = yaml.safe_load(text)
     assert printed["max_steps"] == 7
-    assert load_recipe(printed).max_steps == 7
+    assert load_recipe(printed, cls=PretrainRecipe).max_steps == 7

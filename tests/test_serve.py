@@ -486,7 +486,7 @@ def test_draining_refuses_new_requests():
 
 def test_cli_arguments_build_the_config(tmp_path):
     from ernie_zoo.commands.serve import ALIASES, Args, check_models
-    from ernie_zoo.training.recipe import cli_args, parse_recipe
+    from ernie_zoo.recipe_cli import cli_args, parse_recipe
 
     def config_from_args(argv):  # what `ernie-zoo serve ARGV` parses
         return parse_recipe(Args, cli_args(argv, ALIASES, Args, positionals=True), positionals=True)

@@ -21,13 +21,14 @@ as a proxy for "seen in training".
 
 from __future__ import annotations
 
-import argparse
 import io
 import logging
 import zipfile
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from ernie_zoo.recipe_cli import command_main
 from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.segment import JIEBA_NAME_TYPES
 
@@ -85,21 +86,32 @@ def build_entity_lexicon(raw_dir: Path | None = None) -> EntityLexicon:
     return lexicon
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--out", required=True, help="Where to write the lexicon (entity_lexicon.txt format)."
-    )
-    parser.add_argument(
-        "--raw-dir", default=str(DEFAULT_CACHE / "raw"), help="Download cache of the sources."
-    )
-    args = parser.parse_args(argv)
+@dataclass
+class Args:
+    """Build the zoo's entity lexicon from its sources."""
+
+    out: Path | None = None
+    """Where to write the lexicon (entity_lexicon.txt format); required."""
+    raw_dir: Path = DEFAULT_CACHE / "raw"
+    """Download cache of the sources."""
+
+    def validate(self) -> None:
+        if self.out is None:
+            raise ValueError("--out is required: where to write the lexicon")
+
+
+def run(args: Args, argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    out = Path(args.out).expanduser()
+    out = args.out.expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
-    build_entity_lexicon(Path(args.raw_dir).expanduser()).save(out)
+    build_entity_lexicon(args.raw_dir.expanduser()).save(out)
     logger.info("wrote %s", out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(Args, run, "python -m ernie_zoo.data.lexicon", __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -32,15 +32,14 @@ dependencies imported inside the functions that need them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import platform
 import shlex
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +48,7 @@ from tqdm.auto import tqdm
 
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from ..models.ngram import CharNgramLM
+from ..recipe_cli import command_main
 from ..text.metrics import span_scores
 from ..utils import atomic_write_json
 from .metrics import accuracy, macro_f1
@@ -707,29 +707,36 @@ def run_baselines(
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run the ernie-zoo reference baselines.")
-    parser.add_argument("--datasets", type=Path, default=DEFAULT_DATASETS, help="prepared labelled sets")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/baselines.json"))
-    parser.add_argument(
-        "--tasks",
-        nargs="+",
-        default=["ner", "sentiment", "poetry"],
-        help="ner, sentiment, poetry, sentiment_multidomain (default: the first three)",
-    )
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
+@dataclass
+class Args:
+    """Run the reference baselines on the prepared labelled splits."""
+
+    datasets: Path = DEFAULT_DATASETS
+    """Prepared labelled sets."""
+    out: Path = Path("bench/results/baselines.json")
+    """The results JSON to write."""
+    tasks: list[str] = field(default_factory=lambda: ["ner", "sentiment", "poetry"])
+    """Tasks to run: ner, sentiment, poetry, sentiment_multidomain (--tasks ner sentiment; default: the first
+    three)."""
+    no_progress: bool = False
+    """No progress bars."""
+
+
+def run(args: Args, argv: list[str]) -> int:
+    """`ernie-zoo baselines` and `python -m ernie_zoo.evaluation.baselines`: run, write args.out, print a
+    summary. The results record the command (`argv`: the arguments as given)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     results = {
-        "command": " ".join(
-            ["python -m ernie_zoo.evaluation.baselines"]
-            + [shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])]
-        )
+        "command": " ".join(["python -m ernie_zoo.evaluation.baselines"] + [shlex.quote(a) for a in argv])
     }
     results.update(run_baselines(args.datasets, tasks=args.tasks, progress=not args.no_progress))
     atomic_write_json(args.out, results)
     print(json.dumps(_summary(results), ensure_ascii=False, indent=2))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_main(Args, run, "python -m ernie_zoo.evaluation.baselines", __doc__, argv)
 
 
 def _summary(results: dict[str, Any]) -> dict[str, Any]:

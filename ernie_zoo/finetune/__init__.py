@@ -24,7 +24,7 @@ from .args import (
 from .bottleneck import BottleneckConfig, BottleneckModel
 from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
 from .loop import run_finetune
-from .methods import METHODS, apply_method, check_supported
+from .methods import METHODS, Method, apply_method, check_supported, register_method
 from .metrics import classification_scores, entity_scores, multilabel_scores
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "FinetuneArgs",
     "LinearChainCRF",
     "METHODS",
+    "Method",
     "MethodArgs",
     "ModelArgs",
     "TrainArgs",
@@ -49,6 +50,7 @@ __all__ = [
     "load_adapter",
     "load_finetuned",
     "merge_adapter",
+    "register_method",
     "multilabel_scores",
     "run_finetune",
     "unwrap",

@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ernie_zoo.training.recipe import DistributedArgs, iter_fields, load_recipe, recipe_to_yaml
+from ernie_zoo.recipe_cli import iter_fields, load_recipe, recipe_to_yaml
+from ernie_zoo.training.recipe import DistributedArgs
 from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_source
+
+from .methods import METHODS, check_supported
 
 TASKS = ("sequence_classification", "token_classification", "generation", "text_correction")
 
@@ -127,7 +130,8 @@ class MethodArgs:
 
     method: str = "lora"
     """full, lora, adalora, ia3, loha, lokr, prompt_tuning, p_tuning, prefix_tuning (generation only), houlsby or
-    pfeiffer (bottleneck adapters)."""
+    pfeiffer (bottleneck adapters), or one registered with ernie_zoo.finetune.methods.register_method;
+    `ernie-finetune --help` lists each with its tasks and default learning rate."""
     lora_r: int = 8
     """Rank of LoRA / LoHa / LoKr updates (AdaLoRA: the initial rank)."""
     lora_alpha: int = 16
@@ -218,11 +222,6 @@ class TrainArgs:
     """torch CPU threads; null: torch's default."""
 
 
-#: Methods the deepspeed backend runs (tested under ZeRO-3 against one process). AdaLoRA re-allocates ranks from
-#: whole weights between steps, the others are untested under ZeRO partitioning: refused rather than guessed.
-DEEPSPEED_METHODS = ("full", "lora")
-
-
 @dataclass
 class FinetuneArgs:
     """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
@@ -238,8 +237,6 @@ class FinetuneArgs:
     def validate(self) -> None:
         """Check what types alone cannot; raises ValueError naming the key."""
         from ernie_zoo.models.presets import PRESETS
-
-        from .methods import check_supported
 
         def check(ok: bool, key: str, value: Any, message: str) -> None:
             if not ok:
@@ -331,11 +328,15 @@ class FinetuneArgs:
         check(d.recompute == "none", "distributed.recompute", d.recompute, "fine-tuning supports none only")
         if d.backend == "single":
             return
+        # Methods the deepspeed backend runs are tested under ZeRO-3 against one process (`Method.deepspeed`).
+        # AdaLoRA re-allocates ranks from whole weights between steps, the others are untested under ZeRO
+        # partitioning: refused rather than guessed.
+        runs = [m.name for m in METHODS.values() if m.deepspeed]
         check(
-            self.method.method in DEEPSPEED_METHODS,
+            self.method.method in runs,
             "method.method",
             self.method.method,
-            f"distributed.backend deepspeed runs {' and '.join(DEEPSPEED_METHODS)} only (others are untested "
+            f"distributed.backend deepspeed runs {' and '.join(runs)} only (others are untested "
             "under ZeRO partitioning); use distributed.backend single",
         )
         check(
@@ -412,7 +413,6 @@ def dump_recipe(args: FinetuneArgs) -> str:
 
 
 __all__ = [
-    "DEEPSPEED_METHODS",
     "DataArgs",
     "DistributedArgs",
     "FinetuneArgs",

@@ -15,9 +15,10 @@ import sys
 
 from jsonargparse import ArgumentError, ArgumentParser
 
-from ernie_zoo.training.recipe import recipe_from_cli
+from ernie_zoo.recipe_cli import recipe_from_cli
 
 from .args import FinetuneArgs, flat_aliases
+from .methods import methods_help
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("merge", "ensemble"):
         return _export_command(argv[0], argv[1:])
-    args = recipe_from_cli(argv or ["--help"], FinetuneArgs, "ernie-finetune", __doc__, flat_aliases())
+    description = f"{__doc__}\n{methods_help()}\n"  # the methods registered now, a user's own included
+    args = recipe_from_cli(argv or ["--help"], FinetuneArgs, "ernie-finetune", description, flat_aliases())
     if isinstance(args, int):  # --help, --print_config or an error
         return args
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

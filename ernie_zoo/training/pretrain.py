@@ -38,6 +38,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from ernie_zoo.parallel.distributed import init_from_env
+from ernie_zoo.recipe_cli import recipe_from_cli, recipe_to_yaml, to_dict
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
@@ -48,7 +49,7 @@ from .logging_utils import MetricsLogger, format_count, write_json_atomic
 from .loop import KILL_ENV, TrainLoop  # noqa: F401  (KILL_ENV re-exported for the resume tests)
 from .mfu import mfu, peak_flops_for, training_flops
 from .mlm import masked_lm_loss  # noqa: F401  (re-exported: the loop's loss lives in mlm.py)
-from .recipe import PretrainRecipe, recipe_from_cli, recipe_to_yaml, to_dict
+from .recipe import PretrainRecipe
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import yaml
 
+from ernie_zoo.recipe_cli import load_recipe
+
 from .engine import build_model_config
-from .recipe import PretrainRecipe, load_recipe
+from .recipe import PretrainRecipe
 
 #: distributed-section keys the planner understands -> ParallelSettings fields
 DISTRIBUTED_KEYS = {"tp_size": "tp", "zero_stage": "zero_stage", "recompute": "recompute"}
@@ -27,7 +29,7 @@ def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, 
     The settings carry `deepspeed` (the json path) when the recipe names one; the vocabulary is the recipe's
     `model.vocab_size`, else the saved tokenizer's size, else the preset's.
     """
-    recipe = load_recipe(path)
+    recipe = load_recipe(path, cls=PretrainRecipe)
     seq_len = recipe.data.max_seq_len
     config = build_model_config(recipe.model, _vocab_size(recipe), seq_len)
 
