@@ -26,8 +26,10 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from ernie_zoo.data.labelled import DEFAULT_DATASETS
+
 REPO = Path(__file__).resolve().parents[1]
-DEV = Path.home() / ".cache/ernie_zoo/datasets/sentiment/dev.jsonl"
+DEV = DEFAULT_DATASETS / "sentiment" / "dev.jsonl"
 OUT = REPO / "bench/results/sentiment_error_audit.json"
 CATEGORIES = ("gold_contradicts_text", "no_clear_sentiment", "model_error")
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [json.loads(line) for line in DEV.read_text(encoding="utf-8").splitlines()]
     outputs = Taskflow("sentiment_analysis")([r["text"] for r in rows])
     errors = [
-        {"text": r["text"], "gold": r["label"], "predicted": o["label"], "score": round(o["score"], 3)}
+        {"text": r["text"], "gold": r["label"], "predicted": o["label"], "score": None if o["score"] is None else round(o["score"], 3)}
         for r, o in zip(rows, outputs)
         if o["label"] != r["label"]
     ]
