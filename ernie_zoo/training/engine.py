@@ -169,11 +169,14 @@ def init_weights_from(model: torch.nn.Module, path: str) -> None:
 
 
 def optimizer_and_schedule(
-    recipe: PretrainRecipe, model: torch.nn.Module, fused: bool = False
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """The recipe's AdamW (parameter groups by `core.decays`) and its warm-up + decay schedule over max_steps."""
+    recipe: PretrainRecipe, model: torch.nn.Module, fused: bool = False, cpu_adam: bool = False
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The recipe's AdamW (parameter groups by `core.decays`) and its warm-up + decay schedule over max_steps;
+    `cpu_adam`: DeepSpeed's CPU AdamW (ZeRO-Offload, `core.adamw`)."""
     o = recipe.optim
-    optimizer = adamw(model, o.lr, o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=fused)
+    optimizer = adamw(
+        model, o.lr, o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=fused, cpu_adam=cpu_adam
+    )
     scheduler = warmup_decay(
         optimizer,
         warmup_steps=o.warmup_steps,
