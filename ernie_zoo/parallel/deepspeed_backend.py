@@ -128,7 +128,8 @@ def make_config(
     `tp_size` (default: the json's `tensor_parallel.autotp_size`, else 1) > 1 adds AutoTP layer specs from
     `tp_plan` (keys as paths in the module DeepSpeed wraps). `zero_stage` overrides the json's stage.
     `offload_optimizer` / `offload_param` ("none", "cpu", "nvme"; None: the json's) replace the json's
-    `zero_optimization.offload_*` sections; "nvme" swaps to `nvme_path`. Pinned host buffers on CUDA only.
+    `zero_optimization.offload_*` devices (the json's other settings of those sections are kept); "nvme" swaps
+    to `nvme_path`. Pinned host buffers on CUDA only.
     """
     cfg = load_config(base)
     for section in ("optimizer", "scheduler"):
@@ -183,7 +184,9 @@ def make_config(
         if device == "none":
             zero.pop(key, None)
             continue
-        section = {"device": device, "pin_memory": bool(on_cuda)}
+        # the json may tune the section (buffer_count, buffer_size, max_in_cpu, ...); the recipe picks the device
+        section = {**(zero.get(key) or {}), "device": device}
+        section["pin_memory"] = bool(on_cuda) and section.get("pin_memory", True)  # pinned pages need CUDA
         if device == "nvme":
             if not nvme_path:
                 raise ValueError(
