@@ -187,6 +187,17 @@ def optimizer_and_schedule(
     return optimizer, scheduler
 
 
+def compile_layers(model: torch.nn.Module) -> int:
+    """`torch.compile` every encoder layer in place (`nn.Module.compile`, dynamic shapes), the regional
+    compilation PyTorch recommends for stacks of identical blocks: the layers share one compiled graph (no
+    recompile per layer or per new sequence length), the masked-LM loss's data-dependent gathers stay eager, and
+    backward is compiled with the forward (AOTAutograd). Returns how many layers were compiled."""
+    layers = model.ernie.encoder.layer
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
+
+
 # -------------------------------------------------------------------------------------------- engines
 class SingleDeviceEngine(PlainEngine):
     """One process, one device: the fine-tuning `PlainEngine` (clip, step, schedule) with the recipe's AdamW +
@@ -203,6 +214,8 @@ class SingleDeviceEngine(PlainEngine):
             raise ValueError("recipe key 'precision' = 'fp16' needs a CUDA device; use fp32 or bf16 on CPU")
         self.recipe = recipe
         model = model.to(device)
+        if getattr(recipe, "torch_compile", False):
+            compile_layers(model)
         # fused: one kernel per step over all parameters (CPU and CUDA); what HF Trainer uses by default too
         optimizer, scheduler = optimizer_and_schedule(recipe, model, fused=device.type in ("cpu", "cuda"))
         super().__init__(model, optimizer, scheduler, recipe.optim.grad_clip or 0.0, device)

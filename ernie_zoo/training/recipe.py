@@ -364,6 +364,10 @@ class PretrainRecipe:
     """Run the last encoder layer's queries and feed-forward, and the MLM head, only at masked positions (the
     loss reads nothing else: same value, less compute). Off: the full last layer, then the head on the masked
     rows."""
+    torch_compile: bool = False
+    """torch.compile each encoder layer (regional compilation, dynamic shapes: one compiled graph serves every
+    layer and sequence length; Inductor's on-disk cache makes a second start faster). distributed.backend
+    single only. Off by default: on CPU it did not pay (bench/results/compile_step.json)."""
     resume: str = "auto"
     """auto: continue from the newest valid checkpoint in output_dir if there is one; latest: the same but one
     must exist; never: start fresh (output_dir must hold no checkpoints); or the path of a checkpoint
@@ -394,6 +398,12 @@ class PretrainRecipe:
         )
         _check(
             self.num_threads is None or self.num_threads > 0, "num_threads", self.num_threads, "must be > 0"
+        )
+        _check(
+            not self.torch_compile or self.distributed.backend == "single",
+            "torch_compile",
+            self.torch_compile,
+            "needs distributed.backend single (DeepSpeed wraps the model in its own hooks)",
         )
         m = self.model
         if m.preset is not None:
