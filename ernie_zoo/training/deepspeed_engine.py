@@ -401,6 +401,10 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         zero_stage: overrides the json's ZeRO stage; default `recipe.distributed.zero_stage` if present.
         recompute: "full" recomputes every encoder layer in backward (activation checkpointing, non-reentrant),
             "none" keeps activations; default `recipe.distributed.recompute`, else "none".
+
+    Offload (`recipe.distributed.offload_optimizer` / `offload_param`, written into the config by `build_config`):
+    with the optimizer offloaded the engine hands DeepSpeed a `DeepSpeedCPUAdam` with the recipe's AdamW groups;
+    `offload` records the devices in use.
     """
 
     backend = "deepspeed"
