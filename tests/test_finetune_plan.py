@@ -137,3 +137,76 @@ def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):
     main(["plan", "--recipe", str(full_recipe), "--cluster", NODE, "--json"])
     tp2 = json.loads(capsys.readouterr().out)
     assert (tp2["settings"]["tp"], tp2["dp"], tp2["settings"]["micro_batch"]) == (2, 4, 16)
+
+
+ONE_GPU = "nodes=1,gpus_per_node=1,gpu=h100-80gb"
+
+
+def test_offload_plan_of_the_10b_lora_recipe_on_one_gpu(capsys, tmp_path):
+    """The question of docs/scale.md: does the 10b LoRA recipe fit one 80 GB GPU with offload, and what does it
+    cost on PCIe? Optimizer offload moves LoRA's few states only; parameter offload moves the frozen weights and
+    costs 2 fetches of them per micro-batch over PCIe."""
+    from ernie_zoo.cli import main
+
+    def plan(*flags: str, recipe: Path = RECIPE) -> tuple[int, dict]:
+        code = main(["plan", "--recipe", str(recipe), "--cluster", ONE_GPU, "--json", *flags])
+        return code, json.loads(capsys.readouterr().out)
+
+    code, plain = plan()
+    assert code == 1 and not plain["fits"] and plain["host_bytes"] == {}
+    code, opt = plan("--offload-optimizer", "cpu")
+    n, f = plain["model"]["n_params"], plain["settings"]["trainable_fraction"]
+    trained = n * f  # one GPU: the ZeRO partition is everything
+    assert code == 1  # still too big: LoRA's optimizer state was small to begin with
+    assert plain["total_bytes"] - opt["total_bytes"] == pytest.approx((12 + 2) * trained, rel=1e-9)
+    assert sum(opt["host_bytes"].values()) == pytest.approx((12 + 4) * trained, rel=1e-9)
+    assert opt["comm_bytes_per_step"]["PCIe: offload traffic between GPU and host"] == pytest.approx(
+        (2 + 2) * trained, rel=1e-9
+    )  # bf16 gradients out, updated bf16 parameters back
+    code, both = plan("--offload-optimizer", "cpu", "--offload-param", "cpu")
+    assert code == 0 and both["fits"]
+    assert opt["total_bytes"] - both["total_bytes"] == pytest.approx(2 * n, rel=1e-9)  # the bf16 weights
+    pcie = both["comm_bytes_per_step"]["PCIe: offload traffic between GPU and host"]
+    assert pcie == pytest.approx(4 * trained + 2 * 2 * n, rel=1e-9)  # + weights fetched for forward, backward
+    times = both["seconds_per_step"]
+    stream = times["offload: PCIe gradients out + parameter fetches (overlapped with compute)"]
+    assert stream == pytest.approx((2 * trained + 4 * n) / (64e9 * 0.7), rel=1e-9)  # PCIe 5 x16 at 70%
+    assert times["step"] > plain["seconds_per_step"]["step"]  # fitting costs time
+    # the recipe's own keys feed the same plan
+    data = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))
+    data["distributed"].update(offload_optimizer="cpu", offload_param="cpu")
+    offloaded = tmp_path / "lora-10b-offload.yaml"
+    offloaded.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+    code, from_recipe = plan(recipe=offloaded)
+    assert code == 0 and from_recipe["total_bytes"] == both["total_bytes"]
+    assert (from_recipe["settings"]["offload_optimizer"], from_recipe["settings"]["offload_param"]) == (
+        "cpu",
+        "cpu",
+    )
+
+
+def test_offload_settings_are_checked_and_nvme_is_modelled():
+    from ernie_zoo.models.presets import preset_config
+
+    model = ModelShape.from_config(preset_config("1b"), name="1b")
+    cluster = parse_cluster(NODE + ",pcie_gbyte_s=10")
+    with pytest.raises(ValueError, match="offload_param needs ZeRO stage 3"):
+        make_plan(model, cluster, ParallelSettings(zero_stage=2, offload_param="cpu"))
+    with pytest.raises(ValueError, match="offload_optimizer needs ZeRO stage 1-3"):
+        make_plan(model, cluster, ParallelSettings(zero_stage=0, offload_optimizer="cpu"))
+    with pytest.raises(ValueError, match="offload_optimizer must be one of"):
+        make_plan(model, cluster, ParallelSettings(offload_optimizer="disk"))
+    base = dict(zero_stage=3, micro_batch=1, seq_len=256, recompute="full")
+    nvme = make_plan(model, cluster, ParallelSettings(**base, offload_optimizer="nvme", offload_param="nvme"))
+    share = model.n_params / 8
+    assert nvme.comm["NVMe: offload reads + writes"] == pytest.approx(
+        2 * 12 * share + 2 * 2 * share + 2 * share
+    )
+    assert set(nvme.host) == {
+        "optimizer: fp32 master + Adam m, v [NVMe]",
+        "gradients: fp32 partition [host memory]",
+        "parameters: bf16 ZeRO-3 partition [NVMe]",
+    }
+    swap = nvme.times["offload: parameter upload + NVMe state swap (not overlapped)"]
+    assert swap == pytest.approx(2 * share / 7e9 + (24 + 2) * share / 3e9)  # 10 GB/s PCIe at 70%, NVMe 3 GB/s
+    assert "offloaded, per GPU (host memory / NVMe)" in nvme.render()

@@ -223,6 +223,116 @@ def test_tp2_zero3_dp2_match_single_process(tmp_path, reference):
     assert report["compared_with"] and report["max_logit_diff"] < 1e-5
 
 
+def _nvme_offload_builds() -> bool:
+    """Whether DeepSpeed's async_io op (ZeRO-Infinity's NVMe swapping) can be built here: it needs libaio."""
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    return AsyncIOBuilder().is_compatible(verbose=False)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero3_offload_two_ranks_match_single_process(tmp_path, reference):
+    """ZeRO-Offload on 2 gloo ranks: `distributed.offload_optimizer: cpu` steps the ZeRO-3 partitions with
+    DeepSpeed's CPU Adam (checked on the engine, not assumed) and trains to the single-process AdamW run's
+    losses, grad norms and weights (same tolerances as above: CPU Adam computes the same AdamW update in its own
+    vectorised order); its sharded checkpoint resumes exactly. Where libaio is installed (the async_io op
+    builds; CI: apt-get install libaio-dev), ZeRO-Infinity too: parameters and optimizer states offloaded to
+    nvme_path, DeepSpeed's NVMe swappers set up on every parameter and the optimizer, the same numbers. This tiny
+    model fits DeepSpeed's host swap buffers, so no swap file is written: the NVMe I/O itself is not exercised."""
+    from safetensors.torch import load_file
+
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    nvme = _nvme_offload_builds()
+    run_local_ranks(
+        [__file__, "--offload-worker", str(tmp_path), "nvme" if nvme else "cpu"], nproc=2, timeout=900
+    )
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    ref = reference["params"]
+    for tag, offload in [("cpu", {"offload_optimizer": "cpu", "offload_param": "none"})] + (
+        [("nvme", {"offload_optimizer": "nvme", "offload_param": "nvme"})] if nvme else []
+    ):
+        for res in (r[tag] for r in results):
+            assert res["offload"] == offload
+            assert res["basic_optimizer_is_cpu_adam"] and res["deepspeed_adam_offload"]
+            assert res["zero_offload_optimizer"] == offload["offload_optimizer"]
+            assert res["stage3_offload_optimizer"] is True
+            assert res["stage3_offload_param"] is (offload["offload_param"] != "none")
+            nvme_states = offload["offload_optimizer"] == "nvme"
+            assert res["optimizer_swapper"] == ("PartitionedOptimizerSwapper" if nvme_states else "NoneType")
+            assert res["params_in_nvme_and_cpu"] is nvme_states
+            assert res["param_nvme_swapper"] is (offload["offload_param"] == "nvme")
+            assert res["losses"] == pytest.approx(reference["losses"], rel=1e-5)
+            assert res["norms"] == pytest.approx(reference["norms"], rel=1e-5)
+        final = load_file(str(tmp_path / f"final-{tag}.safetensors"))
+        assert {k for k in ref if not k.startswith("cls.predictions.decoder")} <= set(final)
+        for name, value in final.items():
+            assert torch.allclose(value, ref[name], rtol=0, atol=1e-4), (tag, name)
+    assert results[0]["cpu"]["resumed_max_param_diff"] < 1e-6
+    if nvme:  # each rank set up its swap folders for parameters and optimizer states under nvme_path
+        for rank, res in enumerate(results):
+            dirs = res["nvme"]["swap_dirs"]
+            assert f"zero_stage_3/optimizer/rank{rank}" in dirs, dirs
+            assert any(d.endswith(f"params/rank{rank}") for d in dirs), dirs
+
+
+def test_offload_keys_write_deepspeed_offload_sections(tmp_path):
+    """`distributed.offload_*` become zero_optimization.offload_optimizer / offload_param (pinned host memory on
+    CUDA only); none removes a json's section; what DeepSpeed cannot run is refused naming the key."""
+    from ernie_zoo.parallel.deepspeed_backend import (
+        build_config,
+        make_config,
+        offloads_optimizer,
+        recipe_offloads_optimizer,
+    )
+    from ernie_zoo.training.recipe import DistributedArgs
+
+    recipe = _recipe(1, 2)
+    recipe.distributed = DistributedArgs(backend="deepspeed", offload_optimizer="cpu")
+    cfg = build_config(recipe, CPU_CONFIG, on_cuda=False)
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": False}
+    assert "offload_param" not in cfg["zero_optimization"]
+    assert offloads_optimizer(cfg) and recipe_offloads_optimizer(recipe)
+    recipe.distributed = DistributedArgs(
+        backend="deepspeed", offload_optimizer="nvme", offload_param="cpu", nvme_path=str(tmp_path)
+    )
+    cfg = build_config(recipe, CPU_CONFIG, on_cuda=True)
+    zero = cfg["zero_optimization"]
+    assert zero["offload_optimizer"] == {"device": "nvme", "pin_memory": True, "nvme_path": str(tmp_path)}
+    assert zero["offload_param"] == {"device": "cpu", "pin_memory": True}
+    # null keeps the json's; none removes it
+    base = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    common = dict(micro_batch_size=1, grad_accum_steps=1, grad_clip=1.0, on_cuda=False)
+    assert offloads_optimizer(make_config(base, **common))
+    assert not offloads_optimizer(make_config(base, offload_optimizer="none", **common))
+    assert recipe_offloads_optimizer(_recipe(1, 1), base)  # no recipe key: the json decides
+    assert not recipe_offloads_optimizer(_recipe(1, 1), CPU_CONFIG)
+    # what DeepSpeed cannot do, refused before any rank starts
+    with pytest.raises(ValueError, match="offload_param.*needs ZeRO stage 3, not 2"):
+        make_config(CPU_CONFIG, zero_stage=2, offload_param="cpu", **common)
+    with pytest.raises(ValueError, match="offload_optimizer = 'cpu' needs ZeRO stage 1-3, not 0"):
+        make_config(CPU_CONFIG, zero_stage=0, offload_optimizer="cpu", **common)
+    with pytest.raises(ValueError, match="'nvme' needs ZeRO stage 3, not 2"):
+        make_config(CPU_CONFIG, zero_stage=2, offload_optimizer="nvme", nvme_path=tmp_path, **common)
+    with pytest.raises(ValueError, match="needs distributed.nvme_path"):
+        make_config(CPU_CONFIG, offload_param="nvme", **common)
+    with pytest.raises(ValueError, match="must be one of none, cpu, nvme"):
+        make_config(CPU_CONFIG, offload_optimizer="gpu", **common)
+    assert make_config(CPU_CONFIG, zero_stage=2, offload_optimizer="cpu", **common)  # ZeRO-Offload on stage 2
+    # the recipe schema says the same at load time
+    for bad, match in [
+        ({"offload_param": "cpu", "zero_stage": 1}, "parameter offload needs ZeRO stage 3"),
+        ({"offload_optimizer": "cpu", "zero_stage": 0}, "needs ZeRO stage 1-3"),
+        ({"offload_optimizer": "nvme"}, "nvme_path"),
+        ({"offload_param": "disk"}, "must be none, cpu, nvme or null"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            DistributedArgs(backend="deepspeed", **bad).validate()
+    with pytest.raises(ValueError, match="needs distributed.backend deepspeed"):
+        DistributedArgs(offload_optimizer="cpu").validate()
+
+
 def test_build_config_takes_the_recipe_values():
     from ernie_zoo.parallel.deepspeed_backend import build_config
     from ernie_zoo.parallel.tp_plan import ERNIE_ZOO_TP_PLAN
@@ -443,6 +553,91 @@ def _loop_worker(out_dir: str, argv: list[str]) -> int:
     return code
 
 
+def _offload_worker(out_dir: str, nvme: bool) -> None:
+    """One rank of the offload test: ZeRO-3 with the optimizer offloaded to the CPU (the recipe keys through
+    `build_config`), 3 steps, a sharded checkpoint after step 2 resumed by a fresh engine; with `nvme`, a second
+    run with parameters and optimizer states swapped to files (ZeRO-Infinity through DeepSpeed's async_io op)."""
+    import os
+
+    import torch.distributed as dist
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    from safetensors.torch import save_file
+
+    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
+    from ernie_zoo.training.recipe import DistributedArgs
+
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    rank = int(os.environ["RANK"])  # the process group starts inside the first engine
+
+    def run(tag: str, **offload) -> dict:
+        recipe = _recipe(1, 2)
+        recipe.distributed = DistributedArgs(backend="deepspeed", **offload)
+
+        def make_engine():
+            return DeepSpeedEngine(recipe, _model(), config=CPU_CONFIG, tp_size=1)
+
+        engine = make_engine()
+        opt = engine.optimizer  # DeepSpeed's ZeRO-3 optimizer around the basic one
+        record = {
+            "offload": engine.offload,
+            "basic_optimizer_is_cpu_adam": isinstance(engine.ds.basic_optimizer, DeepSpeedCPUAdam),
+            "zero_offload_optimizer": str(engine.ds.zero_offload_optimizer().device),
+            "stage3_offload_optimizer": bool(opt.offload_optimizer),
+            "stage3_offload_param": bool(opt.offload_param),
+            "deepspeed_adam_offload": bool(opt.deepspeed_adam_offload),
+            "optimizer_swapper": type(opt.optimizer_swapper).__name__,  # NoneType unless states go to NVMe
+            "params_in_nvme_and_cpu": bool(opt.params_in_nvme_and_cpu),
+            "param_nvme_swapper": all(
+                getattr(p, "nvme_swapper", None) is not None for p in engine.model.parameters()
+            ),
+        }
+        losses, norms = [], []
+        for step in range(STEPS):
+            if step == STEPS - 1 and tag == "cpu":
+                engine.save(out / "ckpt")
+            batch = _global_batch(step)
+            total = 0.0
+            for micro in range(recipe.grad_accum_steps):
+                loss, _, _ = engine.loss(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
+                engine.backward(loss / recipe.grad_accum_steps)
+                total += loss.item() / recipe.grad_accum_steps
+            norms.append(engine.step())
+            mean = torch.tensor([total])
+            dist.all_reduce(mean)
+            losses.append(mean.item() / dist.get_world_size())
+        record.update(losses=losses, norms=norms)
+        final = engine.consolidated_state_dict()
+        if tag == "cpu":
+            fresh = make_engine()
+            fresh.load(out / "ckpt")
+            batch = _global_batch(STEPS - 1)
+            for micro in range(recipe.grad_accum_steps):
+                loss, _, _ = fresh.loss(_rows(batch, [fresh.dp_rank * recipe.grad_accum_steps + micro]))
+                fresh.backward(loss / recipe.grad_accum_steps)
+            fresh.step()
+            again = fresh.consolidated_state_dict()
+            if rank == 0:
+                record["resumed_max_param_diff"] = max(
+                    (again[k] - final[k]).abs().max().item() for k in final
+                )
+        if rank == 0:
+            save_file(
+                {k: v.clone().contiguous() for k, v in final.items()}, str(out / f"final-{tag}.safetensors")
+            )
+        return record
+
+    result = {"cpu": run("cpu", offload_optimizer="cpu")}
+    if nvme:
+        swap = out / "nvme"
+        result["nvme"] = run("nvme", offload_optimizer="nvme", offload_param="nvme", nvme_path=str(swap))
+        result["nvme"]["swap_dirs"] = sorted(str(p.relative_to(swap)) for p in swap.rglob("*") if p.is_dir())
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--offload-worker":
+    _offload_worker(sys.argv[2], sys.argv[3] == "nvme")
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
     _worker(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "resume")
 if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "--loop-worker":

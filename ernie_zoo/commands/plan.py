@@ -4,12 +4,15 @@
         --tp 8 --zero 3 --micro-batch 8 --seq-len 2048 --recompute full --global-batch 2048
     ernie-zoo plan --recipe recipes/finetune/scale/lora-10b-zero3.yaml --cluster nodes=1,gpus_per_node=8
     ernie-zoo plan --preset ernie4.5-300b-a47b --cluster nodes=32,gpus_per_node=8,gpu=h100-80gb --tp 8 --ep 8
+    ernie-zoo plan --recipe recipes/finetune/scale/lora-10b-zero3.yaml --cluster nodes=1,gpus_per_node=1 \\
+        --offload-param cpu --offload-optimizer cpu
 
 A decoder preset (`ernie-zoo info`) plans an ERNIE 4.5 causal LM: a MoE one with its total and active parameters,
 the routed experts' memory under expert parallelism (--ep) and the all-to-all traffic of its MoE layers.
 
 Settings are taken, later winning: built-in defaults, the recipe (`--recipe`: model, sequence length, micro
-batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / deepspeed_config), the
+batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / offload_optimizer /
+offload_param / deepspeed_config), the
 DeepSpeed config (`--deepspeed`, or the one the recipe names: a relative path is found next to the recipe, in a
 directory above it, or in the current directory), then the flags given here. An ernie-finetune
 recipe also gives the fraction of parameters its method trains (frozen ones have no gradients or optimizer
@@ -37,7 +40,7 @@ class Args:
     """Model preset name (see `ernie-zoo info`)."""
     cluster: str = "nodes=1,gpus_per_node=8,gpu=h100-80gb"
     """nodes=N,gpus_per_node=8,gpu=h100-80gb (gpus: a100-40gb, a100-80gb, h100-80gb, h200-141gb; optional
-    nvlink_gbyte_s=, nic_gbit_s=, memory_gib=, peak_tflops=)."""
+    nvlink_gbyte_s=, nic_gbit_s=, memory_gib=, peak_tflops=, pcie_gbyte_s=)."""
     deepspeed: Path | None = None
     """DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size."""
     tp: int | None = None
@@ -64,6 +67,14 @@ class Args:
     """Achieved fraction of link bandwidth (default 0.7)."""
     reserve_gib: float | None = None
     """Per-GPU runtime reserve in GiB (default 2)."""
+    offload_optimizer: Literal["none", "cpu", "nvme"] | None = None
+    """ZeRO-Offload: optimizer states and gradients in host memory (cpu) or on NVMe (default none)."""
+    offload_param: Literal["none", "cpu", "nvme"] | None = None
+    """ZeRO-Infinity: the ZeRO-3 parameter partition in host memory (cpu) or on NVMe (default none)."""
+    nvme_gbyte_s: float | None = None
+    """NVMe bandwidth per GPU in GB/s for nvme offload (default 3)."""
+    host_adam_params_per_s: float | None = None
+    """Parameters DeepSpeed's CPU Adam updates per second per GPU under optimizer offload (default 1e9)."""
     head_fraction: float | None = None
     """Fraction of positions the MLM head computes logits for (default 1; a recipe: its mlm_probability)."""
     json: bool = False
@@ -146,6 +157,10 @@ def run(args: Args, argv: list[str]) -> int:
             "efficiency": args.efficiency,
             "comm_efficiency": args.comm_efficiency,
             "reserve_gib": args.reserve_gib,
+            "offload_optimizer": args.offload_optimizer,
+            "offload_param": args.offload_param,
+            "nvme_gbyte_s": args.nvme_gbyte_s,
+            "host_adam_params_per_s": args.host_adam_params_per_s,
         }
         settings.update({k: v for k, v in flags.items() if v is not None})
         if args.global_batch is not None:

@@ -276,7 +276,12 @@ def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
     (`zero3_building`). Raises ValueError if the TP size does not divide the ranks."""
     import torch.distributed as dist
 
-    from ernie_zoo.parallel.deepspeed_backend import load_config, make_config
+    from ernie_zoo.parallel.deepspeed_backend import (
+        check_nvme_runtime,
+        load_config,
+        make_config,
+        offload_kwargs,
+    )
 
     t, d = args.train, args.distributed
     base = load_config(d.deepspeed_config)
@@ -287,7 +292,7 @@ def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
             f"distributed.tp_size {tp} (null: the DeepSpeed json's autotp_size) does not divide the {world} "
             "launched ranks; every group of tp_size ranks holds one copy of the model"
         )
-    return make_config(
+    config = make_config(
         base,
         micro_batch_size=math.ceil(t.batch_size / (world // tp)),
         grad_accum_steps=t.grad_accum,
@@ -295,7 +300,19 @@ def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
         precision="fp32",
         tp_size=tp,
         zero_stage=d.zero_stage,
+        **offload_kwargs(args),
     )
+    check_nvme_runtime(config)
+    return config
+
+
+def offloads_optimizer(args: FinetuneArgs) -> bool:
+    """Whether the run steps its optimizer on the host (ZeRO-Offload: DeepSpeed's CPU Adam instead of AdamW)."""
+    if args.distributed.backend == "single":
+        return False
+    from ernie_zoo.parallel.deepspeed_backend import recipe_offloads_optimizer
+
+    return recipe_offloads_optimizer(args)
 
 
 def _steps(t, n_train: int) -> tuple[int, int]:
@@ -328,7 +345,7 @@ class Trainer:
         self.steps_per_epoch, self.total_steps = _steps(self.t, len(features["train"]))
         self.eval_every = self.t.eval_every or self.steps_per_epoch
         lr = self.t.learning_rate or default_learning_rate(method.name)
-        optimizer = adamw(model, lr, self.t.weight_decay)
+        optimizer = adamw(model, lr, self.t.weight_decay, cpu_adam=offloads_optimizer(args))
         scheduler = warmup_decay(
             optimizer,
             warmup_steps=int(self.t.warmup_ratio * self.total_steps),

@@ -95,6 +95,9 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
         settings["zero_stage"] = d.zero_stage
     if d.tp_size is not None:
         settings["tp"] = d.tp_size  # AutoTP (ernie-finetune splits LoRA factors with their layers)
+    for key in ("offload_optimizer", "offload_param"):
+        if getattr(d, key) is not None:
+            settings[key] = getattr(d, key)
     if d.deepspeed_config:
         settings["deepspeed"] = d.deepspeed_config
     warnings = [

@@ -6,6 +6,13 @@ The DeepSpeed json supplies ZeRO and communication settings; the recipe supplies
 Tensor parallelism uses the TP plan of `tp_plan.py` as DeepSpeed AutoTP `partition_config` layer specs, so
 DTensor TP and DeepSpeed TP split exactly the same weights.
 
+Offload (the recipe's `distributed.offload_optimizer` / `offload_param` / `nvme_path`, written over the json's
+`zero_optimization.offload_optimizer` / `offload_param`): ZeRO-Offload (Ren et al. 2021) keeps the fp32 master
+weights, gradients and Adam moments in host memory (or NVMe files) and steps them with DeepSpeed's CPU Adam
+(`offloads_optimizer`: the engines then build `training.core.adamw(..., cpu_adam=True)`); ZeRO-Infinity
+(Rajbhandari et al. 2021) also keeps each rank's ZeRO-3 parameter partition there. `make_config` refuses what
+DeepSpeed would refuse later or silently ignore (`check_offload`).
+
 The engines that train with it live in the training core, which imports this module and never the other way
 round: `ernie_zoo.training.deepspeed_engine` (`DeepSpeedEngine` of `ernie-pretrain`, the ZeRO-3 model builder,
 the pickle-free ZeRO partition checkpoints) and `ernie_zoo.training.task_engine` (fine-tuning).
@@ -48,6 +55,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
 
 # Keys the recipe owns; a json that sets them differently is overridden (and logged).
 _RECIPE_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping")
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 
 
 def load_config(source: str | os.PathLike | dict[str, Any] | None) -> dict[str, Any]:
@@ -78,7 +86,7 @@ def build_config(
     on_cuda: bool | None = None,
 ) -> dict[str, Any]:
     """The DeepSpeed config for a pretraining recipe: `make_config` with the recipe's micro batch, accumulation
-    steps, gradient clipping and precision."""
+    steps, gradient clipping, precision and offload keys."""
     return make_config(
         base,
         micro_batch_size=recipe.micro_batch_size,
@@ -89,7 +97,14 @@ def build_config(
         zero_stage=zero_stage,
         tp_plan=tp_plan,
         on_cuda=on_cuda,
+        **offload_kwargs(recipe),
     )
+
+
+def offload_kwargs(recipe: Any) -> dict[str, Any]:
+    """The `make_config` offload arguments of a recipe's `distributed` section (None where it leaves the json's)."""
+    dist_args = getattr(recipe, "distributed", None)
+    return {key: getattr(dist_args, key, None) for key in ("offload_optimizer", "offload_param", "nvme_path")}
 
 
 def make_config(
@@ -103,12 +118,18 @@ def make_config(
     zero_stage: int | None = None,
     tp_plan: dict[str, str] | None = None,
     on_cuda: bool | None = None,
+    offload_optimizer: str | None = None,
+    offload_param: str | None = None,
+    nvme_path: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """`base` (a json path, a dict, or None: `DEFAULT_CONFIG`) with the run's batch, precision and clipping
     written in; `grad_clip` None or 0 is written as 0.0 (no clipping), never left to DeepSpeed's default.
 
     `tp_size` (default: the json's `tensor_parallel.autotp_size`, else 1) > 1 adds AutoTP layer specs from
     `tp_plan` (keys as paths in the module DeepSpeed wraps). `zero_stage` overrides the json's stage.
+    `offload_optimizer` / `offload_param` ("none", "cpu", "nvme"; None: the json's) replace the json's
+    `zero_optimization.offload_*` devices (the json's other settings of those sections are kept); "nvme" swaps
+    to `nvme_path`. Pinned host buffers on CUDA only.
     """
     cfg = load_config(base)
     for section in ("optimizer", "scheduler"):
@@ -155,6 +176,25 @@ def make_config(
         raise ValueError(f"zero_optimization.stage must be 0-3, got {zero.get('stage')!r}")
     if not on_cuda and zero.get("overlap_comm"):
         zero["overlap_comm"] = False  # no CUDA streams to overlap on; gloo runs collectives synchronously
+    for key, device in (("offload_optimizer", offload_optimizer), ("offload_param", offload_param)):
+        if device is None:
+            continue
+        if device not in OFFLOAD_DEVICES:
+            raise ValueError(f"distributed.{key} = {device!r}: must be one of {', '.join(OFFLOAD_DEVICES)}")
+        if device == "none":
+            zero.pop(key, None)
+            continue
+        # the json may tune the section (buffer_count, buffer_size, max_in_cpu, ...); the recipe picks the device
+        section = {**(zero.get(key) or {}), "device": device}
+        section["pin_memory"] = bool(on_cuda) and section.get("pin_memory", True)  # pinned pages need CUDA
+        if device == "nvme":
+            if not nvme_path:
+                raise ValueError(
+                    f"distributed.{key} = 'nvme' needs distributed.nvme_path (a local NVMe directory)"
+                )
+            section["nvme_path"] = str(Path(nvme_path).expanduser())
+        zero[key] = section
+    check_offload(zero)
 
     tp = tp_size if tp_size is not None else int((cfg.get("tensor_parallel") or {}).get("autotp_size") or 1)
     if tp < 1:
@@ -168,6 +208,72 @@ def make_config(
     else:
         cfg.pop("tensor_parallel", None)
     return cfg
+
+
+def check_offload(zero: dict[str, Any]) -> None:
+    """Raise ValueError for a `zero_optimization` section whose offload DeepSpeed cannot run: optimizer offload
+    needs ZeRO stage 1-3 (stage 0 has no ZeRO optimizer to move), to NVMe stage 3; parameter offload needs
+    stage 3 (stages 1-2 ignore it: every rank keeps the whole model); nvme needs a path."""
+    stage = int(zero.get("stage", 0))
+    opt = (zero.get("offload_optimizer") or {}).get("device", "none")
+    param = (zero.get("offload_param") or {}).get("device", "none")
+    where = "set distributed.zero_stage (or the json's zero_optimization.stage)"
+    if opt not in OFFLOAD_DEVICES or param not in OFFLOAD_DEVICES:
+        raise ValueError(
+            f"zero_optimization offload devices must be {', '.join(OFFLOAD_DEVICES)}: {opt!r}, {param!r}"
+        )
+    if opt != "none" and stage == 0:
+        raise ValueError(f"distributed.offload_optimizer = {opt!r} needs ZeRO stage 1-3, not 0: {where}")
+    if opt == "nvme" and stage != 3:
+        raise ValueError(
+            f"distributed.offload_optimizer = 'nvme' needs ZeRO stage 3, not {stage} (cpu works with 1-2)"
+        )
+    if param != "none" and stage != 3:
+        raise ValueError(
+            f"distributed.offload_param = {param!r} needs ZeRO stage 3, not {stage}: {where} to 3"
+        )
+    for key, device in (("offload_optimizer", opt), ("offload_param", param)):
+        if device == "nvme" and not zero[key].get("nvme_path"):
+            raise ValueError(f"zero_optimization.{key} device nvme needs nvme_path (distributed.nvme_path)")
+
+
+def offloads_optimizer(ds_config: dict[str, Any]) -> bool:
+    """Whether DeepSpeed steps this config's optimizer on the CPU (ZeRO-Offload to cpu or nvme): it then needs
+    DeepSpeed's CPU Adam, not torch's AdamW."""
+    offload = (ds_config.get("zero_optimization") or {}).get("offload_optimizer") or {}
+    return offload.get("device", "none") in ("cpu", "nvme")
+
+
+def recipe_offloads_optimizer(recipe: Any, config: str | os.PathLike | dict[str, Any] | None = None) -> bool:
+    """Whether a recipe's run offloads its optimizer: `distributed.offload_optimizer`, else its json's."""
+    device = getattr(getattr(recipe, "distributed", None), "offload_optimizer", None)
+    if device is not None:
+        return device in ("cpu", "nvme")
+    return offloads_optimizer(load_config(config if config is not None else recipe_config(recipe)))
+
+
+def check_nvme_runtime(ds_config: dict[str, Any]) -> None:
+    """Before ranks start on an nvme offload: DeepSpeed's async_io op must build here (it needs libaio), and
+    every nvme_path must be a writable directory (created if missing)."""
+    zero = ds_config.get("zero_optimization") or {}
+    paths = [
+        zero[key]["nvme_path"]
+        for key in ("offload_optimizer", "offload_param")
+        if (zero.get(key) or {}).get("device") == "nvme"
+    ]
+    if not paths:
+        return
+    from deepspeed.ops.op_builder import AsyncIOBuilder
+
+    if not AsyncIOBuilder().is_compatible(verbose=False):
+        raise RuntimeError(
+            "offload to nvme needs DeepSpeed's async_io op, which cannot be built here: install libaio "
+            "(apt-get install libaio-dev) or offload to cpu"
+        )
+    for path in paths:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"distributed.nvme_path {path} is not writable")
 
 
 @contextlib.contextmanager
@@ -225,9 +331,14 @@ __all__ = [
     "ZERO_DIR",
     "autotp_looks_inside",
     "build_config",
+    "check_nvme_runtime",
+    "check_offload",
     "init_deepspeed_distributed",
     "load_config",
     "make_config",
+    "offload_kwargs",
+    "offloads_optimizer",
     "recipe_config",
+    "recipe_offloads_optimizer",
     "recipe_zero_stage",
 ]

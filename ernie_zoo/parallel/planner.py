@@ -48,6 +48,18 @@ full recompute) of (s*b/t)*k*h bf16 values per GPU, of which (ep-1)/ep leave the
 Activations use the per-layer formula above with the model's hidden size (a first-order estimate: SwiGLU, GQA and
 MoE dispatch buffers are not modelled separately).
 
+Offload (DeepSpeed `offload_optimizer` / `offload_param`, the recipe's `distributed.offload_*`): ZeRO-Offload
+(Ren et al. 2021, "ZeRO-Offload", sec. 4) keeps the fp32 master weights and Adam moments (12 bytes per trainable
+parameter) and the fp32 gradient partition (4 bytes) in host memory and runs Adam there: the GPU keeps no
+optimizer state and no gradient partition, only the reduce buckets. Each micro-batch the GPU sends its bf16
+gradient partition to the host (2 bytes per trainable parameter / DP) and after the step receives the updated
+bf16 parameters (2 bytes / DP), over PCIe. ZeRO-Infinity (Rajbhandari et al. 2021, "ZeRO-Infinity", sec. 5)
+also keeps each rank's ZeRO-3 bf16 parameter partition there (2 bytes / DP): fetched to the GPU for forward and
+for backward, 2 x 2 bytes / DP per micro-batch. nvme puts the same bytes in files: the optimizer states are read
+and written back every step (2 x 12 bytes per trainable parameter / DP), the parameters read on every fetch.
+Gradient offload and parameter fetches overlap compute (DeepSpeed's overlap and prefetch); the CPU Adam step, the
+upload of the updated parameters and the NVMe swap of the optimizer states do not (no delayed parameter update).
+
 Time model (assumptions printed with every plan): compute runs at `efficiency` x peak bf16 dense FLOPS;
 ZeRO/DP communication overlaps compute (DeepSpeed `overlap_comm`) so only what exceeds compute is exposed;
 TP all-reduces sit on the critical path and are not overlapped.
@@ -68,6 +80,8 @@ BYTES_PARAM = 2  # bf16
 BYTES_GRAD = 2  # bf16
 BYTES_OPTIM = 12  # fp32 master weights + Adam m + v (ZeRO's K = 12)
 RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "cpu", "nvme")
+BYTES_GRAD_FP32 = 4  # ZeRO-Offload's fp32 gradient partition on the host
 
 
 @dataclass(frozen=True)
@@ -79,17 +93,18 @@ class GPUSpec:
     peak_tflops: float  # bf16 dense tensor-core peak, no sparsity (vendor datasheet)
     nvlink_gbyte_s: float  # NVLink bandwidth per GPU, one direction, GB/s
     nic_gbit_s: float  # InfiniBand per GPU in a DGX/HGX node (one NIC per GPU), Gbit/s
+    pcie_gbyte_s: float = 32.0  # host link per GPU, one direction, GB/s (PCIe 4 x16: 32; PCIe 5 x16: 64)
 
 
 # Datasheet numbers: A100 SXM4 312 TFLOPS, 600 GB/s NVLink (both directions), HDR 200 Gb/s per GPU in DGX A100;
 # H100 SXM5 989 TFLOPS, 900 GB/s NVLink, NDR 400 Gb/s per GPU in DGX H100; H200 SXM: H100's compute and links
 # with 141 GB HBM3e. memory.total: 40960 MiB (A100 40GB), 81920 MiB (A100 80GB), 81559 MiB (H100 80GB),
-# 143771 MiB (H200).
+# 143771 MiB (H200). Host link: A100 PCIe Gen4 x16 (32 GB/s per direction), H100/H200 PCIe Gen5 x16 (64 GB/s).
 GPUS: dict[str, GPUSpec] = {
-    "a100-40gb": GPUSpec("a100-40gb", 40960 / 1024, 312.0, 300.0, 200.0),
-    "a100-80gb": GPUSpec("a100-80gb", 81920 / 1024, 312.0, 300.0, 200.0),
-    "h100-80gb": GPUSpec("h100-80gb", 81559 / 1024, 989.0, 450.0, 400.0),
-    "h200-141gb": GPUSpec("h200-141gb", 143771 / 1024, 989.0, 450.0, 400.0),
+    "a100-40gb": GPUSpec("a100-40gb", 40960 / 1024, 312.0, 300.0, 200.0, 32.0),
+    "a100-80gb": GPUSpec("a100-80gb", 81920 / 1024, 312.0, 300.0, 200.0, 32.0),
+    "h100-80gb": GPUSpec("h100-80gb", 81559 / 1024, 989.0, 450.0, 400.0, 64.0),
+    "h200-141gb": GPUSpec("h200-141gb", 143771 / 1024, 989.0, 450.0, 400.0, 64.0),
 }
 GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb"}
 
@@ -108,7 +123,8 @@ class Cluster:
 
 
 def parse_cluster(text: str) -> Cluster:
-    """Parse `nodes=64,gpus_per_node=8,gpu=h100-80gb` (optional: `nvlink_gbyte_s=`, `nic_gbit_s=`, `memory_gib=`)."""
+    """Parse `nodes=64,gpus_per_node=8,gpu=h100-80gb` (optional: `nvlink_gbyte_s=`, `nic_gbit_s=`, `memory_gib=`,
+    `peak_tflops=`, `pcie_gbyte_s=`)."""
     fields: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
@@ -116,6 +132,7 @@ def parse_cluster(text: str) -> Cluster:
             raise ValueError(f"cluster item {item!r} is not KEY=VALUE (in {text!r})")
         fields[key.strip()] = value.strip()
     known = {"nodes", "gpus_per_node", "gpu", "nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops"}
+    known.add("pcie_gbyte_s")
     unknown = set(fields) - known
     if unknown:
         raise ValueError(f"unknown cluster field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -127,7 +144,7 @@ def parse_cluster(text: str) -> Cluster:
     gpu = GPUS[gpu_name]
     overrides = {
         k: float(fields[k])
-        for k in ("nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops")
+        for k in ("nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops", "pcie_gbyte_s")
         if k in fields
     }
     if overrides:
@@ -264,6 +281,12 @@ class ParallelSettings:
     zero3_max_live_parameters: float = 1e9  # DeepSpeed stage3_max_live_parameters (elements)
     reduce_bucket_size: float = 5e8  # DeepSpeed reduce_bucket_size (elements)
     allgather_bucket_size: float = 5e8  # DeepSpeed allgather_bucket_size, stages 1-2 (elements)
+    offload_optimizer: str = "none"  # none, cpu or nvme: optimizer states + gradient partition off the GPU
+    offload_param: str = "none"  # none, cpu or nvme: the ZeRO-3 parameter partition off the GPU
+    nvme_gbyte_s: float = 3.0  # NVMe bandwidth per GPU (its share of the node's drives), GB/s
+    host_adam_params_per_s: float = (
+        1e9  # parameters DeepSpeed's CPU Adam steps per second per GPU (its cores)
+    )
 
     def validate(self) -> None:
         for name in ("tp", "ep", "micro_batch", "seq_len"):
@@ -284,6 +307,17 @@ class ParallelSettings:
             raise ValueError(f"head_fraction must be in (0, 1], got {self.head_fraction}")
         if not 0 < self.trainable_fraction <= 1:
             raise ValueError(f"trainable_fraction must be in (0, 1], got {self.trainable_fraction}")
+        for key in ("offload_optimizer", "offload_param"):
+            if getattr(self, key) not in OFFLOAD:
+                raise ValueError(f"{key} must be one of {OFFLOAD}, got {getattr(self, key)!r}")
+        if self.offload_param != "none" and self.zero_stage != 3:
+            raise ValueError(f"offload_param needs ZeRO stage 3, got zero_stage={self.zero_stage}")
+        if self.offload_optimizer != "none" and self.zero_stage == 0:
+            raise ValueError("offload_optimizer needs ZeRO stage 1-3, got zero_stage=0")
+        if self.offload_optimizer == "nvme" and self.zero_stage != 3:
+            raise ValueError(f"offload_optimizer nvme needs ZeRO stage 3, got zero_stage={self.zero_stage}")
+        if self.nvme_gbyte_s <= 0 or self.host_adam_params_per_s <= 0:
+            raise ValueError("nvme_gbyte_s and host_adam_params_per_s must be > 0")
         if self.global_batch is not None and self.grad_accum_steps is not None:
             raise ValueError("give global_batch or grad_accum_steps, not both")
         if self.grad_accum_steps is not None and self.grad_accum_steps < 1:
@@ -311,6 +345,30 @@ def model_state_bytes(
         "gradients": BYTES_GRAD * trained / (dp if zero_stage >= 2 else 1),
         "optimizer": BYTES_OPTIM * trained / (dp if zero_stage >= 1 else 1),
     }
+
+
+def offload_states(
+    states: dict[str, float], trained_share: float, settings: ParallelSettings, host: dict[str, float]
+) -> dict[str, float]:
+    """`states` (`model_state_bytes`) left on the GPU under the settings' offload; what moves is added to `host`
+    (keys say where: host memory or NVMe). `trained_share`: trainable parameters in this GPU's ZeRO partition.
+
+    Optimizer offload moves the Adam states and the gradients (kept on the host as an fp32 partition, 4 bytes
+    per trainable parameter, ZeRO-Offload sec. 4.1); parameter offload moves the ZeRO-3 bf16 partition."""
+    out = dict(states)
+    opt, param = settings.offload_optimizer, settings.offload_param
+    if opt != "none":
+        where = "NVMe" if opt == "nvme" else "host memory"
+        key = f"optimizer: fp32 master + Adam m, v [{where}]"
+        host[key] = host.get(key, 0.0) + states["optimizer"]
+        key = "gradients: fp32 partition [host memory]"
+        host[key] = host.get(key, 0.0) + BYTES_GRAD_FP32 * trained_share
+        out["optimizer"] = out["gradients"] = 0.0
+    if param != "none":
+        key = f"parameters: bf16 ZeRO-3 partition [{'NVMe' if param == 'nvme' else 'host memory'}]"
+        host[key] = host.get(key, 0.0) + states["parameters"]
+        out["parameters"] = 0.0
+    return out
 
 
 def activation_bytes_per_layer(
@@ -377,6 +435,7 @@ class Plan:
     tokens_per_s: float
     mfu: float
     notes: list[str] = field(default_factory=list)
+    host: dict[str, float] = field(default_factory=dict)  # bytes per GPU in host memory / on NVMe (offload)
 
     @property
     def total_bytes(self) -> float:
@@ -409,6 +468,7 @@ class Plan:
             "grad_accum": self.grad_accum,
             "global_batch": self.global_batch,
             "memory_bytes": self.memory,
+            "host_bytes": self.host,
             "total_bytes": self.total_bytes,
             "capacity_bytes": self.capacity_bytes,
             "fits": self.fits,
@@ -441,13 +501,14 @@ class Plan:
             f"{c.gpu.memory_gib:.1f} GiB and {c.gpu.peak_tflops:g} TFLOPS bf16 each",
             f"parallel: TP {st.tp} x DP {self.dp}{f' (EP {st.ep})' if m.moe_layers else ''}, "
             f"ZeRO-{st.zero_stage}; recompute {st.recompute}; "
+            f"offload optimizer {st.offload_optimizer}, parameters {st.offload_param}; "
             f"sequence parallel {'yes' if st.sequence_parallel else 'no'}; "
             f"attention memory {'flash (no s^2 scores)' if st.flash_attention else 'paper (s^2 scores stored)'}",
             f"batch: micro {st.micro_batch} x seq {st.seq_len}, grad accumulation {self.grad_accum} -> "
             f"{self.global_batch} sequences = {self.global_batch * st.seq_len:,} tokens per step",
             "",
         ]
-        width = max(len(k) for k in (*self.memory, *self.comm, *self.times)) + 2
+        width = max(len(k) for k in (*self.memory, *self.comm, *self.times, *self.host)) + 2
 
         def section(title: str, unit: str, rows: dict[str, float], fmt) -> None:
             lines.append(f"{title:<{width}}{unit:>10}")
@@ -457,6 +518,9 @@ class Plan:
         section("per-GPU memory", "GiB", self.memory, lambda v: f"{v / GIB:.2f}")
         lines.append(f"  {'total':<{width - 2}}{self.total_bytes / GIB:>10.2f}")
         lines.append(self.verdict())
+        if self.host:
+            lines.append("")
+            section("offloaded, per GPU (host memory / NVMe)", "GiB", self.host, lambda v: f"{v / GIB:.2f}")
         lines.append("")
         section("communication per GPU per step", "GB", self.comm, lambda v: f"{v / 1e9:.2f}")
         lines.append("")
@@ -505,16 +569,26 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     expert_rank = model.n_expert / ep
     memory = {}
     f = st.trainable_fraction
-    states = model_state_bytes(per_rank, st.zero_stage, dp, f)
+    host: dict[str, float] = {}
+    states = offload_states(model_state_bytes(per_rank, st.zero_stage, dp, f), per_rank * f / dp, st, host)
     trained = f", trainable {f:.2%}" if f < 1 else ""
-    memory[f"parameters (bf16{', ZeRO-3 shard' if st.zero_stage >= 3 else ''})"] = states["parameters"]
-    memory[f"gradients (bf16{', ZeRO shard' if st.zero_stage >= 2 else ''}{trained})"] = states["gradients"]
-    memory[f"optimizer: fp32 master + Adam m, v{' (ZeRO shard)' if st.zero_stage >= 1 else ''}{trained}"] = (
-        states["optimizer"]
+    gone = {
+        "parameters": f", offloaded to {st.offload_param}" if st.offload_param != "none" else "",
+        "states": f", offloaded to {st.offload_optimizer}" if st.offload_optimizer != "none" else "",
+    }
+    memory[f"parameters (bf16{', ZeRO-3 shard' if st.zero_stage >= 3 else ''}{gone['parameters']})"] = states[
+        "parameters"
+    ]
+    memory[f"gradients (bf16{', ZeRO shard' if st.zero_stage >= 2 else ''}{trained}{gone['states']})"] = (
+        states["gradients"]
     )
+    memory[
+        f"optimizer: fp32 master + Adam m, v{' (ZeRO shard)' if st.zero_stage >= 1 else ''}{trained}{gone['states']}"
+    ] = states["optimizer"]
     if model.moe_layers:
         held = f"{model.experts // ep}/{model.experts} per layer"
-        for key, value in model_state_bytes(expert_rank, st.zero_stage, edp, f).items():
+        expert_states = model_state_bytes(expert_rank, st.zero_stage, edp, f)
+        for key, value in offload_states(expert_states, expert_rank * f / edp, st, host).items():
             memory[f"routed experts: {key} ({held})"] = value
     if f < 1:
         notes.append(
@@ -589,6 +663,25 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
             grad_accum * a2a_bytes_micro
         )
 
+    # ── offload: PCIe between GPU and host, NVMe behind the host ──
+    param_share = per_rank / dp + expert_rank / edp  # this GPU's ZeRO-3 parameter partition (elements)
+    trained_share = f * param_share  # its trainable share: the ZeRO (1-3) optimizer partition
+    pcie_stream = pcie_step = nvme_stream = nvme_step = 0.0  # bytes: overlapped with compute / on the step
+    if st.offload_optimizer != "none":
+        pcie_stream += grad_accum * BYTES_GRAD * trained_share  # bf16 gradient partition to the host
+        pcie_step += BYTES_PARAM * trained_share  # updated bf16 parameters back
+        if st.offload_optimizer == "nvme":
+            nvme_step += 2 * BYTES_OPTIM * trained_share  # states read and written back
+    if st.offload_param != "none":
+        pcie_stream += grad_accum * 2 * BYTES_PARAM * param_share  # fetched for forward and for backward
+        if st.offload_param == "nvme":
+            nvme_stream += grad_accum * 2 * BYTES_PARAM * param_share
+            nvme_step += BYTES_PARAM * trained_share  # the updated trainable parameters written back
+    if pcie_stream or pcie_step:
+        comm["PCIe: offload traffic between GPU and host"] = pcie_stream + pcie_step
+    if nvme_stream or nvme_step:
+        comm["NVMe: offload reads + writes"] = nvme_stream + nvme_step
+
     # ── links ──
     tp_in_node = t <= cluster.gpus_per_node and cluster.gpus_per_node % t == 0
     dp_in_node = cluster.nodes == 1
@@ -630,15 +723,46 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     ep_s = grad_accum * a2a_bytes_micro / ep_bw if ep > 1 else 0.0
     dp_comm_bytes = next(iter(comm.values()))
     dp_s = dp_comm_bytes / dp_bw if dp > 1 else 0.0
-    step_s = max(compute_s, dp_s) + tp_s + ep_s
+    pcie_bw = gpu.pcie_gbyte_s * 1e9 * st.comm_efficiency
+    nvme_bw = st.nvme_gbyte_s * 1e9
+    pcie_stream_s, nvme_stream_s = pcie_stream / pcie_bw, nvme_stream / nvme_bw
+    adam_s = trained_share / st.host_adam_params_per_s if st.offload_optimizer != "none" else 0.0
+    offload_step_s = pcie_step / pcie_bw + nvme_step / nvme_bw + adam_s
+    step_s = max(compute_s, dp_s, pcie_stream_s, nvme_stream_s) + tp_s + ep_s + offload_step_s
     times = {
         f"compute ({gpu.peak_tflops:g} TFLOPS x {st.efficiency:.0%} efficiency)": compute_s,
         "ZeRO/DP communication (overlapped with compute)": dp_s,
         "exposed ZeRO/DP communication": max(0.0, dp_s - compute_s),
         "TP communication (not overlapped)": tp_s,
         **({"EP all-to-all (not overlapped)": ep_s} if model.moe_layers else {}),
+        **(
+            {
+                "offload: PCIe gradients out + parameter fetches (overlapped with compute)": pcie_stream_s,
+                **(
+                    {"offload: NVMe parameter reads (overlapped with compute)": nvme_stream_s}
+                    if nvme_stream
+                    else {}
+                ),
+                "exposed offload streaming": max(
+                    0.0, max(pcie_stream_s, nvme_stream_s) - max(compute_s, dp_s)
+                ),
+                "offload: CPU Adam step (not overlapped)": adam_s,
+                f"offload: parameter upload{' + NVMe state swap' if nvme_step else ''} (not overlapped)": (
+                    offload_step_s - adam_s
+                ),
+            }
+            if host
+            else {}
+        ),
         "step": step_s,
     }
+    if host:
+        notes.append(
+            f"offload: PCIe {gpu.pcie_gbyte_s:g} GB/s per GPU per direction x {st.comm_efficiency:.0%}, NVMe "
+            f"{st.nvme_gbyte_s:g} GB/s per GPU, CPU Adam {st.host_adam_params_per_s:.3g} parameters/s per GPU; "
+            "gradient offload and parameter fetches overlap compute, the CPU Adam step, the parameter upload "
+            "and the NVMe state swap do not"
+        )
     if model.moe_layers:
         notes.append(
             f"MoE: routed experts split over EP {ep} (expert-TP 1), their ZeRO over the {edp} ranks holding the "
@@ -678,6 +802,7 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         tokens_per_s=tokens_per_s,
         mfu=mfu,
         notes=notes,
+        host=host,
     )
 
 
@@ -709,6 +834,10 @@ def settings_from_deepspeed(ds_config: dict[str, Any], **overrides: Any) -> dict
     ):
         if ds_key in zero:
             out[key] = float(zero[ds_key])
+    for key in ("offload_optimizer", "offload_param"):
+        device = (zero.get(key) or {}).get("device")
+        if device:
+            out[key] = str(device)
     autotp = (ds_config.get("tensor_parallel") or {}).get("autotp_size")
     if autotp:
         out["tp"] = int(autotp)
@@ -733,6 +862,7 @@ __all__ = [
     "make_plan",
     "model_flops_per_token",
     "model_state_bytes",
+    "offload_states",
     "parse_cluster",
     "ring_bytes",
     "settings_from_deepspeed",

@@ -67,10 +67,19 @@ def adamw(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
     fused: bool = False,
-) -> torch.optim.AdamW:
-    """AdamW over `param_groups(model, weight_decay)`; `fused`: one kernel per step (CPU and CUDA)."""
+    cpu_adam: bool = False,
+) -> torch.optim.Optimizer:
+    """AdamW over `param_groups(model, weight_decay)`; `fused`: one kernel per step (CPU and CUDA). `cpu_adam`:
+    DeepSpeed's `DeepSpeedCPUAdam` in AdamW mode instead (the same update, vectorised C++ on the host), which
+    DeepSpeed requires when ZeRO-Offload steps the optimizer on the CPU; its op is JIT-built once into
+    TORCH_EXTENSIONS_DIR."""
+    groups = param_groups(model, weight_decay)
+    if cpu_adam:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return DeepSpeedCPUAdam(groups, lr=lr, betas=tuple(betas), eps=eps, adamw_mode=True)
     kwargs: dict[str, Any] = {"fused": True} if fused else {}
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=tuple(betas), eps=eps, **kwargs)
+    return torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, **kwargs)
 
 
 def lr_lambda(

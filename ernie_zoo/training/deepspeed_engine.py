@@ -45,7 +45,9 @@ from ernie_zoo.parallel.deepspeed_backend import (
     WRAPPER_PREFIX,
     ZERO_DIR,
     build_config,
+    check_nvme_runtime,
     init_deepspeed_distributed,
+    offloads_optimizer,
     recipe_config,
     recipe_zero_stage,
 )
@@ -399,6 +401,10 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         zero_stage: overrides the json's ZeRO stage; default `recipe.distributed.zero_stage` if present.
         recompute: "full" recomputes every encoder layer in backward (activation checkpointing, non-reentrant),
             "none" keeps activations; default `recipe.distributed.recompute`, else "none".
+
+    Offload (`recipe.distributed.offload_optimizer` / `offload_param`, written into the config by `build_config`):
+    with the optimizer offloaded the engine hands DeepSpeed a `DeepSpeedCPUAdam` with the recipe's AdamW groups;
+    `offload` records the devices in use.
     """
 
     backend = "deepspeed"
@@ -442,7 +448,9 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
         wrapper = _MaskedLMStep(model, sparse, polarity_weight)
-        optimizer, scheduler = optimizer_and_schedule(recipe, model)
+        check_nvme_runtime(ds_config)
+        # ZeRO-Offload steps the optimizer on the host: DeepSpeed takes only its own CPU Adam there
+        optimizer, scheduler = optimizer_and_schedule(recipe, model, cpu_adam=offloads_optimizer(ds_config))
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=wrapper, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
         )
@@ -459,14 +467,19 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         self._grad_accum = int(ds_config["gradient_accumulation_steps"])
         self._micro = 0
         self._forward_pending = False
+        zero = ds_config["zero_optimization"]
+        self.offload = {
+            key: (zero.get(key) or {}).get("device", "none") for key in ("offload_optimizer", "offload_param")
+        }
         logger.info(
-            "DeepSpeed ZeRO-%d, TP %d x DP %d, precision %s, micro batch %d x %d accumulation",
+            "DeepSpeed ZeRO-%d, TP %d x DP %d, precision %s, micro batch %d x %d accumulation, offload %s",
             self.zero_stage,
             tp,
             self.dp_world_size,
             recipe.precision,
             recipe.micro_batch_size,
             self._grad_accum,
+            self.offload,
         )
 
     # ---- the step

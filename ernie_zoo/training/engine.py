@@ -169,11 +169,14 @@ def init_weights_from(model: torch.nn.Module, path: str) -> None:
 
 
 def optimizer_and_schedule(
-    recipe: PretrainRecipe, model: torch.nn.Module, fused: bool = False
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """The recipe's AdamW (parameter groups by `core.decays`) and its warm-up + decay schedule over max_steps."""
+    recipe: PretrainRecipe, model: torch.nn.Module, fused: bool = False, cpu_adam: bool = False
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """The recipe's AdamW (parameter groups by `core.decays`) and its warm-up + decay schedule over max_steps;
+    `cpu_adam`: DeepSpeed's CPU AdamW (ZeRO-Offload, `core.adamw`)."""
     o = recipe.optim
-    optimizer = adamw(model, o.lr, o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=fused)
+    optimizer = adamw(
+        model, o.lr, o.weight_decay, betas=tuple(o.betas), eps=o.eps, fused=fused, cpu_adam=cpu_adam
+    )
     scheduler = warmup_decay(
         optimizer,
         warmup_steps=o.warmup_steps,
@@ -182,6 +185,17 @@ def optimizer_and_schedule(
         min_lr_ratio=o.min_lr_ratio,
     )
     return optimizer, scheduler
+
+
+def compile_layers(model: torch.nn.Module) -> int:
+    """`torch.compile` every encoder layer in place (`nn.Module.compile`, dynamic shapes), the regional
+    compilation PyTorch recommends for stacks of identical blocks: the layers share one compiled graph (no
+    recompile per layer or per new sequence length), the masked-LM loss's data-dependent gathers stay eager, and
+    backward is compiled with the forward (AOTAutograd). Returns how many layers were compiled."""
+    layers = model.ernie.encoder.layer
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
 
 
 # -------------------------------------------------------------------------------------------- engines
@@ -200,6 +214,8 @@ class SingleDeviceEngine(PlainEngine):
             raise ValueError("recipe key 'precision' = 'fp16' needs a CUDA device; use fp32 or bf16 on CPU")
         self.recipe = recipe
         model = model.to(device)
+        if getattr(recipe, "torch_compile", False):
+            compile_layers(model)
         # fused: one kernel per step over all parameters (CPU and CUDA); what HF Trainer uses by default too
         optimizer, scheduler = optimizer_and_schedule(recipe, model, fused=device.type in ("cpu", "cuda"))
         super().__init__(model, optimizer, scheduler, recipe.optim.grad_clip or 0.0, device)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ernie_zoo.parallel.deepspeed_backend import OFFLOAD_DEVICES
 from ernie_zoo.parallel.distributed import DEFAULT_TIMEOUT_S
 
 
@@ -234,6 +235,17 @@ class DistributedArgs:
     """deepspeed backend: seconds a collective waits for the other ranks before it fails, so a rank that died or
     hangs ends the step on every rank and the launcher restarts the job from the newest valid checkpoint
     (docs/scale.md, Failures and restarts); keep it above the slowest legitimate wait (a checkpoint save)."""
+    offload_optimizer: str | None = None
+    """deepspeed backend, ZeRO-Offload: none, cpu (fp32 master weights, gradients and Adam moments in host memory,
+    the step run by DeepSpeed's CPU Adam; ZeRO stage 1-3) or nvme (the same states swapped to files under
+    nvme_path; ZeRO-3); null: the json's zero_optimization.offload_optimizer, else none."""
+    offload_param: str | None = None
+    """deepspeed backend, ZeRO-Infinity: none, cpu (each rank's ZeRO-3 parameter partition in host memory, copied
+    to the device for every forward and backward) or nvme (in files under nvme_path); ZeRO-3 only; null: the
+    json's zero_optimization.offload_param, else none."""
+    nvme_path: str | None = None
+    """deepspeed backend: directory on a fast local NVMe drive for offload nvme (DeepSpeed's async_io op, which
+    needs libaio); each rank writes its own swap files there."""
 
     def validate(self) -> None:
         """The rules of both commands; raises `ValueError` naming the key."""
@@ -257,9 +269,44 @@ class DistributedArgs:
             "must be none or full",
         )
         _check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0 (seconds)")
+        for key in ("offload_optimizer", "offload_param"):
+            value = getattr(self, key)
+            _check(
+                value in (None, *OFFLOAD_DEVICES),
+                f"distributed.{key}",
+                value,
+                "must be none, cpu, nvme or null",
+            )
+            if value == "nvme":
+                _check(
+                    bool(self.nvme_path),
+                    "distributed.nvme_path",
+                    self.nvme_path,
+                    f"{key} nvme needs a directory",
+                )
+        if self.zero_stage is not None:
+            _check(
+                self.offload_param in (None, "none") or self.zero_stage == 3,
+                "distributed.offload_param",
+                self.offload_param,
+                f"parameter offload needs ZeRO stage 3 (distributed.zero_stage is {self.zero_stage})",
+            )
+            _check(
+                self.offload_optimizer in (None, "none", "cpu") or self.zero_stage == 3,
+                "distributed.offload_optimizer",
+                self.offload_optimizer,
+                f"nvme needs ZeRO stage 3 (distributed.zero_stage is {self.zero_stage}); cpu works with 1-3",
+            )
+            _check(
+                self.offload_optimizer in (None, "none") or self.zero_stage >= 1,
+                "distributed.offload_optimizer",
+                self.offload_optimizer,
+                "optimizer offload needs ZeRO stage 1-3 (distributed.zero_stage is 0)",
+            )
         if self.backend == "single":
             unset = {"deepspeed_config": None, "tp_size": None, "zero_stage": None, "recompute": "none"}
             unset["timeout_s"] = DEFAULT_TIMEOUT_S
+            unset.update(offload_optimizer=None, offload_param=None, nvme_path=None)
             for key, default in unset.items():
                 value = getattr(self, key)
                 _check(value == default, f"distributed.{key}", value, "needs distributed.backend deepspeed")
@@ -290,6 +337,10 @@ class PretrainRecipe:
     """Run the last encoder layer's queries and feed-forward, and the MLM head, only at masked positions (the
     loss reads nothing else: same value, less compute). Off: the full last layer, then the head on the masked
     rows."""
+    torch_compile: bool = False
+    """torch.compile each encoder layer (regional compilation, dynamic shapes: one compiled graph serves every
+    layer and sequence length; Inductor's on-disk cache makes a second start faster). distributed.backend
+    single only. Off by default: on CPU it did not pay (bench/results/compile_step.json)."""
     resume: str = "auto"
     """auto: continue from the newest valid checkpoint in output_dir if there is one; latest: the same but one
     must exist; never: start fresh (output_dir must hold no checkpoints); or the path of a checkpoint
@@ -320,6 +371,12 @@ class PretrainRecipe:
         )
         _check(
             self.num_threads is None or self.num_threads > 0, "num_threads", self.num_threads, "must be > 0"
+        )
+        _check(
+            not self.torch_compile or self.distributed.backend == "single",
+            "torch_compile",
+            self.torch_compile,
+            "needs distributed.backend single (DeepSpeed wraps the model in its own hooks)",
         )
         m = self.model
         if m.preset is not None:

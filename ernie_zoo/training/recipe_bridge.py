@@ -20,7 +20,13 @@ from .engine import build_model_config
 from .recipe import PretrainRecipe
 
 #: distributed-section keys the planner understands -> ParallelSettings fields
-DISTRIBUTED_KEYS = {"tp_size": "tp", "zero_stage": "zero_stage", "recompute": "recompute"}
+DISTRIBUTED_KEYS = {
+    "tp_size": "tp",
+    "zero_stage": "zero_stage",
+    "recompute": "recompute",
+    "offload_optimizer": "offload_optimizer",
+    "offload_param": "offload_param",
+}
 
 
 def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, Any], list[str]]:
