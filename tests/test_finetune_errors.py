@@ -240,6 +240,9 @@ def _interrupt(tmp_path, out, wait_for: str, extra: list[str]):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        # A shell that runs the tests in the background ignores SIGINT, and its children inherit that (Python then
+        # installs no KeyboardInterrupt handler): give the run the default disposition a terminal's Ctrl-C meets.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 240
     while not list(out.parent.glob(f"{out.name}/{wait_for}")):
