@@ -4,6 +4,9 @@ single-device engine, bf16, one GPU, in one process one after the other.
 
 * baseline: `ernie_zoo.training.engine.SingleDeviceEngine` -- the `ernie-pretrain` reference engine (bf16
   autocast, torch AdamW, gradient clipping).
+* compiled: the baseline engine with the recipe's `torch_compile: true` (each encoder layer under
+  `torch.compile(dynamic=True)`; issue #38 item 4): eager vs compiled MFU on one GPU. The first steps compile, so
+  `--warmup` must cover them.
 * deepspeed: `ernie_zoo.training.deepspeed_engine.DeepSpeedEngine` -- ZeRO-3 (bf16 parameters, fp32 master
   weights and Adam states in the partition, overlapped communication), the backend the 100B recipe uses.
   On one GPU ZeRO-3 partitions nothing, so the ratio measures its bookkeeping overhead.
@@ -20,7 +23,7 @@ Without CUDA it exits with status 1 and writes nothing (numbers measured on a CP
 Usage::
 
     .venv/bin/python bench/gpu_pretrain.py [--preset 1b] [--micro-batch 8] [--seq-len 512] [--steps 20]
-        [--warmup 5] [--backends baseline,deepspeed]
+        [--warmup 5] [--backends baseline,compiled,deepspeed]
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ import torch  # noqa: E402
 RESULT = REPO / "bench" / "results" / "gpu_pretrain.json"
 
 
-def make_recipe(args):
+def make_recipe(args, compiled: bool = False):
     from ernie_zoo.training.recipe import OptimArgs, PretrainRecipe
 
     return PretrainRecipe(
+        torch_compile=compiled,
         max_steps=args.warmup + args.steps,
         micro_batch_size=args.micro_batch,
         grad_accum_steps=1,
@@ -96,13 +100,13 @@ def make_batches(n: int, micro_batch: int, seq_len: int, vocab: int, pinyin_voca
 def run_backend(name: str, args, device: torch.device) -> dict:
     from ernie_zoo.training.mfu import peak_flops_for, training_flops
 
-    recipe = make_recipe(args)
+    recipe = make_recipe(args, compiled=name == "compiled")
     model = make_model(args.preset, args.seq_len)
     config = model.config
     batches = make_batches(
         args.warmup + args.steps, args.micro_batch, args.seq_len, config.vocab_size, config.pinyin_vocab_size
     )
-    if name == "baseline":
+    if name in ("baseline", "compiled"):
         from ernie_zoo.training.engine import SingleDeviceEngine
 
         engine = SingleDeviceEngine(recipe, model, device)
@@ -155,16 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--backends", default="baseline,deepspeed")
+    parser.add_argument("--backends", default="baseline,compiled,deepspeed")
     parser.add_argument("--smoke", action="store_true", help="CPU check of the code path (tiny preset)")
     parser.add_argument(
         "--out", type=Path, default=None, help="result path (default bench/results/gpu_pretrain.json)"
     )
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    unknown = set(backends) - {"baseline", "deepspeed"}
+    unknown = set(backends) - {"baseline", "compiled", "deepspeed"}
     if unknown or not backends:
-        parser.error(f"--backends takes baseline and/or deepspeed, got {args.backends!r}")
+        parser.error(f"--backends takes baseline, compiled and/or deepspeed, got {args.backends!r}")
 
     if args.smoke:
         device = torch.device("cpu")
@@ -203,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         "smoke": args.smoke,
         "results": results,
     }
+    if "baseline" in results and "compiled" in results:
+        record["compiled_over_eager_tokens_per_s"] = (
+            results["compiled"]["tokens_per_s"] / results["baseline"]["tokens_per_s"]
+        )
     if "baseline" in results and "deepspeed" in results:
         record["deepspeed_over_baseline_tokens_per_s"] = (
             results["deepspeed"]["tokens_per_s"] / results["baseline"]["tokens_per_s"]
