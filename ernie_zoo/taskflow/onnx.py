@@ -346,8 +346,13 @@ class OnnxRuntimeModel:
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         return dict(zip(self.output_names, map(torch.from_numpy, self.session.run(None, feed))))
 
-    def __call__(self, **batch: torch.Tensor) -> OnnxOutput:
+    def __call__(self, logits_mask: torch.Tensor | None = None, **batch: torch.Tensor) -> OnnxOutput:
+        """The torch head's outputs for `batch`. `logits_mask` (B, T) bool, as the spelling corrector's torch
+        forward takes it: `logits` holds the (N, V) rows at the True positions only, in row-major order (the graph
+        computes every position; the selection keeps the task's contract)."""
         out = self.run(self._feed(batch))
+        if logits_mask is not None and out.get("logits") is not None:
+            out["logits"] = out["logits"][logits_mask.to(torch.bool)]
         predictions = None
         if self.crf is not None:  # the CRF tagger's Viterbi path, decoded by the torch head's code
             predictions = viterbi_predictions(
