@@ -525,10 +525,10 @@ def test_word_segmentation_and_pos_with_user_dict(tmp_path):
     assert seg("蓝鲸科技发布了新产品")["words"][:2] == ["蓝鲸", "科技"]
     path = tmp_path / "user.txt"
     path.write_text("蓝鲸科技 10 nt\n云栖小镇\n", encoding="utf-8")
-    for backend in ("rjieba", "jieba"):
-        custom = Taskflow("word_segmentation", user_dict=str(path), backend=backend)
+    for segmenter in ("rjieba", "jieba"):
+        custom = Taskflow("word_segmentation", user_dict=str(path), segmenter=segmenter)
         assert custom("蓝鲸科技在云栖小镇发布了新产品")["words"][:4] == ["蓝鲸科技", "在", "云栖小镇", "发布"]
-        pos = Taskflow("pos_tagging", user_dict=path, backend=backend)("蓝鲸科技在云栖小镇")
+        pos = Taskflow("pos_tagging", user_dict=path, segmenter=segmenter)("蓝鲸科技在云栖小镇")
         assert (
             pos["words"] == ["蓝鲸科技", "在", "云栖小镇"]
             and pos["tags"][0] == "nt"

@@ -12,7 +12,7 @@ Usage (real output):
 Tags are jieba's (ICTCLAS-style: n noun, v verb, r pronoun, p preposition, ns place, nr person, nt organisation,
 x other ...). A user-dictionary word without a tag gets "x". `words[i]` has tag `tags[i]`.
 
-Options: `backend` ("rjieba" or "jieba"), `hmm`, `keep_whitespace` (as word_segmentation).
+Options: `segmenter` ("rjieba" or "jieba"), `hmm`, `keep_whitespace` (as word_segmentation).
 """
 
 from __future__ import annotations

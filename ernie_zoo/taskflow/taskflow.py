@@ -77,7 +77,8 @@ class Taskflow:
         if max_seq_len < 8:
             raise ValueError(f"max_seq_len must be >= 8, got {max_seq_len}")
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+            hint = " (the word segmenter is the `segmenter` option)" if backend in ("rjieba", "jieba") else ""
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}{hint}")
         if precision is not None and precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
         default_model = cls.default_model

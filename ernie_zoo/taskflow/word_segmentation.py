@@ -15,7 +15,7 @@ Usage (real output):
 to this Taskflow's own segmenter only (jieba's global dictionary is never changed). The words concatenate back to
 the input (whitespace-only words are dropped unless `keep_whitespace=True`).
 
-Options: `backend` ("rjieba" or "jieba"), `hmm`, `keep_whitespace`.
+Options: `segmenter` ("rjieba" or "jieba"), `hmm`, `keep_whitespace`.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ _DEFAULT_LOCK = threading.Lock()
 class SegmentationOptions:
     """Options of word_segmentation and pos_tagging.
 
-    backend: "rjieba" (Rust port of jieba, fast) or "jieba" (the Python original; its posseg for POS tags).
+    segmenter: "rjieba" (Rust port of jieba, fast) or "jieba" (the Python original; its posseg for POS tags).
+    (Named `backend` before Taskflow's own `backend`, the inference engine, came: one word, one meaning.)
     hmm: let jieba's HMM join characters into words missing from the dictionary.
     keep_whitespace: keep whitespace-only words in the output.
     """
 
-    backend: Literal["rjieba", "jieba"] = "rjieba"
+    segmenter: Literal["rjieba", "jieba"] = "rjieba"
     hmm: bool = True
     keep_whitespace: bool = False
 
@@ -83,7 +84,7 @@ class WordSegmentation(Task):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.segmenter = get_segmenter(self.options.backend, self.settings.user_dict, self.options.hmm)
+        self.segmenter = get_segmenter(self.options.segmenter, self.settings.user_dict, self.options.hmm)
 
     def preprocess(self, texts: list[str]) -> list[tuple[str, str]]:
         return [(t, clean_surrogates(t)) for t in texts]  # (original, encodable): same length
