@@ -54,6 +54,7 @@ from .baselines import (
     load_sentiment_multidomain,
     scores_by_domain,
 )
+from .generation import token_logprobs
 from .metrics import accuracy, entity_names, macro_f1, recall_by_seen
 from .poetry import format_rates
 
@@ -256,29 +257,7 @@ def _poem_ids(tokenizer, texts: Sequence[str], max_len: int) -> list[list[int]]:
 
 def poetry_token_logprobs(model, tokenizer, texts: Sequence[str], *, max_len: int = 96, batch_size: int = 64):
     """(sum of ln p(token | [CLS] + previous tokens) per poem, tokens scored per poem); no end token."""
-    return _token_logprobs(model, tokenizer, _poem_ids(tokenizer, texts, max_len), batch_size)
-
-
-@torch.inference_mode()
-def _token_logprobs(model, tokenizer, ids: list[list[int]], batch_size: int = 64):
-    """`poetry_token_logprobs` on token ids that are already cut to length."""
-    cls, pad = tokenizer.cls_token_id, tokenizer.pad_token_id
-    sums, counts = [0.0] * len(ids), [len(x) for x in ids]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    for b in range(0, len(order), batch_size):
-        rows = order[b : b + batch_size]
-        width = 1 + max(len(ids[i]) for i in rows)
-        inp = torch.full((len(rows), width), pad)
-        att = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, i in enumerate(rows):
-            seq = [cls, *ids[i]]
-            inp[r, : len(seq)] = torch.tensor(seq)
-            att[r, : len(seq)] = 1
-        logp = torch.log_softmax(model(input_ids=inp, attention_mask=att).logits.float(), dim=-1)
-        tok = logp[:, :-1].gather(-1, inp[:, 1:, None])[..., 0] * att[:, 1:]
-        for r, i in enumerate(rows):
-            sums[i] = float(tok[r].sum())
-    return sums, counts
+    return token_logprobs(model, tokenizer, _poem_ids(tokenizer, texts, max_len), batch_size)
 
 
 def _as_symbols(ids: list[list[int]]) -> list[str]:
@@ -304,7 +283,7 @@ def evaluate_poetry_model(
         "The n-gram baselines are fitted on the training poems' token sequences and score the same events.",
     }
     for name, ids in (("test", test_ids), ("dev", dev_ids)):
-        (sums, counts), seconds = _timed(lambda x: _token_logprobs(model, tokenizer, x), ids)
+        (sums, counts), seconds = _timed(lambda x: token_logprobs(model, tokenizer, x), ids)
         result[name] = {
             "poems": len(ids),
             "tokens": sum(counts),

@@ -1,0 +1,139 @@
+"""Scores for a general-domain generator: per-character perplexity, idiom explanations, and a verse-form check.
+
+* :func:`char_perplexity` — a causal LM's perplexity per *character* of held-out text (the token NLL summed over
+  a text, divided by its characters), comparable with :class:`~ernie_zoo.models.ngram.CharNgramLM`'s, which also
+  predicts every character and nothing after the last.
+* :func:`explanation_scores` — character F1 and ROUGE-L (F, on characters) of generated idiom explanations
+  against the dictionary's; :func:`retrieval_baseline` answers each question with the explanation of the
+  training idiom sharing the most characters (the baseline a generator must beat to be more than a lookup).
+* :func:`looks_like_verse` — the form test of the register check: a continuation made of two or more clauses
+  of 5 or 7 characters each is verse, whatever its words.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+
+from .poetry import LINE_LENGTHS, poem_lines
+
+__all__ = [
+    "char_f1",
+    "char_perplexity",
+    "explanation_scores",
+    "looks_like_verse",
+    "retrieval_baseline",
+    "rouge_l",
+    "start_token_id",
+    "token_logprobs",
+]
+
+def start_token_id(tokenizer) -> int:
+    """The token a text is scored after: the tokenizer's BOS, else its CLS (the poetry model's start)."""
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+    if start is None:
+        raise ValueError("scoring a text needs a tokenizer with a bos_token (or cls_token) to condition on")
+    return start
+
+
+@torch.inference_mode()
+def token_logprobs(model, tokenizer, ids: list[list[int]], batch_size: int = 64) -> tuple[list[float], list[int]]:
+    """(sum of ln p(token | start token + previous tokens) per sequence, tokens scored per sequence) for token
+    ids without special tokens; no end token is predicted. Sequences are batched by length."""
+    start, pad = start_token_id(tokenizer), tokenizer.pad_token_id or 0
+    sums, counts = [0.0] * len(ids), [len(x) for x in ids]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    for b in range(0, len(order), batch_size):
+        rows = order[b : b + batch_size]
+        width = 1 + max(len(ids[i]) for i in rows)
+        inp = torch.full((len(rows), width), pad)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        for r, i in enumerate(rows):
+            seq = [start, *ids[i]]
+            inp[r, : len(seq)] = torch.tensor(seq)
+            att[r, : len(seq)] = 1
+        logp = torch.log_softmax(model(input_ids=inp, attention_mask=att).logits.float(), dim=-1)
+        tok = logp[:, :-1].gather(-1, inp[:, 1:, None])[..., 0] * att[:, 1:]
+        for r, i in enumerate(rows):
+            sums[i] = float(tok[r].sum())
+    return sums, counts
+
+
+def char_perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int = 16) -> float:
+    """exp(-total log-probability / total characters) over ``texts``: each text scored after the start token
+    (:func:`start_token_id`), every token of it predicted and nothing after it."""
+    texts = [t for t in texts if t]
+    if not texts:
+        raise ValueError("char_perplexity needs at least one non-empty text")
+    model.eval()
+    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    sums, _ = token_logprobs(model, tokenizer, ids, batch_size)
+    value = math.exp(-sum(sums) / sum(map(len, texts)))
+    if not math.isfinite(value):
+        raise FloatingPointError(f"char_perplexity is {value}: the model produced non-finite log-probabilities")
+    return value
+
+
+def char_f1(prediction: str, reference: str) -> float:
+    """F1 of the character multisets (bag of characters), 0 when either is empty."""
+    common = sum((Counter(prediction) & Counter(reference)).values())
+    if not common:
+        return 0.0
+    p, r = common / len(prediction), common / len(reference)
+    return 2 * p * r / (p + r)
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 on characters (longest common subsequence)."""
+    if not prediction or not reference:
+        return 0.0
+    prev = [0] * (len(reference) + 1)
+    for a in prediction:
+        cur = [0]
+        for j, b in enumerate(reference):
+            cur.append(prev[j] + 1 if a == b else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    if not lcs:
+        return 0.0
+    p, r = lcs / len(prediction), lcs / len(reference)
+    return 2 * p * r / (p + r)
+
+
+def explanation_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """Mean character F1 and ROUGE-L of ``predictions`` against ``references`` (same length)."""
+    if len(predictions) != len(references) or not references:
+        raise ValueError(f"need as many predictions as references (got {len(predictions)} and {len(references)})")
+    n = len(references)
+    return {
+        "char_f1": sum(map(char_f1, predictions, references)) / n,
+        "rouge_l": sum(map(rouge_l, predictions, references)) / n,
+        "n": n,
+    }
+
+
+def retrieval_baseline(train: Sequence[dict], words: Sequence[str]) -> list[str]:
+    """For each idiom in ``words``, the explanation of the training idiom sharing the most characters with it
+    (ties: the earlier training record)."""
+    by_char: dict[str, list[int]] = {}
+    for i, rec in enumerate(train):
+        for ch in set(rec["word"]):
+            by_char.setdefault(ch, []).append(i)
+    answers = []
+    for word in words:
+        votes: Counter[int] = Counter()
+        for ch in set(word):
+            votes.update(by_char.get(ch, ()))
+        best = min(votes, key=lambda i: (-votes[i], i)) if votes else 0
+        answers.append(train[best]["explanation"])
+    return answers
+
+
+def looks_like_verse(text: str) -> bool:
+    """True if ``text`` has two or more complete lines (closed by a mark) and every one has a verse line's length
+    (5 or 7 Han characters, :data:`~ernie_zoo.evaluation.poetry.LINE_LENGTHS`); an unclosed last line is ignored."""
+    lines = [line for line, mark in poem_lines(text) if mark]
+    return len(lines) >= 2 and all(len(line) in LINE_LENGTHS for line in lines)
