@@ -1,11 +1,12 @@
-"""Taskflow on torch fp32 against ONNX Runtime fp32 (and torch int8 where a model defaults to it), one thread.
+"""Taskflow on torch fp32 against ONNX Runtime fp32 and int8, and torch int8, one thread.
 
 For each shipped encoder head (sentiment, NER accurate and fast, fill-mask, feature extraction, CSC) the model is
 exported (`ernie_zoo.taskflow.onnx.export_onnx`) into a temporary directory, and the same texts (the test-suite's
 sentences, reviews and NER sentences, their pairs and halves: 250+ texts of 5 to 90 characters) go through
 `Taskflow(task, model)` and `Taskflow(task, task_path=EXPORTED, backend="onnxruntime")` in one call each,
 interleaved over --rounds rounds (median reported). Results are ratios: torch fp32 time / backend time (> 1: the
-backend is faster), and whether the results agree (labels, entities, corrections identical; scores within 1e-4).
+backend is faster), and whether the results agree (fp32: labels, entities, corrections identical and scores within
+1e-4 of torch fp32; int8: ONNX Runtime int8 against torch int8, labels / entities / corrections identical).
 
     OMP_NUM_THREADS=1 python bench/onnx_speed.py               # ~3 min on one idle core
     OMP_NUM_THREADS=1 python bench/onnx_speed.py --rounds 1 --out /tmp/onnx_speed.json
@@ -37,6 +38,23 @@ def _timed(flow, texts) -> tuple[float, list]:
     return time.perf_counter() - start, out
 
 
+def _same_labels(a: list, b: list) -> bool:
+    """Labels, entities, corrections and candidate tokens identical (scores ignored: int8 rounds differently)."""
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {
+                k: strip(v)
+                for k, v in x.items()
+                if not isinstance(v, float) and k not in ("score", "probability")
+            }
+        if isinstance(x, list):
+            return [strip(v) for v in x if not isinstance(v, float)]
+        return x
+
+    return strip(a) == strip(b)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -59,9 +77,9 @@ def main() -> None:
             flows = {
                 "torch_fp32": Taskflow(task, model, **{**options, "precision": "fp32"}),
                 "ort_fp32": Taskflow(task, task_path=path, backend="onnxruntime", precision="fp32"),
+                "torch_int8": Taskflow(task, model, precision="int8"),
+                "ort_int8": Taskflow(task, task_path=path, backend="onnxruntime", precision="int8"),
             }
-            if options.get("precision") == "fp32":  # the NER models default to torch int8 on CPU
-                flows["torch_int8"] = Taskflow(task, model, precision="int8")
             times: dict[str, list[float]] = {name: [] for name in flows}
             outputs = {}
             for flow in flows.values():
@@ -85,9 +103,12 @@ def main() -> None:
                 "ort_fp32_speedup": round(median["torch_fp32"] / median["ort_fp32"], 2),
                 "ort_fp32_same_results": agree,
             }
-            if "torch_int8" in median:
-                row["torch_int8_speedup"] = round(median["torch_fp32"] / median["torch_int8"], 2)
-                row["ort_fp32_vs_torch_int8"] = round(median["torch_int8"] / median["ort_fp32"], 2)
+            row["torch_int8_speedup"] = round(median["torch_fp32"] / median["torch_int8"], 2)
+            row["ort_int8_speedup"] = round(median["torch_fp32"] / median["ort_int8"], 2)
+            row["ort_int8_vs_torch_int8"] = round(median["torch_int8"] / median["ort_int8"], 2)
+            row["ort_int8_same_labels_as_torch_int8"] = _same_labels(
+                outputs["torch_int8"], outputs["ort_int8"]
+            )
             rows.append(row)
             print(json.dumps(row, ensure_ascii=False), flush=True)
     result = {

@@ -147,7 +147,8 @@ def test_exported_directory_layout(exported):
     dims = [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.graph.input]
     assert all(d == ["batch", "length"] for d in dims)  # dynamic batch and length axes
     manifest = json.loads((path / "manifest.json").read_text())["files"]
-    assert {"model.onnx", "onnx.json", "crf.safetensors", "config.json"} <= manifest.keys()
+    assert {"model.onnx", "model.int8.onnx", "onnx.json", "crf.safetensors", "config.json"} <= manifest.keys()
+    assert spec["graphs"] == {"fp32": "model.onnx", "int8": "model.int8.onnx"}
 
 
 def test_bad_input_gives_the_torch_errors(exported):
@@ -186,13 +187,10 @@ def test_bad_directories_are_refused(exported, tmp_path):
         Taskflow("ner", backend="tensorrt")
     with pytest.raises(ValueError, match="not 'word_segmentation'"):
         Taskflow("word_segmentation", backend="onnxruntime")
+    fp32_only = export_onnx(ZOO / "ernie-zoo-mini-ner-fast", tmp_path / "fp32-only", int8=False)
+    assert list(read_spec(fp32_only)["graphs"]) == ["fp32"]
     with pytest.raises(OnnxExportError, match="no int8 graph"):
-        Taskflow(
-            "ner",
-            task_path=exported["ner", "ernie-zoo-mini-ner-fast"],
-            backend="onnxruntime",
-            precision="int8",
-        )
+        Taskflow("ner", task_path=fp32_only, backend="onnxruntime", precision="int8")
     # a file changed after export: refused by its checksum before anything is read
     copy = tmp_path / "tampered"
     export_onnx(ZOO / "ernie-zoo-mini-ner-fast", copy)

@@ -27,6 +27,9 @@ class Args:
     """The Taskflow task to export for (default: the head's: sequence classification -> sentiment_analysis, token
     classification / CRF / ensemble -> ner, masked LM -> fill_mask, spelling correction -> text_correction; a
     masked-LM directory also exports for feature_extraction)."""
+    int8: bool = True
+    """Also write the int8 graph (model.int8.onnx: per-token input scales, as Taskflow's torch int8 mode; run it
+    with precision='int8'); --int8 false writes the fp32 graph only."""
 
 
 def run(args: Args, argv: list[str]) -> int:
@@ -34,7 +37,7 @@ def run(args: Args, argv: list[str]) -> int:
 
     if not args.onnx:
         raise ValueError("say the format: ernie-zoo export --onnx MODEL_DIR OUT_DIR (ONNX is the one format)")
-    out = export_onnx(args.model_dir, args.out_dir, task=args.task)
+    out = export_onnx(args.model_dir, args.out_dir, task=args.task, int8=args.int8)
     spec = read_spec(out)
     print(f"wrote {out} ({spec['task']}, {spec['architecture']}; graphs: {', '.join(spec['graphs'])})")
     return 0

@@ -51,12 +51,16 @@ from ernie_zoo.utils import atomic_directory
 from ernie_zoo.version import __version__
 
 from .models import LoadedModel, ModelSource, load_model, verify_manifest, write_manifest
+from .onnx_int8 import quantize_graph
 
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnxruntime")
 SPEC_FILE = "onnx.json"
-GRAPH_FILES = {"fp32": "model.onnx"}  # precision -> graph file (no int8 graph yet: docs/onnx.md)
+GRAPH_FILES = {
+    "fp32": "model.onnx",
+    "int8": "model.int8.onnx",
+}  # precision -> graph file (int8: onnx_int8.py)
 CRF_FILE = "crf.safetensors"
 OPSET = 17
 SPEC_FORMAT = 1
@@ -146,10 +150,13 @@ def graph_inputs(loaded: LoadedModel, task: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def export_onnx(model_dir: str | os.PathLike, out_dir: str | os.PathLike, task: str | None = None) -> Path:
+def export_onnx(
+    model_dir: str | os.PathLike, out_dir: str | os.PathLike, task: str | None = None, *, int8: bool = True
+) -> Path:
     """Export the encoder head of `model_dir` (a directory written by save_pretrained / ernie-finetune, or a
     shipped model's) for `task` (default: the head's task, `DEFAULT_TASK`) into `out_dir` (written atomically).
-    Returns `out_dir`. Int8: not exported yet (docs/onnx.md says why and what the torch int8 mode guarantees)."""
+    `int8`: also write the int8 graph (`model.int8.onnx`, per-token input scales as Taskflow's torch int8 mode:
+    `ernie_zoo.taskflow.onnx_int8`). Returns `out_dir`."""
     from .task import get_task
 
     source_dir = Path(model_dir).expanduser().resolve()
@@ -212,6 +219,9 @@ def export_onnx(model_dir: str | os.PathLike, out_dir: str | os.PathLike, task: 
         finally:
             model.set_attn_implementation(before)
         graphs = {"fp32": GRAPH_FILES["fp32"]}
+        if int8:
+            quantize_graph(tmp / GRAPH_FILES["fp32"], tmp / GRAPH_FILES["int8"])
+            graphs["int8"] = GRAPH_FILES["int8"]
         spec = {
             "format": SPEC_FORMAT,
             "task": task,
@@ -298,7 +308,7 @@ class OnnxRuntimeModel:
         if precision not in spec["graphs"]:
             raise OnnxExportError(
                 f"{directory} has no {precision} graph (it has {', '.join(spec['graphs'])}); "
-                + "; use precision='fp32' (int8 runs on backend='torch')"
+                + "; export it again (`ernie-zoo export --onnx` writes both) or use precision='fp32'"
             )
         cls = getattr(models, spec["architecture"], None)
         if not (isinstance(cls, type) and issubclass(cls, models.ErnieZooPreTrainedModel)):
