@@ -31,6 +31,7 @@ __all__ = [
     "token_logprobs",
 ]
 
+
 def start_token_id(tokenizer) -> int:
     """The token a text is scored after: the tokenizer's BOS, else its CLS (the poetry model's start)."""
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
@@ -40,7 +41,9 @@ def start_token_id(tokenizer) -> int:
 
 
 @torch.inference_mode()
-def token_logprobs(model, tokenizer, ids: list[list[int]], batch_size: int = 64) -> tuple[list[float], list[int]]:
+def token_logprobs(
+    model, tokenizer, ids: list[list[int]], batch_size: int = 64
+) -> tuple[list[float], list[int]]:
     """(sum of ln p(token | start token + previous tokens) per sequence, tokens scored per sequence) for token
     ids without special tokens; no end token is predicted. Sequences are batched by length."""
     start, pad = start_token_id(tokenizer), tokenizer.pad_token_id or 0
@@ -73,7 +76,9 @@ def char_perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int =
     sums, _ = token_logprobs(model, tokenizer, ids, batch_size)
     value = math.exp(-sum(sums) / sum(map(len, texts)))
     if not math.isfinite(value):
-        raise FloatingPointError(f"char_perplexity is {value}: the model produced non-finite log-probabilities")
+        raise FloatingPointError(
+            f"char_perplexity is {value}: the model produced non-finite log-probabilities"
+        )
     return value
 
 
@@ -106,7 +111,9 @@ def rouge_l(prediction: str, reference: str) -> float:
 def explanation_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
     """Mean character F1 and ROUGE-L of ``predictions`` against ``references`` (same length)."""
     if len(predictions) != len(references) or not references:
-        raise ValueError(f"need as many predictions as references (got {len(predictions)} and {len(references)})")
+        raise ValueError(
+            f"need as many predictions as references (got {len(predictions)} and {len(references)})"
+        )
     n = len(references)
     return {
         "char_f1": sum(map(char_f1, predictions, references)) / n,
@@ -137,3 +144,117 @@ def looks_like_verse(text: str) -> bool:
     (5 or 7 Han characters, :data:`~ernie_zoo.evaluation.poetry.LINE_LENGTHS`); an unclosed last line is ignored."""
     lines = [line for line, mark in poem_lines(text) if mark]
     return len(lines) >= 2 and all(len(line) in LINE_LENGTHS for line in lines)
+
+
+# ------------------------------------------------------------------------------------------- the whole card
+@torch.inference_mode()
+def _continue(
+    model, tokenizer, prompts: Sequence[str], max_new_tokens: int, repetition_penalty: float
+) -> list[str]:
+    """Greedy continuations of `prompts` (each after the start token), decoded without special tokens and cut at
+    the end token."""
+    start, eos = start_token_id(tokenizer), tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    outs = []
+    for prompt in prompts:
+        ids = torch.tensor([[start, *tokenizer(prompt, add_special_tokens=False)["input_ids"]]])
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            repetition_penalty=repetition_penalty,
+            eos_token_id=eos,
+            pad_token_id=pad,
+        )
+        outs.append(tokenizer.decode(gen[0, ids.shape[1] :], skip_special_tokens=True).replace(" ", ""))
+    return outs
+
+
+def evaluate_generator(
+    model_dir,
+    data_dir,
+    datasets,
+    *,
+    n_idioms: int | None = None,
+    max_new_tokens: int = 48,
+    repetition_penalty: float = 1.2,
+    ngram_order: int = 4,
+    poetry_dir=None,
+) -> dict:
+    """The general generator's card numbers: per-character perplexity on the held-out modern text (per domain)
+    beside a character n-gram LM fitted on the generator's own training text and beside the poetry model; the
+    verse-form rate of its continuations of the 200 held-out prefixes (per domain); idiom explanations on the test
+    idioms (character F1, ROUGE-L) beside the retrieval baseline. `data_dir` holds `recipes/zoo/generator_data.py`'s
+    output, `datasets` the prepared splits."""
+    import json
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import ernie_zoo.auto  # noqa: F401  (the poetry model's class)
+
+    from ..models.ngram import CharNgramLM
+
+    data_dir, datasets = Path(data_dir), Path(datasets)
+
+    def jsonl(path: Path) -> list[dict]:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    held = jsonl(data_dir / "generator_heldout.jsonl")
+    domains = sorted({h["source"] for h in held})
+    by_domain = {d: [h["text"] for h in held if h["source"] == d] for d in domains}
+    result: dict = {
+        "heldout": {d: {"texts": len(t), "chars": sum(map(len, t))} for d, t in by_domain.items()}
+    }
+
+    def load(path):
+        return AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=torch.float32
+        ).eval(), AutoTokenizer.from_pretrained(str(path))
+
+    model, tokenizer = load(model_dir)
+    ppl = {"generator": {d: char_perplexity(model, tokenizer, t) for d, t in by_domain.items()}}
+    ppl["generator"]["all"] = char_perplexity(model, tokenizer, [h["text"] for h in held])
+    train = [line for line in (data_dir / "generator.txt").read_text(encoding="utf-8").splitlines() if line]
+    lm = CharNgramLM(order=ngram_order).fit(train)
+    ppl[f"char_{ngram_order}gram_kn"] = {d: lm.perplexity(t) for d, t in by_domain.items()}
+    ppl[f"char_{ngram_order}gram_kn"]["all"] = lm.perplexity([h["text"] for h in held])
+    del lm, train
+    if poetry_dir is not None:
+        poet, poet_tok = load(poetry_dir)
+        ppl["poetry_model"] = {d: char_perplexity(poet, poet_tok, t) for d, t in by_domain.items()}
+        ppl["poetry_model"]["all"] = char_perplexity(poet, poet_tok, [h["text"] for h in held])
+        del poet
+    result["perplexity_per_char"] = ppl
+
+    prefixes = jsonl(data_dir / "generator_prefixes.jsonl")
+    conts = _continue(model, tokenizer, [p["prefix"] for p in prefixes], max_new_tokens, repetition_penalty)
+    register: dict = {}
+    for domain in sorted({p["domain"] for p in prefixes}):
+        rows = [c for p, c in zip(prefixes, conts) if p["domain"] == domain]
+        register[domain] = {"prefixes": len(rows), "verse_rate": sum(map(looks_like_verse, rows)) / len(rows)}
+    result["register"] = register
+    result["continuations"] = [{**p, "continuation": c} for p, c in zip(prefixes, conts)]
+
+    train_idioms = jsonl(datasets / "idioms" / "train.jsonl")
+    test_idioms = jsonl(datasets / "idioms" / "test.jsonl")[:n_idioms]
+    from ..data.generation import idiom_prompt
+
+    answers = _continue(
+        model, tokenizer, [idiom_prompt(r["word"]) for r in test_idioms], 64, repetition_penalty
+    )
+    gold = [r["explanation"] for r in test_idioms]
+    result["idioms"] = {
+        "generator": explanation_scores(answers, gold),
+        "retrieval_baseline": explanation_scores(
+            retrieval_baseline(train_idioms, [r["word"] for r in test_idioms]), gold
+        ),
+        "examples": [
+            {"word": r["word"], "gold": g, "generated": a} for r, g, a in zip(test_idioms[:10], gold, answers)
+        ],
+    }
+    result["decoding"] = (
+        f"greedy, repetition_penalty {repetition_penalty:g}, max_new_tokens {max_new_tokens} (idioms: 64)"
+    )
+    return result
