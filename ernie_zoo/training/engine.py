@@ -32,9 +32,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+from ernie_zoo.models.decoder import is_decoder_config
 from ernie_zoo.models.presets import preset_config
 from ernie_zoo.utils import tied_names
 
+from .causal_lm import causal_lm_loss
 from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
 from .core import adamw, warmup_decay
 from .mlm import masked_lm_loss
@@ -226,6 +228,11 @@ class SingleDeviceEngine(PlainEngine):
         """(mean masked-LM loss, masked tokens, correct predictions) of a collated batch; with a sentiment stage
         the loss adds `masking.polarity_weight` x the word-polarity loss, and `last_details` holds the parts."""
         details: dict[str, float] = {}
+        if is_decoder_config(self.model.config):  # an ERNIE 4.5 decoder: next-token loss on packed rows
+            with self.autocast():
+                out = causal_lm_loss(self.model, to_device(batch, self.device), details)
+            self.last_details = details
+            return out
         with self.autocast():
             out = masked_lm_loss(
                 self.model,

@@ -1,4 +1,5 @@
-"""`ernie-pretrain`: masked-LM pretraining of an ErnieZoo encoder with ERNIE's staged knowledge masking.
+"""`ernie-pretrain`: masked-LM pretraining of an ErnieZoo encoder with ERNIE's staged knowledge masking, or
+causal-LM pretraining of an ERNIE 4.5 decoder when `model.preset` is a decoder preset (causal_lm.py).
 
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml                       # train (auto-resumes if interrupted)
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --optim.lr 1e-3 --max_steps 50
@@ -37,14 +38,23 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from ernie_zoo.models.decoder import is_decoder_config
 from ernie_zoo.parallel.distributed import init_from_env
 from ernie_zoo.recipe_cli import recipe_from_cli, recipe_to_yaml, to_dict
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
+from .causal_lm import (
+    CausalCollator,
+    build_decoder_model,
+    decoder_config_for,
+    decoder_training_flops,
+    is_decoder_preset,
+    load_packed_dataset,
+)
 from .core import seed_everything
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
-from .engine import build_model_config, build_model_for, make_engine
+from .engine import build_model_config, build_model_for, init_weights_from, make_engine
 from .logging_utils import MetricsLogger, format_count, write_json_atomic
 from .loop import KILL_ENV, TrainLoop  # noqa: F401  (KILL_ENV re-exported for the resume tests)
 from .mfu import mfu, peak_flops_for, training_flops
@@ -142,16 +152,25 @@ def pretrain(
     # Only the main process (RANK 0) talks: logs, progress bars, metrics, TensorBoard, summary.json.
     is_main = int(os.environ.get("RANK", "0")) == 0
     tokenizer = load_tokenizer(recipe, output_dir)
-    train_ds, eval_ds, data_stats = load_dataset(recipe, tokenizer)
+    decoder = is_decoder_preset(recipe.model.preset)  # causal-LM pretraining of an ERNIE 4.5 decoder
+    if decoder and recipe.distributed.backend != "single":
+        raise ValueError(
+            f"a decoder preset ({recipe.model.preset}) trains on distributed.backend single so far, not "
+            f"{recipe.distributed.backend!r} (docs/decoders.md)"
+        )
+    train_ds, eval_ds, data_stats = (load_packed_dataset if decoder else load_dataset)(recipe, tokenizer)
     if is_main:
         logger.info(
             "data: %d train / %d eval examples", data_stats["train_examples"], data_stats["eval_examples"]
         )
 
     # ---- model and engine (ZeRO-3 builds the model already partitioned: no rank holds all of it)
-    config = build_model_config(recipe.model, len(tokenizer), recipe.data.max_seq_len)
+    if decoder:
+        config = decoder_config_for(recipe.model, tokenizer, recipe.data.max_seq_len)
+    else:
+        config = build_model_config(recipe.model, len(tokenizer), recipe.data.max_seq_len)
     # SKEP: a sentiment stage trains a word-polarity head (positive / negative) next to the MLM head
-    polarity = recipe.masking.uses_sentiment() and recipe.masking.polarity_weight > 0
+    polarity = not decoder and recipe.masking.uses_sentiment() and recipe.masking.polarity_weight > 0
     if polarity:
         config.num_word_polarities = 2
     # A resumed run loads its weights from the checkpoint: model.init_from only seeds a fresh start.
@@ -160,7 +179,13 @@ def pretrain(
         if resume_from is None
         else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
     )
-    engine = make_engine(recipe, build_model_for(build_recipe, config, tokenizer), device)
+    if decoder:
+        model = build_decoder_model(config, recipe.seed)
+        if build_recipe.model.init_from is not None:
+            init_weights_from(model, build_recipe.model.init_from)
+    else:
+        model = build_model_for(build_recipe, config, tokenizer)
+    engine = make_engine(recipe, model, device)
     is_main = engine.is_main
     n_params = engine.num_parameters()
     if is_main:
@@ -170,8 +195,12 @@ def pretrain(
     )
 
     # ranks mask differently; rank 0 uses the seed itself
-    collator = _collator(recipe, tokenizer, recipe.seed + 1_000_003 * engine.dp_rank)
-    eval_batches = _eval_batches(recipe, tokenizer, eval_ds)
+    if decoder:
+        collator = CausalCollator()
+        eval_batches = _eval_batches(recipe, tokenizer, eval_ds, collator)
+    else:
+        collator = _collator(recipe, tokenizer, recipe.seed + 1_000_003 * engine.dp_rank)
+        eval_batches = _eval_batches(recipe, tokenizer, eval_ds)
 
     # ---- state (fresh or resumed)
     seed_everything(recipe.seed)
@@ -295,7 +324,12 @@ class _Pretraining:
 
     def __post_init__(self) -> None:
         self.position = DataPosition(self.state["epoch"], self.state["index"])
-        self.polarity = self.recipe.masking.uses_sentiment() and self.recipe.masking.polarity_weight > 0
+        self.decoder = is_decoder_config(self.config)
+        self.polarity = (
+            not self.decoder
+            and self.recipe.masking.uses_sentiment()
+            and self.recipe.masking.polarity_weight > 0
+        )
         # MFU is per device: TP ranks share a replica's FLOPs
         self.n_devices = getattr(self.engine, "world_size", 1)
         # Sums over the current logging window. The deterministic ones travel in checkpoints, so a resumed run
@@ -325,7 +359,12 @@ class _Pretraining:
             sums["polarity_correct"] += details.get("polarity_correct", 0)
         sums["tokens"] += tokens
         shape = batch["input_ids"].shape[1]
-        sums["flops"] += training_flops(self.config, tokens, shape, n_masked, self.recipe.sparse_last_layer)
+        if self.decoder:
+            sums["flops"] += decoder_training_flops(self.config, tokens, shape)
+        else:
+            sums["flops"] += training_flops(
+                self.config, tokens, shape, n_masked, self.recipe.sparse_last_layer
+            )
         sums["masked"] += n_masked
         sums["correct"] += n_correct
         return loss
@@ -434,11 +473,12 @@ def _collator(recipe: PretrainRecipe, tokenizer, seed: int, eval_strategy: bool 
     )
 
 
-def _eval_batches(recipe: PretrainRecipe, tokenizer, eval_ds) -> list[dict[str, torch.Tensor]]:
-    """The held-out split, masked once with `masking.eval_strategy` (fixed masks, comparable over time)."""
+def _eval_batches(recipe: PretrainRecipe, tokenizer, eval_ds, collator=None) -> list[dict[str, torch.Tensor]]:
+    """The held-out split, masked once with `masking.eval_strategy` (fixed masks, comparable over time); a
+    decoder's (`collator` given) packed rows as they are."""
     if eval_ds is None or len(eval_ds) == 0:
         return []
-    collator = _collator(recipe, tokenizer, recipe.seed + 7919, eval_strategy=True)
+    collator = collator or _collator(recipe, tokenizer, recipe.seed + 7919, eval_strategy=True)
     collator.set_step(0)
     size = recipe.eval.batch_size or recipe.micro_batch_size
     batches = []

@@ -24,8 +24,10 @@ class ModelArgs:
     """The encoder: a size preset plus optional overrides, and the character features."""
 
     preset: str | None = "tiny"
-    """Size preset from ernie_zoo.models.presets.PRESETS (tiny, mini, base, 10b, 100b, ...); null to give
-    hidden_size, num_hidden_layers, num_attention_heads and intermediate_size explicitly."""
+    """Size preset from ernie_zoo.models.presets.PRESETS (tiny, mini, base, 10b, 100b, ...), or an ERNIE 4.5
+    decoder preset from DECODER_PRESETS (ernie4.5-zoo, ernie4.5-0.3b, ernie4.5-21b-a3b, ...: causal-LM pretraining
+    with packed documents, training/causal_lm.py; the masking and character-feature keys do not apply); null to
+    give hidden_size, num_hidden_layers, num_attention_heads and intermediate_size explicitly."""
     hidden_size: int | None = None
     """Hidden width; overrides the preset."""
     num_hidden_layers: int | None = None
@@ -357,7 +359,7 @@ class PretrainRecipe:
 
     def validate(self) -> None:
         """Check values that types alone cannot; raises `ValueError` naming the key."""
-        from ernie_zoo.models.presets import PRESETS
+        from ernie_zoo.models.presets import DECODER_PRESETS, PRESETS
 
         _check(self.max_steps > 0, "max_steps", self.max_steps, "must be > 0")
         _check(self.micro_batch_size > 0, "micro_batch_size", self.micro_batch_size, "must be > 0")
@@ -380,7 +382,13 @@ class PretrainRecipe:
         )
         m = self.model
         if m.preset is not None:
-            _check(m.preset in PRESETS, "model.preset", m.preset, f"must be one of {sorted(PRESETS)} or null")
+            _check(
+                m.preset in PRESETS or m.preset in DECODER_PRESETS,
+                "model.preset",
+                m.preset,
+                f"must be an encoder preset ({', '.join(sorted(PRESETS))}), a decoder preset "
+                f"({', '.join(sorted(DECODER_PRESETS))}) or null",
+            )
         else:
             missing = [k for k in ARCH_FIELDS if getattr(m, k) is None]
             _check(

@@ -2,7 +2,8 @@
 """Build the zoo generator's data: idiom and headline splits, the pretraining mixture, the held-out prefixes.
 
 Needs ``scripts/prepare_corpora.py`` first (its datasets and corpora under the same cache). Writes
-``<cache>/datasets/{idioms,headlines}/{train,dev,test}.jsonl`` and, in ``--out`` (default ``<cache>/generator``),
+``<cache>/datasets/{idioms,headlines}/{train,dev,test}.jsonl`` and, in ``--out`` (default ``runs/zoo/data``, where
+the zoo recipes read their corpora),
 ``generator.txt`` (one document per line, what ``recipes/zoo/generator-pretrain.yaml`` reads),
 ``generator_prefixes.jsonl`` (200 held-out prefixes: news, reviews, everyday), ``generator_heldout.jsonl``
 (held-out modern text for perplexity) and ``generator.json`` (counts and sha256s). See
@@ -33,11 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="cache root (raw/, datasets/, corpora/)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="output dir (default <cache>/generator)")
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "runs/zoo/data", help="output dir (default runs/zoo/data)"
+    )
     parser.add_argument("--seed", type=int, default=42, help="split seed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    out = args.out or args.cache / "generator"
+    out = args.out
     manifest = build_generator_data(
         args.cache, out, REPO / "data/eval/generation/everyday.txt", seed=args.seed
     )
