@@ -58,6 +58,11 @@ def tp_plan_for(model: nn.Module) -> dict[str, str]:
     the plan.
     """
     names = [name for name, _ in model.named_modules()]
+    config = getattr(model, "config", None)
+    if getattr(config, "base_model_tp_plan", None) and getattr(config, "model_type", "").startswith(
+        "ernie4_5"
+    ):
+        return _decoder_plan(model, names)
     anchor = "encoder.layer.0.attention.self.query"
     prefixes = [name[: -len(anchor)] for name in names if name == anchor or name.endswith("." + anchor)]
     if prefixes:
@@ -148,6 +153,23 @@ def is_sharded(param_name: str, plan: dict[str, str]) -> bool:
     return leaf == "weight" or style != "rowwise"
 
 
+def _decoder_plan(model: nn.Module, names: list[str]) -> dict[str, str]:
+    """An ERNIE 4.5 decoder's TP plan: transformers' own `base_model_tp_plan` (q/k/v and gate/up colwise, o and
+    down rowwise), with the keys as paths in `model`. The routed MoE experts are fused 3-D tensors whose TP styles
+    (packed_colwise, moe_tp_experts) neither DeepSpeed AutoTP nor `apply_tp` takes: they are left out, and
+    `check_tp_divisibility` refuses TP > 1 for a MoE model."""
+    anchor = "layers.0.self_attn.q_proj"
+    prefixes = [name[: -len(anchor)] for name in names if name == anchor or name.endswith("." + anchor)]
+    if not prefixes:
+        raise ValueError(f"{type(model).__name__}: no decoder layer found for its TP plan")
+    plan = {}
+    for key, style in model.config.base_model_tp_plan.items():
+        full = prefixes[0] + key
+        if style in STYLES and any(_path_match(name, full) for name in names):
+            plan[full] = style
+    return plan
+
+
 def check_tp_divisibility(config: Any, tp_size: int) -> None:
     """Raise ValueError unless `tp_size` divides every dimension the TP plan splits.
 
@@ -163,6 +185,13 @@ def check_tp_divisibility(config: Any, tp_size: int) -> None:
         "hidden_size": config.hidden_size,
         "intermediate_size": config.intermediate_size,
     }
+    if getattr(config, "num_key_value_heads", None):  # a GQA decoder: each rank holds whole KV heads
+        dims["num_key_value_heads"] = config.num_key_value_heads
+    if tp_size > 1 and getattr(config, "moe_num_experts", None):
+        raise ValueError(
+            f"tensor parallel size {tp_size}: TP of the fused MoE experts is not supported here; MoE decoders "
+            "train with ZeRO-3 data parallelism (expert parallelism: docs/decoders.md)"
+        )
     bad = [f"{name}={value}" for name, value in dims.items() if value % tp_size != 0]
     if bad:
         raise ValueError(

@@ -67,6 +67,12 @@ class _MaskedLMStep(nn.Module):
 
     def forward(self, **batch: torch.Tensor):
         # keyword tensors, not one dict argument: DeepSpeed's TP input-consistency check compares flat args
+        from ernie_zoo.models.decoder import is_decoder_config
+
+        if is_decoder_config(self.mlm.config):  # an ERNIE 4.5 decoder: next-token loss on packed rows
+            from ernie_zoo.training.causal_lm import causal_lm_loss
+
+            return causal_lm_loss(self.mlm, batch)
         from ernie_zoo.training.mlm import masked_lm_loss
 
         return masked_lm_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
@@ -76,6 +82,14 @@ def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     """`MODEL_BUILDERS["deepspeed"]` of `ernie_zoo.training.engine`: under ZeRO-3 the model is built already
     partitioned (`build_model_zero3`: at 100B no rank could hold the fp32 model); stages 0-2 keep full
     parameters on every rank anyway, so it is built whole (`build_model`)."""
+    from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
+
+    if is_decoder_config(model_config):  # an ERNIE 4.5 decoder (causal-LM pretraining)
+        if recipe_zero_stage(recipe) == 3:
+            return build_model_zero3(model_config, recipe, cls=DECODER_CLASSES[type(model_config)])
+        from ernie_zoo.training.causal_lm import build_decoder_model
+
+        return build_decoder_model(model_config, recipe.seed)
     if recipe_zero_stage(recipe) == 3:
         return build_model_zero3(model_config, recipe, tokenizer)
     from ernie_zoo.training.engine import build_model
@@ -90,8 +104,9 @@ def build_model_zero3(
     *,
     config: str | os.PathLike | dict[str, Any] | None = None,
     tp_size: int | None = None,
+    cls: type[nn.Module] | None = None,
 ) -> nn.Module:
-    """An `ErnieZooForMaskedLM` built already partitioned (`new_model` under transformers' ZeRO-3 integration):
+    """An `ErnieZooForMaskedLM` (or `cls`: an ERNIE 4.5 decoder class) built already partitioned (`new_model` under transformers' ZeRO-3 integration):
     no rank ever holds the full model, which is how a 100B model is created.
 
     Seeded by `recipe.seed`, its weights are those of `training.engine.build_model` in one process (in fp32 bit
@@ -112,9 +127,9 @@ def build_model_zero3(
     hf_ds_config = zero3_transformers_config(ds_config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
-        model = new_model(ErnieZooForMaskedLM, model_config)
+        model = new_model(cls or ErnieZooForMaskedLM, model_config)
     model._ernie_zoo_hf_ds_config = hf_ds_config  # transformers reads it through a weak reference: keep it
-    if tokenizer is not None:
+    if tokenizer is not None and hasattr(model, "load_char_tables"):
         model.load_char_tables(tokenizer)  # buffers are not partitioned
     return model
 

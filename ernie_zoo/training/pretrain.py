@@ -153,11 +153,6 @@ def pretrain(
     is_main = int(os.environ.get("RANK", "0")) == 0
     tokenizer = load_tokenizer(recipe, output_dir)
     decoder = is_decoder_preset(recipe.model.preset)  # causal-LM pretraining of an ERNIE 4.5 decoder
-    if decoder and recipe.distributed.backend != "single":
-        raise ValueError(
-            f"a decoder preset ({recipe.model.preset}) trains on distributed.backend single so far, not "
-            f"{recipe.distributed.backend!r} (docs/decoders.md)"
-        )
     train_ds, eval_ds, data_stats = (load_packed_dataset if decoder else load_dataset)(recipe, tokenizer)
     if is_main:
         logger.info(
@@ -179,7 +174,7 @@ def pretrain(
         if resume_from is None
         else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
     )
-    if decoder:
+    if decoder and recipe.distributed.backend == "single":
         model = build_decoder_model(config, recipe.seed)
         if build_recipe.model.init_from is not None:
             init_weights_from(model, build_recipe.model.init_from)
