@@ -74,6 +74,11 @@ OUTPUTS = {
 }
 #: a directory's head -> the task its export serves unless --task says otherwise
 DEFAULT_TASK = {
+    # plain transformers checkpoints (ERNIE 3.0, BERT / RoBERTa-wwm): their own config, vocab.txt, no char features
+    **{f"{family}ForSequenceClassification": "sentiment_analysis" for family in ("Ernie", "Bert")},
+    **{f"{family}ForTokenClassification": "ner" for family in ("Ernie", "Bert")},
+    **{f"{family}ForMaskedLM": "fill_mask" for family in ("Ernie", "Bert")},
+    **{f"{family}Model": "feature_extraction" for family in ("Ernie", "Bert")},
     "ErnieZooForSequenceClassification": "sentiment_analysis",
     "ErnieZooForTokenClassification": "ner",
     "ErnieZooForTokenClassificationCRF": "ner",
@@ -113,7 +118,7 @@ class _Graph(nn.Module):
         if self.task == "ner" and hasattr(model, "crf"):
             return model.encode(**kw)[0]
         if self.task == "fill_mask":
-            hidden = model.ernie(**kw).last_hidden_state  # (B, T, H)
+            hidden = getattr(model, model.base_model_prefix)(**kw).last_hidden_state  # (B, T, H)
             return model.cls(hidden.reshape(-1, hidden.shape[-1])[mask_index])  # (M, V)
         if self.task == "feature_extraction":
             base = getattr(model, model.base_model_prefix, model) if hasattr(model, "cls") else model
@@ -310,13 +315,18 @@ class OnnxRuntimeModel:
                 f"{directory} has no {precision} graph (it has {', '.join(spec['graphs'])}); "
                 + "; export it again (`ernie-zoo export --onnx` writes both) or use precision='fp32'"
             )
+        import transformers
+
         cls = getattr(models, spec["architecture"], None)
         if not (isinstance(cls, type) and issubclass(cls, models.ErnieZooPreTrainedModel)):
-            raise OnnxExportError(f"{directory / SPEC_FILE}: unknown architecture {spec['architecture']!r}")
+            cls = getattr(transformers, spec["architecture"], None)  # a plain ERNIE 3.0 / BERT head
+            if spec["architecture"] not in DEFAULT_TASK or not isinstance(cls, type):
+                raise OnnxExportError(f"{directory / SPEC_FILE}: unknown architecture {spec['architecture']!r}")
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         with torch.device("meta"):
             self.module = cls(config)  # the head's code without its weights (the graph holds them)
-        self.module.load_saved_files(directory)
+        if hasattr(self.module, "load_saved_files"):
+            self.module.load_saved_files(directory)
         self.crf = None
         if spec.get("crf"):
             state = load_file(str(directory / spec["crf"]))
