@@ -10,6 +10,11 @@ Input: TEXT arguments; or `--input FILE` (`-` = stdin): `.jsonl` files hold one 
 "text" field per line, any other file one text per line (blank lines skipped); with neither, stdin is read
 the same way (as plain lines). Output: one JSON object per line (the task's result dict), to `--output FILE`
 (written to a temporary file and renamed when complete) or stdout. A progress bar goes to stderr.
+
+Corpus-scale jobs: `--input big.jsonl -o out.jsonl --resume` appends to out.jsonl as it goes (memory stays flat:
+texts are read and written a block at a time) and adds the input line number to each result ("line"). Started
+again after a crash or kill, it keeps the complete lines already in out.jsonl, drops a partial last line, skips
+that many inputs and carries on, so the finished file equals an uninterrupted run's byte for byte.
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ class Args:
     """No progress bar."""
     digits: int | None = None
     """Round scores and other floats to this many decimals (0 to 17; null: as computed)."""
+    resume: bool = False
+    """With --input FILE and --output FILE: append as results come, each with its input "line" number, and on a
+    restart continue after the complete lines already in the output."""
 
 
 ALIASES = {"i": "input", "o": "output", "O": "option", "list": "list_tasks"}
@@ -105,13 +113,14 @@ def _stdin_bytes() -> BinaryIO:
     return io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))  # a text stream set by a caller
 
 
-def _lines(stream: BinaryIO, jsonl: bool, name: str) -> Iterator[str]:
+def _lines(stream: BinaryIO, jsonl: bool, name: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each non-blank line."""
     for number, raw in enumerate(stream, 1):
         line = _decode(raw, name, number).removeprefix("\ufeff" if number == 1 else "").rstrip("\r\n")
         if not line.strip():
             continue
         if not jsonl:
-            yield line
+            yield number, line
             continue
         try:
             item = json.loads(line)
@@ -123,7 +132,7 @@ def _lines(stream: BinaryIO, jsonl: bool, name: str) -> Iterator[str]:
             raise ValueError(
                 f"{name}:{number}: expected a JSON string or an object with a string 'text' field"
             )
-        yield item
+        yield number, item
 
 
 def _count(path: str) -> int | None:
@@ -163,8 +172,49 @@ def _jsonable(value: Any, digits: int | None = None) -> Any:
     return value
 
 
-def _blocks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
-    block: list[str] = []
+def _resume_point(path: str) -> tuple[int, int | None]:
+    """(complete result lines in `path`, the input line number of the last one); a partial last line (a job
+    killed mid-write) is cut off so appending continues on a line boundary."""
+    if not os.path.exists(path):
+        return 0, None
+    done, last, keep = 0, None, 0
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                last = json.loads(raw)["line"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(
+                    f"--resume: {path}:{done + 1} is not a result line with a 'line' number; it was not "
+                    "written by --resume (give a new --output path)"
+                ) from None
+            done += 1
+            keep += len(raw)
+    if keep != os.path.getsize(path):
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+    return done, last
+
+
+def _skip(texts: Iterator[tuple[int, str]], done: int, last: int | None, name: str, output: str) -> None:
+    """Consume the `done` inputs already in the output; their last line number must match the output's."""
+    number = None
+    for _ in range(done):
+        item = next(texts, None)
+        if item is None:
+            break
+        number = item[0]
+    if number != last:
+        raise ValueError(
+            f"--resume: {output} holds {done} results ending at input line {last}, but {name} has "
+            + (f"line {number} there" if number is not None else "fewer texts")
+            + "; it comes from another input (give a new --output path)"
+        )
+
+
+def _blocks(texts: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    block: list[Any] = []
     for text in texts:
         block.append(text)
         if len(block) == size:
@@ -212,6 +262,9 @@ def _run(args: Args, stdout: TextIO) -> int:
         # round(x, -3) would print every score in [0, 1] as 0.0: a silent wrong answer
         print(f"error: --digits must be between 0 and {MAX_DIGITS}, got {args.digits}", file=sys.stderr)
         return 2
+    if args.resume and not (args.input and args.input != "-" and args.output):
+        print("error: --resume needs --input FILE and --output FILE", file=sys.stderr)
+        return 2
     if args.input and args.input != "-" and not os.path.isfile(args.input):
         print(f"error: --input {args.input!r} is not a file", file=sys.stderr)
         return 2
@@ -242,7 +295,7 @@ def _run(args: Args, stdout: TextIO) -> int:
     total: int | None
     source: BinaryIO | None = None
     if args.texts:
-        texts: Iterator[str] = iter(args.texts)
+        texts: Iterator[tuple[int, str]] = enumerate(args.texts, 1)
         total = len(args.texts)
     elif args.input and args.input != "-":
         source = open(args.input, "rb")
@@ -257,7 +310,18 @@ def _run(args: Args, stdout: TextIO) -> int:
 
     out: TextIO
     tmp = None
-    if args.output:
+    done = 0
+    if args.resume:
+        try:
+            done, last = _resume_point(args.output)
+            _skip(texts, done, last, args.input, args.output)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            if source is not None:
+                source.close()
+            return 2
+        out = open(args.output, "a", encoding="utf-8", errors="backslashreplace")
+    elif args.output:
         directory = os.path.dirname(os.path.abspath(args.output))
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".taskflow-", suffix=".jsonl.tmp")
@@ -265,11 +329,21 @@ def _run(args: Args, stdout: TextIO) -> int:
     else:
         out = stdout
     try:
-        with tqdm(total=total, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task) as bar:
+        bar = tqdm(
+            total=total, initial=done, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task
+        )
+        with bar:
             for block in _blocks(texts, args.batch_size * BLOCK):
-                for result in flow(block):
-                    out.write(json.dumps(_jsonable(result, args.digits), ensure_ascii=False) + "\n")
+                for (number, _), result in zip(block, flow([text for _, text in block]), strict=True):
+                    row = _jsonable(result, args.digits)
+                    if args.resume:
+                        row["line"] = number
+                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                if args.resume:
+                    out.flush()  # a killed job loses at most the block in flight
                 bar.update(len(block))
+        if args.resume:
+            out.close()
         if tmp is not None:
             out.close()
             os.replace(tmp, args.output)
