@@ -1055,6 +1055,203 @@ def largest_micro_batch(
     return best
 
 
+# ── the layout search ──────────────────────────────────────────────────────────────────────────────────────
+
+#: ParallelSettings fields the search varies (a caller pins any of them by naming it in `fixed`)
+SEARCH_DIMS = ("tp", "pp", "virtual_stages", "zero_stage", "micro_batch", "recompute", "ep")
+
+
+@dataclass
+class LayoutSearch:
+    """What `search_layouts` tried: `plans` are the layouts that fit, fastest first (ties: less memory first)."""
+
+    plans: list[Plan]
+    tried: int  # layouts planned
+    too_big: int  # planned, but over the GPU's memory
+    impossible: int  # refused by make_plan (a size that does not divide, ZeRO-3 under a pipeline, ...)
+    fixed: dict[str, Any]  # the dimensions the caller pinned
+
+    @property
+    def best(self) -> Plan:
+        return self.plans[0]
+
+    def runners_up(self, n: int = 5) -> list[Plan]:
+        """The fastest plan of each other (TP, PP, chunks, ZeRO) layout, fastest first."""
+        seen = {_layout_key(self.best)}
+        out = []
+        for plan in self.plans[1:]:
+            key = _layout_key(plan)
+            if key not in seen:
+                seen.add(key)
+                out.append(plan)
+            if len(out) == n:
+                break
+        return out
+
+    def explain(self) -> str:
+        """Why the search chose its layout: bubble, memory per stage, traffic, and the runners-up."""
+        best, st = self.best, self.best.settings
+        pinned = ", ".join(f"{k}={v}" for k, v in self.fixed.items()) or "nothing"
+        lines = [
+            f"layout search: {self.tried} layouts of TP x PP x chunks x ZeRO x micro-batch x recompute"
+            f"{' x EP' if best.model.moe_layers else ''} planned, {len(self.plans)} fit, {self.too_big} too big; "
+            f"{self.impossible} impossible (sizes that do not divide, ZeRO-2/3 under a pipeline); pinned: {pinned}",
+            f"chosen: {layout_text(best)} -> {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}",
+        ]
+        why = []
+        if st.pp > 1:
+            why.append(
+                f"pipeline bubble {best.bubble:.1%} = (p-1)/(v*m+p-1) with p {st.pp}, m {best.grad_accum} "
+                f"micro-batches, v {st.virtual_stages}"
+            )
+        else:
+            why.append("no pipeline: no bubble, every GPU holds all layers")
+        stages = best.stage_memory
+        why.append(
+            "memory per GPU: "
+            + (", ".join(f"{k} stage {v / GIB:.1f} GiB" for k, v in stages.items()) if st.pp > 1 else "")
+            + ("" if st.pp > 1 else f"{best.total_bytes / GIB:.1f} GiB")
+            + f" of {best.capacity_bytes / GIB:.1f} GiB"
+        )
+        traffic = ", ".join(f"{k.split(':')[0]} {v / 1e9:.1f} GB" for k, v in best.comm.items() if v)
+        why.append(f"traffic per GPU per step: {traffic or 'none'}")
+        others = self.runners_up()
+        if others:
+            nxt = others[0]
+            why.append(
+                f"next best layout, {layout_text(nxt)}, is {1 - nxt.tokens_per_s / best.tokens_per_s:.1%} slower"
+            )
+        lines += [f"  - {w}" for w in why]
+        if others:
+            lines += ["", "runners-up (the fastest of each other TP x PP x chunks x ZeRO layout):"]
+            lines.append(layout_table([best, *others]))
+        return "\n".join(lines)
+
+
+def _layout_key(plan: Plan) -> tuple:
+    st = plan.settings
+    return (st.tp, st.pp, st.virtual_stages, st.zero_stage, st.ep)
+
+
+def layout_text(plan: Plan) -> str:
+    """One line: 'TP 8 x PP 4 x DP 16, ZeRO-1, micro 1 (m 32), recompute full'."""
+    st = plan.settings
+    ep = f" (EP {st.ep})" if plan.model.moe_layers else ""
+    return (
+        f"TP {st.tp} x {plan.pipeline_text()}DP {plan.dp}{ep}, ZeRO-{st.zero_stage}, micro {st.micro_batch} "
+        f"(m {plan.grad_accum}), recompute {st.recompute}"
+    )
+
+
+def layout_table(plans: list[Plan]) -> str:
+    """A short markdown-ish table of layouts: memory, bubble, step time, throughput, MFU, gap to the first."""
+    head = "| layout | GiB/GPU | bubble | step s | tokens/s | MFU | vs first |"
+    rows = [head, "|" + "---|" * 7]
+    top = plans[0].tokens_per_s
+    for plan in plans:
+        rows.append(
+            f"| {layout_text(plan)} | {plan.total_bytes / GIB:.1f} | {plan.bubble:.1%} | {plan.times['step']:.2f} | "
+            f"{plan.tokens_per_s:,.0f} | {plan.mfu:.1%} | {plan.tokens_per_s / top - 1:+.1%} |"
+        )
+    return "\n".join(rows)
+
+
+def _candidates(
+    model: ModelShape, cluster: Cluster, base: ParallelSettings, fixed: dict[str, Any], global_batch: int
+):
+    """Every combination of the free dimensions (pinned ones as given); make_plan rejects the impossible."""
+    pow2 = [2**i for i in range(11)]
+    world = cluster.world_size
+
+    def free(name: str, values):
+        return [fixed[name]] if name in fixed else list(values)
+
+    tps = free("tp", [t for t in pow2 if t <= cluster.gpus_per_node])  # TP stays inside a node
+    for t in tps:  # a pinned size that does not divide is left for make_plan to refuse with its reason
+        pps = free("pp", [p for p in range(1, model.layers + 1) if world % (t * p) == 0] or [1])
+        for p in pps:
+            dp = max(1, world // (t * p))
+            chunks = free(
+                "virtual_stages", [1] + [v for v in (2, 4) if p > 1 and model.layers % (p * v) == 0]
+            )
+            zeros = free("zero_stage", range(0, 4 if p == 1 else PP_MAX_ZERO + 1))
+            micros = free(
+                "micro_batch",
+                [b for b in pow2 if b <= global_batch // dp and global_batch % (b * dp) == 0]
+                or [base.micro_batch],
+            )
+            eps = free(
+                "ep",
+                [e for e in pow2 if model.experts % e == 0 and (world // p) % e == 0]
+                if model.moe_layers
+                else [1],
+            )
+            for v in chunks:
+                for z in zeros:
+                    for b in micros:
+                        for r in free("recompute", RECOMPUTE):
+                            for e in eps:
+                                yield dict(
+                                    tp=t,
+                                    pp=p,
+                                    virtual_stages=v,
+                                    zero_stage=z,
+                                    micro_batch=b,
+                                    recompute=r,
+                                    ep=e,
+                                )
+
+
+def search_layouts(
+    model: ModelShape, cluster: Cluster, base: ParallelSettings, fixed: dict[str, Any] | None = None
+) -> LayoutSearch:
+    """The fastest layouts that fit: TP (inside a node) x PP x interleaved chunks x ZeRO stage x micro-batch x
+    recompute (x EP for a MoE model), at the global batch of `base` (its `global_batch`, else its micro-batch x
+    DP x accumulation), every other setting (sequence length, offload, efficiencies) from `base`.
+
+    `fixed` pins dimensions (names from SEARCH_DIMS) to values. Raises ValueError naming why when no layout fits.
+    """
+    fixed = dict(fixed or {})
+    unknown = set(fixed) - set(SEARCH_DIMS)
+    if unknown:
+        raise ValueError(f"cannot pin {sorted(unknown)}: the search dimensions are {list(SEARCH_DIMS)}")
+    if base.global_batch is not None:
+        global_batch = base.global_batch
+    else:
+        dp = max(1, cluster.world_size // (base.tp * base.pp))
+        global_batch = base.micro_batch * dp * (base.grad_accum_steps or 1)
+    plans, too_big, impossible, errors = [], [], 0, {}
+    for layout in _candidates(model, cluster, base, fixed, global_batch):
+        trial = dataclasses.replace(base, **layout, global_batch=global_batch, grad_accum_steps=None)
+        try:
+            plan = make_plan(model, cluster, trial)
+        except ValueError as err:
+            impossible += 1
+            errors.setdefault(str(err), layout)
+            continue
+        (plans if plan.fits else too_big).append(plan)
+    if not plans:
+        where = f"{cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}"
+        if not too_big:
+            reasons = "; ".join(list(errors)[:3]) or "no combination of the pinned sizes exists"
+            raise ValueError(
+                f"no layout of {model.name} is possible on {where} at global batch {global_batch}: {reasons}"
+            )
+        small = min(too_big, key=lambda p: p.total_bytes)
+        biggest = max(small.memory, key=small.memory.__getitem__)
+        raise ValueError(
+            f"no layout of {model.name} fits {where} at global batch {global_batch} ({len(too_big)} planned, "
+            f"{impossible} impossible): the smallest, {layout_text(small)}, needs {small.total_bytes / GIB:.1f} GiB "
+            f"per GPU > {small.capacity_bytes / GIB:.1f} GiB (largest part: {biggest}, "
+            f"{small.memory[biggest] / GIB:.1f} GiB); add nodes, pin fewer dimensions, or offload "
+            "(--offload-optimizer cpu)"
+        )
+    plans.sort(key=lambda p: (-p.tokens_per_s, p.total_bytes))
+    return LayoutSearch(
+        plans=plans, tried=len(plans) + len(too_big), too_big=len(too_big), impossible=impossible, fixed=fixed
+    )
+
+
 def settings_from_deepspeed(ds_config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     """Planner settings read from a DeepSpeed config dict (ZeRO stage, buckets, AutoTP size)."""
     zero = ds_config.get("zero_optimization", {}) or {}
@@ -1091,7 +1288,13 @@ __all__ = [
     "ParallelSettings",
     "Plan",
     "activation_bytes_per_layer",
+    "LayoutSearch",
+    "SEARCH_DIMS",
     "largest_micro_batch",
+    "layout_table",
+    "layout_text",
+    "pipeline_bubble",
+    "search_layouts",
     "logits_bytes",
     "make_plan",
     "model_flops_per_token",
