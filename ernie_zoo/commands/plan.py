@@ -34,6 +34,7 @@ Formulas and their sources: `ernie_zoo.parallel.planner`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -181,12 +182,18 @@ def run(args: Args, argv: list[str]) -> int:
             "nvme_gbyte_s": args.nvme_gbyte_s,
             "host_adam_params_per_s": args.host_adam_params_per_s,
         }
+        cluster = parse_cluster(args.cluster)
+        # The search keeps the global batch of the layout the recipe (or the defaults) describe, before any flag
+        # pins a dimension: micro-batch x accumulation x that layout's DP.
+        given_dp = max(1, cluster.world_size // (int(settings.get("tp", 1)) * int(settings.get("pp", 1))))
+        given_global = settings.get("global_batch") or (
+            int(settings.get("micro_batch", 1)) * int(settings.get("grad_accum_steps") or 1) * given_dp
+        )
         settings.update({k: v for k, v in flags.items() if v is not None})
         if args.global_batch is not None:
             settings.pop(
                 "grad_accum_steps", None
             )  # an explicit global batch replaces the recipe's accumulation
-        cluster = parse_cluster(args.cluster)
         if split_batch is not None and "micro_batch" not in settings and not auto_micro:
             from ernie_zoo.finetune.plan import micro_batch_for
 
@@ -197,7 +204,10 @@ def run(args: Args, argv: list[str]) -> int:
         model = ModelShape.from_config(config, name=name)
         parallel = ParallelSettings(**settings)
         if args.search if args.search is not None else split_batch is None:
-            return _search(args, model, cluster, parallel, flags)
+            base = dataclasses.replace(
+                parallel, global_batch=args.global_batch or given_global, grad_accum_steps=None
+            )
+            return _search(args, model, cluster, base, flags)
         if auto_micro:
             best = largest_micro_batch(model, cluster, parallel)
             if best == 0:
