@@ -235,7 +235,15 @@ def test_cli_fits_and_prints_every_section(capsys):
 
 def test_cli_does_not_fit(capsys):
     rc, out, _ = _plan_cli(
-        capsys, "--preset", "10b", "--cluster", "nodes=1,gpus_per_node=8,gpu=a100-40gb", "--zero", "0"
+        capsys,
+        "--preset",
+        "10b",
+        "--cluster",
+        "nodes=1,gpus_per_node=8,gpu=a100-40gb",
+        "--zero",
+        "0",
+        "--search",
+        "false",
     )
     assert rc == 1
     assert "DOES NOT FIT: needs" in out and "> 40.0 GiB per GPU" in out
@@ -245,7 +253,7 @@ def test_cli_json_deepspeed_and_errors(capsys):
     rc, out, _ = _plan_cli(
         capsys,
         "--preset", "100b", "--cluster", "nodes=64,gpus_per_node=8,gpu=h100-80gb",
-        "--deepspeed", str(REPO / "recipes/deepspeed/zero3-100b.json"), "--json",
+        "--deepspeed", str(REPO / "recipes/deepspeed/zero3-100b.json"), "--json", "--search", "false",
     )  # fmt: skip
     data = json.loads(out)
     assert rc == 0 and data["fits"] is True
@@ -261,7 +269,15 @@ def test_cli_json_deepspeed_and_errors(capsys):
 
 def test_cli_auto_micro_batch(capsys):
     rc, out, err = _plan_cli(
-        capsys, "--preset", "1b", "--cluster", "nodes=1,gpus_per_node=8,gpu=h100", "--micro-batch", "auto"
+        capsys,
+        "--preset",
+        "1b",
+        "--cluster",
+        "nodes=1,gpus_per_node=8,gpu=h100",
+        "--micro-batch",
+        "auto",
+        "--search",
+        "false",
     )
     assert rc == 0
     best = int(err.split(":")[-1])
@@ -272,7 +288,7 @@ def test_cli_reads_the_100b_recipe(capsys):
     rc, out, err = _plan_cli(
         capsys,
         "--recipe", str(REPO / "recipes/pretrain/ernie-100b.yaml"),
-        "--cluster", "nodes=64,gpus_per_node=8,gpu=h100-80gb",
+        "--cluster", "nodes=64,gpus_per_node=8,gpu=h100-80gb", "--search", "false",
     )  # fmt: skip
     assert rc == 0, err
     assert "101,216,818,240 parameters" in out
@@ -289,6 +305,8 @@ def test_cli_reads_the_100b_recipe(capsys):
         str(REPO / "recipes/pretrain/ernie-100b.yaml"),
         "--cluster",
         "nodes=8,gpus_per_node=8",
+        "--search",
+        "false",
     )
     assert "TP 8 x DP 8" in out and "micro 8 x seq 2048, grad accumulation 4 -> 256 sequences" in out
 
@@ -320,12 +338,16 @@ def test_cli_finds_the_recipes_deepspeed_json_next_to_the_recipe(tmp_path, monke
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     recipe = copy / "recipes/pretrain/ernie-100b.yaml"
-    rc, out, err = _plan_cli(capsys, "--recipe", str(recipe), "--cluster", "nodes=64,gpus_per_node=8")
+    rc, out, err = _plan_cli(
+        capsys, "--recipe", str(recipe), "--cluster", "nodes=64,gpus_per_node=8", "--search", "false"
+    )
     assert rc in (0, 1), err
     assert "TP 8 x DP 64, ZeRO-2" in out
     # from the repo root the shipped recipe still finds the shipped json (ZeRO-3)
     monkeypatch.chdir(REPO)
-    rc, out, err = _plan_cli(capsys, "--recipe", "recipes/pretrain/ernie-100b.yaml", "--cluster", "nodes=64")
+    rc, out, err = _plan_cli(
+        capsys, "--recipe", "recipes/pretrain/ernie-100b.yaml", "--cluster", "nodes=64", "--search", "false"
+    )
     assert rc == 0 and "ZeRO-3" in out, err
     # a json found nowhere: the error says where it looked
     (copy / "recipes/deepspeed/zero3-100b.json").unlink()

@@ -1,5 +1,9 @@
-"""`ernie-zoo plan`: per-GPU memory, communication and MFU plan for pretraining or fine-tuning a model on a GPU cluster.
+"""`ernie-zoo plan`: per-GPU memory, communication and MFU plan for pretraining or fine-tuning a model on a GPU cluster;
+for pretraining it searches the layout (TP x PP x DP x ZeRO stage x micro-batch x recompute, interleaved pipeline
+chunks, EP for a MoE model) for the fastest that fits, and says why.
 
+    ernie-zoo plan --recipe recipes/pretrain/ernie-100b.yaml --cluster nodes=64,gpus_per_node=8,gpu=h100-80gb
+    ernie-zoo plan --recipe recipes/pretrain/ernie-100b.yaml --cluster nodes=64,gpus_per_node=8 --pp 8
     ernie-zoo plan --preset 100b --cluster nodes=64,gpus_per_node=8,gpu=h100-80gb \\
         --tp 8 --zero 3 --micro-batch 8 --seq-len 2048 --recompute full --global-batch 2048
     ernie-zoo plan --recipe recipes/finetune/scale/lora-10b-zero3.yaml --cluster nodes=1,gpus_per_node=8
@@ -9,6 +13,13 @@
 
 A decoder preset (`ernie-zoo info`) plans an ERNIE 4.5 causal LM: a MoE one with its total and active parameters,
 the routed experts' memory under expert parallelism (--ep) and the all-to-all traffic of its MoE layers.
+
+Search (the default for a pretraining recipe or a preset): every layout flag given here (--tp, --pp,
+--virtual-stages, --zero, --micro-batch, --recompute, --ep) pins that dimension and the search covers the rest, at
+the global batch of the recipe (its micro-batch x accumulation x its DP) or --global-batch; it prints the chosen
+layout, why (pipeline bubble, memory per stage against the GPU's, traffic per step) and the runners-up, then the
+chosen layout's full plan. --search false plans the layout exactly as the recipe, the DeepSpeed json and the flags
+give it (the default for an ernie-finetune recipe, whose backend has no pipeline).
 
 Settings are taken, later winning: built-in defaults, the recipe (`--recipe`: model, sequence length, micro
 batch, accumulation, and its `distributed` keys tp_size / zero_stage / recompute / offload_optimizer /
@@ -23,6 +34,7 @@ Formulas and their sources: `ernie_zoo.parallel.planner`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -44,7 +56,11 @@ class Args:
     deepspeed: Path | None = None
     """DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size."""
     tp: int | None = None
-    """Tensor-parallel size (default 1)."""
+    """Tensor-parallel size (default 1; searched)."""
+    pp: int | None = None
+    """Pipeline-parallel size: stages of consecutive layers, 1F1B (default 1; searched)."""
+    virtual_stages: int | None = None
+    """Interleaved 1F1B: layer chunks per GPU, Megatron-LM's v (default 1; searched)."""
     ep: int | None = None
     """Expert-parallel size for a MoE model: each GPU holds experts/ep of every MoE layer (default 1)."""
     zero: Literal[0, 1, 2, 3] | None = None
@@ -77,6 +93,8 @@ class Args:
     """Parameters DeepSpeed's CPU Adam updates per second per GPU under optimizer offload (default 1e9)."""
     head_fraction: float | None = None
     """Fraction of positions the MLM head computes logits for (default 1; a recipe: its mlm_probability)."""
+    search: bool | None = None
+    """Search the layout for the fastest that fits (default: yes, except for an ernie-finetune recipe)."""
     json: bool = False
     """Print the plan as JSON."""
 
@@ -145,6 +163,8 @@ def run(args: Args, argv: list[str]) -> int:
         auto_micro = args.micro_batch == "auto"
         flags = {
             "tp": args.tp,
+            "pp": args.pp,
+            "virtual_stages": args.virtual_stages,
             "ep": args.ep,
             "zero_stage": args.zero,
             "micro_batch": None if auto_micro else args.micro_batch,
@@ -162,12 +182,18 @@ def run(args: Args, argv: list[str]) -> int:
             "nvme_gbyte_s": args.nvme_gbyte_s,
             "host_adam_params_per_s": args.host_adam_params_per_s,
         }
+        cluster = parse_cluster(args.cluster)
+        # The search keeps the global batch of the layout the recipe (or the defaults) describe, before any flag
+        # pins a dimension: micro-batch x accumulation x that layout's DP.
+        given_dp = max(1, cluster.world_size // (int(settings.get("tp", 1)) * int(settings.get("pp", 1))))
+        given_global = settings.get("global_batch") or (
+            int(settings.get("micro_batch", 1)) * int(settings.get("grad_accum_steps") or 1) * given_dp
+        )
         settings.update({k: v for k, v in flags.items() if v is not None})
         if args.global_batch is not None:
             settings.pop(
                 "grad_accum_steps", None
             )  # an explicit global batch replaces the recipe's accumulation
-        cluster = parse_cluster(args.cluster)
         if split_batch is not None and "micro_batch" not in settings and not auto_micro:
             from ernie_zoo.finetune.plan import micro_batch_for
 
@@ -177,6 +203,11 @@ def run(args: Args, argv: list[str]) -> int:
                 print(f"ernie-zoo plan: note: {note}", file=sys.stderr)
         model = ModelShape.from_config(config, name=name)
         parallel = ParallelSettings(**settings)
+        if args.search if args.search is not None else split_batch is None:
+            base = dataclasses.replace(
+                parallel, global_batch=args.global_batch or given_global, grad_accum_steps=None
+            )
+            return _search(args, model, cluster, base, flags)
         if auto_micro:
             best = largest_micro_batch(model, cluster, parallel)
             if best == 0:
@@ -190,3 +221,45 @@ def run(args: Args, argv: list[str]) -> int:
         return 2
     print(plan.to_json() if args.json else plan.render())
     return 0 if plan.fits else 1
+
+
+def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
+    """Search the layout; print why and the chosen layout's plan (or the JSON of both)."""
+    from ernie_zoo.parallel.planner import SEARCH_DIMS, search_layouts
+
+    fixed = {k: flags[k] for k in SEARCH_DIMS if flags.get(k) is not None}
+    try:
+        found = search_layouts(model, cluster, parallel, fixed)
+    except ValueError as err:
+        print(f"ernie-zoo plan: error: {err}", file=sys.stderr)
+        return 1 if "fits" in str(err) else 2
+    best = found.best
+    if args.json:
+        data = best.to_dict()
+        data["search"] = {
+            "tried": found.tried,
+            "fit": len(found.plans),
+            "too_big": found.too_big,
+            "impossible": found.impossible,
+            "pinned": found.fixed,
+            "runners_up": [
+                {
+                    **{k: getattr(p.settings, k) for k in SEARCH_DIMS},
+                    "dp": p.dp,
+                    "tokens_per_s": p.tokens_per_s,
+                }
+                for p in found.runners_up()
+            ],
+        }
+        print(json.dumps(data, indent=2))
+        return 0
+    print(found.explain())
+    st = best.settings
+    print(
+        f"\nto run it: distributed.tp_size {st.tp}, pipeline_parallel_size {st.pp}"
+        f"{f' (virtual stages {st.virtual_stages})' if st.virtual_stages > 1 else ''}, recompute {st.recompute}, "
+        f"ZeRO stage {st.zero_stage} in the DeepSpeed json, micro_batch_size {st.micro_batch}, "
+        f"grad_accum_steps {best.grad_accum}\n"
+    )
+    print(best.render())
+    return 0

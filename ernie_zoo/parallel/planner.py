@@ -82,6 +82,9 @@ BYTES_OPTIM = 12  # fp32 master weights + Adam m + v (ZeRO's K = 12)
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "cpu", "nvme")
 BYTES_GRAD_FP32 = 4  # ZeRO-Offload's fp32 gradient partition on the host
+# DeepSpeed's PipelineEngine asserts zero_optimization_stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
+# parallelism"); Megatron-LM pairs pipelines with its distributed optimizer, which is ZeRO-1.
+PP_MAX_ZERO = 1
 
 
 @dataclass(frozen=True)
@@ -184,10 +187,47 @@ class ModelShape:
     experts: int = 0  # routed experts per MoE layer
     top_k: int = 0  # experts per token
     moe_layers: int = 0
+    # Pipeline stages (`stage_counts`): the parameters outside the transformer layers, by the stage that holds
+    # them (embeddings on the first, final norm + output head on the last; a tied word embedding on both, as
+    # Megatron-LM keeps a copy on the last stage), and those inside the layers (routed experts apart), each split
+    # into what TP shards and what it replicates. All 0 (a hand-built shape): every parameter counts as a layer's.
+    first_sharded: int = 0
+    first_replicated: int = 0
+    last_sharded: int = 0
+    last_replicated: int = 0
+    layer_sharded: int = 0
+    layer_replicated: int = 0
 
     @property
     def active(self) -> int:
         return self.n_params if self.n_active is None else self.n_active
+
+    def layer_and_head_params(self, tp: int) -> tuple[float, float]:
+        """Parameters one TP rank holds in (all transformer layers, the output head + final norm), routed experts
+        apart; a hand-built shape without the stage split counts everything as layers."""
+        if not (self.layer_sharded or self.layer_replicated):
+            return self.n_sharded / tp + self.n_replicated, 0.0
+        return (
+            self.layer_sharded / tp + self.layer_replicated,
+            self.last_sharded / tp + self.last_replicated,
+        )
+
+    def stage_params(self, tp: int, pp: int) -> tuple[float, float]:
+        """Parameters one GPU holds (routed experts apart) on the (first, last) pipeline stage, at TP `tp`: the
+        ceil(L/pp) layers of the fullest stage plus that stage's own embeddings or head. pp 1: the whole model."""
+        whole = self.n_sharded / tp + self.n_replicated
+        if pp == 1:
+            return whole, whole
+        layers, _ = self.layer_and_head_params(tp)
+        share = layers * _ceil_div(self.layers, pp) / self.layers
+        if not (
+            self.layer_sharded or self.layer_replicated
+        ):  # no stage split known: every parameter is a layer's
+            return share, share
+        return (
+            share + self.first_sharded / tp + self.first_replicated,
+            share + self.last_sharded / tp + self.last_replicated,
+        )
 
     @classmethod
     def from_config(cls, config: Any, name: str = "model") -> ModelShape:
@@ -211,7 +251,7 @@ class ModelShape:
         from ernie_zoo.models.modeling import ErnieZooForMaskedLM
         from ernie_zoo.models.presets import count_parameters
 
-        from .tp_plan import parameter_split
+        from .tp_plan import parameter_split, tp_plan_for
 
         with torch.device("meta"):
             model = ErnieZooForMaskedLM(config)
@@ -219,7 +259,13 @@ class ModelShape:
         total = count_parameters(config)
         if sharded + replicated != total:  # both de-duplicate tied weights; a mismatch is a bug
             raise AssertionError(f"TP split {sharded} + {replicated} != parameter count {total}")
-        return cls(n_params=total, n_sharded=sharded, n_replicated=replicated, **dims)
+        return cls(
+            n_params=total,
+            n_sharded=sharded,
+            n_replicated=replicated,
+            **dims,
+            **stage_counts(model, tp_plan_for(model)),
+        )
 
     @classmethod
     def _from_decoder_config(cls, config: Any, dims: dict[str, Any]) -> ModelShape:
@@ -250,7 +296,41 @@ class ModelShape:
             experts=blocks[0].num_experts if blocks else 0,
             top_k=blocks[0].top_k if blocks else 0,
             moe_layers=counts["moe_layers"],
+            **stage_counts(model, plan),
         )
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def stage_counts(model: Any, plan: dict[str, str]) -> dict[str, int]:
+    """`ModelShape`'s pipeline fields from a (meta-device) model's parameter names: a parameter under a numbered
+    layer (`...layer.3.`, `...layers.3.`) belongs to a layer (routed experts, `mlp.experts`, are left to EP), one
+    whose name says `embed` to the first stage, the rest (final norm, MLM head / lm_head) to the last. Tied weights
+    are listed under every name, so a tied word embedding counts on the first and on the last stage."""
+    import re
+
+    from .tp_plan import is_sharded
+
+    layer = re.compile(r"(^|\.)layers?\.\d+\.")
+    out = dict.fromkeys(
+        (
+            "first_sharded",
+            "first_replicated",
+            "last_sharded",
+            "last_replicated",
+            "layer_sharded",
+            "layer_replicated",
+        ),
+        0,
+    )
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if "mlp.experts" in name:
+            continue
+        where = "layer" if layer.search(name) else "first" if "embed" in name else "last"
+        out[f"{where}_{'sharded' if is_sharded(name, plan) else 'replicated'}"] += p.numel()
+    return out
 
 
 @dataclass(frozen=True)
@@ -258,6 +338,8 @@ class ParallelSettings:
     """How the job runs: TP size, ZeRO stage, batch shape, recompute, and the assumptions of the time model."""
 
     tp: int = 1
+    pp: int = 1  # pipeline-parallel size: stages of consecutive layers, 1F1B schedule
+    virtual_stages: int = 1  # interleaved 1F1B: layer chunks per GPU (Megatron-LM's v); 1 = plain 1F1B
     ep: int = 1  # expert-parallel size (MoE): each GPU holds experts/ep of each MoE layer's routed experts
     zero_stage: int = 3
     micro_batch: int = 1
@@ -289,7 +371,7 @@ class ParallelSettings:
     )
 
     def validate(self) -> None:
-        for name in ("tp", "ep", "micro_batch", "seq_len"):
+        for name in ("tp", "pp", "virtual_stages", "ep", "micro_batch", "seq_len"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -322,6 +404,16 @@ class ParallelSettings:
             raise ValueError("give global_batch or grad_accum_steps, not both")
         if self.grad_accum_steps is not None and self.grad_accum_steps < 1:
             raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        if self.virtual_stages > 1 and self.pp == 1:
+            raise ValueError(f"virtual_stages={self.virtual_stages} (interleaved 1F1B) needs pp > 1")
+        if self.pp > 1 and self.zero_stage > PP_MAX_ZERO:
+            raise ValueError(
+                f"pipeline parallelism (pp={self.pp}) runs with ZeRO stage 0-{PP_MAX_ZERO}, got zero_stage="
+                f"{self.zero_stage}: DeepSpeed's pipeline engine refuses ZeRO-2 and -3 (gradients and parameters are "
+                "partitioned per micro-batch, while a pipeline accumulates them over the step); use --zero 1"
+            )
+        if self.pp > 1 and self.offload_param != "none":
+            raise ValueError("offload_param (ZeRO-3) does not combine with pipeline parallelism (pp > 1)")
 
 
 # ── formulas (pure arithmetic, tested against hand-computed numbers) ──────────────────────────────────────
@@ -407,6 +499,19 @@ def model_flops_per_token(
     return (4 + 2 * trainable_fraction) * n_params + 12 * layers * hidden * seq
 
 
+def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """Idle fraction of a 1F1B pipeline's time (Narayanan et al. 2021, "Efficient Large-Scale Language Model
+    Training on GPU Clusters Using Megatron-LM", sec. 2.2). With m micro-batches of forward + backward time
+    t_f + t_b per stage, the bubble lasts (p-1)(t_f + t_b) against m(t_f + t_b) of work: the paper's bubble time
+    fraction (p-1)/m, i.e. (p-1)/(m+p-1) of the whole. Interleaved over v chunks per GPU the bubble shrinks to
+    (p-1)(t_f + t_b)/v (sec. 2.2.2): (p-1)/(v*m + p-1) of the whole."""
+    if pp < 1 or micro_batches < 1 or virtual_stages < 1:
+        raise ValueError(
+            f"pp, micro_batches and virtual_stages must be >= 1, got {pp}, {micro_batches}, {virtual_stages}"
+        )
+    return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
+
+
 def ring_bytes(collective: str, size_bytes: float, n: int) -> float:
     """Bytes each rank sends in a ring collective over `n` ranks of a `size_bytes` buffer (all-to-all: the
     `size_bytes` a rank holds, of which (n-1)/n go to other ranks)."""
@@ -436,6 +541,10 @@ class Plan:
     mfu: float
     notes: list[str] = field(default_factory=list)
     host: dict[str, float] = field(default_factory=dict)  # bytes per GPU in host memory / on NVMe (offload)
+    bubble: float = 0.0  # pipeline bubble: idle fraction of the pipeline time, (p-1)/(v*m+p-1)
+    stage_memory: dict[str, float] = field(
+        default_factory=dict
+    )  # GPU bytes of the first / last pipeline stage
 
     @property
     def total_bytes(self) -> float:
@@ -448,6 +557,13 @@ class Plan:
     @property
     def fits(self) -> bool:
         return self.total_bytes <= self.capacity_bytes
+
+    def pipeline_text(self) -> str:
+        """'PP 8 x ' (', 2 chunks' when interleaved) or '' without a pipeline."""
+        st = self.settings
+        if st.pp == 1:
+            return ""
+        return f"PP {st.pp}{f' ({st.virtual_stages} chunks)' if st.virtual_stages > 1 else ''} x "
 
     def verdict(self) -> str:
         need, have = self.total_bytes / GIB, self.capacity_bytes / GIB
@@ -472,6 +588,8 @@ class Plan:
             "total_bytes": self.total_bytes,
             "capacity_bytes": self.capacity_bytes,
             "fits": self.fits,
+            "pipeline_bubble": self.bubble,
+            "stage_memory_bytes": self.stage_memory,
             "verdict": self.verdict(),
             "comm_bytes_per_step": self.comm,
             "seconds_per_step": self.times,
@@ -499,7 +617,7 @@ class Plan:
             ),
             f"cluster: {c.nodes} node(s) x {c.gpus_per_node} {c.gpu.name} = {c.world_size} GPUs, "
             f"{c.gpu.memory_gib:.1f} GiB and {c.gpu.peak_tflops:g} TFLOPS bf16 each",
-            f"parallel: TP {st.tp} x DP {self.dp}{f' (EP {st.ep})' if m.moe_layers else ''}, "
+            f"parallel: TP {st.tp} x {self.pipeline_text()}DP {self.dp}{f' (EP {st.ep})' if m.moe_layers else ''}, "
             f"ZeRO-{st.zero_stage}; recompute {st.recompute}; "
             f"offload optimizer {st.offload_optimizer}, parameters {st.offload_param}; "
             f"sequence parallel {'yes' if st.sequence_parallel else 'no'}; "
@@ -518,6 +636,13 @@ class Plan:
         section("per-GPU memory", "GiB", self.memory, lambda v: f"{v / GIB:.2f}")
         lines.append(f"  {'total':<{width - 2}}{self.total_bytes / GIB:>10.2f}")
         lines.append(self.verdict())
+        if st.pp > 1:
+            lines.append(
+                "per stage: "
+                + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in self.stage_memory.items())
+                + f" (above: the {max(self.stage_memory, key=self.stage_memory.__getitem__)} stage); pipeline "
+                f"bubble {self.bubble:.1%} (p {st.pp}, m {self.grad_accum}, v {st.virtual_stages})"
+            )
         if self.host:
             lines.append("")
             section("offloaded, per GPU (host memory / NVMe)", "GiB", self.host, lambda v: f"{v / GIB:.2f}")
@@ -530,45 +655,22 @@ class Plan:
         return "\n".join(lines)
 
 
-def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -> Plan:
-    """Compute the memory, communication and time plan; raises ValueError for impossible layouts."""
-    settings.validate()
-    st, gpu = settings, cluster.gpu
-    t, s, b, ep = st.tp, st.seq_len, st.micro_batch, st.ep
-    if cluster.world_size % t:
-        raise ValueError(f"tp={t} does not divide the {cluster.world_size} GPUs of the cluster")
-    for name, value in (
-        ("num_attention_heads", model.heads),
-        ("num_key_value_heads", model.kv_heads or model.heads),
-        ("hidden_size", model.hidden),
-        ("intermediate_size", model.ffn),
-    ):
-        if value % t:
-            raise ValueError(f"tensor parallel size {t} must divide {name}={value}")
-    dp = cluster.world_size // t
-    if ep > 1 and not model.moe_layers:
-        raise ValueError(f"ep={ep} needs a mixture-of-experts model; {model.name} has no routed experts")
-    if model.moe_layers and (model.experts % ep or cluster.world_size % ep):
-        raise ValueError(
-            f"expert parallel size {ep} must divide the {model.experts} experts and the "
-            f"{cluster.world_size} GPUs of the cluster"
-        )
-    edp = (
-        cluster.world_size // ep
-    )  # ranks holding the same experts: ZeRO shards the experts' states over them
-    global_batch = st.global_batch if st.global_batch is not None else b * dp * (st.grad_accum_steps or 1)
-    if global_batch < 1 or global_batch % (b * dp):
-        raise ValueError(
-            f"global batch {global_batch} must be a positive multiple of micro_batch x DP = {b} x {dp} = {b * dp}"
-        )
-    grad_accum = global_batch // (b * dp)
-    notes: list[str] = []
-
-    # ── memory ──
-    per_rank = model.n_sharded / t + model.n_replicated  # routed experts apart (n_expert / ep)
-    expert_rank = model.n_expert / ep
-    memory = {}
-    f = st.trainable_fraction
+def _stage_memory(
+    model: ModelShape,
+    st: ParallelSettings,
+    per_rank: float,
+    expert_rank: float,
+    layers: int,
+    in_flight: float,
+    dp: int,
+    edp: int,
+    which: str,
+    pp: int,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(GPU memory by component, offloaded bytes) of one GPU of a pipeline stage holding `per_rank` parameters
+    (+ `expert_rank` routed-expert ones) and `layers` layers with `in_flight` micro-batches of activations each."""
+    s, b, t, ep, f = st.seq_len, st.micro_batch, st.tp, st.ep, st.trainable_fraction
+    memory: dict[str, float] = {}
     host: dict[str, float] = {}
     states = offload_states(model_state_bytes(per_rank, st.zero_stage, dp, f), per_rank * f / dp, st, host)
     trained = f", trainable {f:.2%}" if f < 1 else ""
@@ -590,18 +692,10 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         expert_states = model_state_bytes(expert_rank, st.zero_stage, edp, f)
         for key, value in offload_states(expert_states, expert_rank * f / edp, st, host).items():
             memory[f"routed experts: {key} ({held})"] = value
-    if f < 1:
-        notes.append(
-            f"fine-tuning: {f:.3%} of the parameters train; frozen ones have no gradients and no optimizer state"
-        )
     if st.zero_stage == 3:
         live = min(st.zero3_max_live_parameters, per_rank + expert_rank)
         memory["ZeRO-3 gathered parameters + reduce bucket (bf16)"] = BYTES_PARAM * (
             live + st.reduce_bucket_size
-        )
-        notes.append(
-            f"ZeRO-3 keeps at most stage3_max_live_parameters={st.zero3_max_live_parameters:.3g} gathered "
-            f"parameters and a reduce bucket of {st.reduce_bucket_size:.3g} elements"
         )
     elif st.zero_stage in (1, 2):
         memory["ZeRO reduce + all-gather buckets (bf16)"] = BYTES_PARAM * (
@@ -610,14 +704,107 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     per_layer = activation_bytes_per_layer(
         s, b, model.hidden, model.heads, t, st.recompute, st.sequence_parallel, st.flash_attention
     )
-    memory[f"activations: {model.layers} layers, recompute {st.recompute}"] = model.layers * per_layer
+    if pp == 1:
+        memory[f"activations: {layers} layers, recompute {st.recompute}"] = layers * per_layer
+    else:
+        memory[
+            f"activations: {which} stage, {layers} layers x {in_flight:.3g} micro-batches, recompute {st.recompute}"
+        ] = layers * per_layer * in_flight
     if st.recompute == "full":
         memory["recompute working set: 1 layer rematerialised"] = activation_bytes_per_layer(
             s, b, model.hidden, model.heads, t, "none", st.sequence_parallel, st.flash_attention
         )
-    head = f"{st.head_fraction:.0%} of positions" if st.head_fraction < 1 else "every position"
-    memory[f"output layer: logits + log-softmax, {head}"] = st.head_fraction * logits_bytes(s, b, model.vocab)
+    if pp == 1 or which == "last":
+        head = f"{st.head_fraction:.0%} of positions" if st.head_fraction < 1 else "every position"
+        memory[f"output layer: logits + log-softmax, {head}"] = st.head_fraction * logits_bytes(
+            s, b, model.vocab
+        )
     memory["runtime reserve (CUDA context, NCCL, fragmentation)"] = st.reserve_gib * GIB
+    return memory, host
+
+
+def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -> Plan:
+    """Compute the memory, communication and time plan; raises ValueError for impossible layouts."""
+    settings.validate()
+    st, gpu = settings, cluster.gpu
+    t, s, b, ep = st.tp, st.seq_len, st.micro_batch, st.ep
+    if cluster.world_size % t:
+        raise ValueError(f"tp={t} does not divide the {cluster.world_size} GPUs of the cluster")
+    for name, value in (
+        ("num_attention_heads", model.heads),
+        ("num_key_value_heads", model.kv_heads or model.heads),
+        ("hidden_size", model.hidden),
+        ("intermediate_size", model.ffn),
+    ):
+        if value % t:
+            raise ValueError(f"tensor parallel size {t} must divide {name}={value}")
+    p, v = st.pp, st.virtual_stages
+    if cluster.world_size % (t * p):
+        raise ValueError(f"tp x pp = {t} x {p} does not divide the {cluster.world_size} GPUs of the cluster")
+    if model.layers < p * v:
+        raise ValueError(
+            f"pp x virtual_stages = {p} x {v} exceeds the {model.layers} layers: every stage chunk needs a layer"
+        )
+    dp = cluster.world_size // (t * p)
+    stage_world = cluster.world_size // p  # the GPUs of one pipeline stage
+    if ep > 1 and not model.moe_layers:
+        raise ValueError(f"ep={ep} needs a mixture-of-experts model; {model.name} has no routed experts")
+    if model.moe_layers and (model.experts % ep or stage_world % ep):
+        raise ValueError(
+            f"expert parallel size {ep} must divide the {model.experts} experts and the "
+            f"{stage_world} GPUs of {'a pipeline stage' if p > 1 else 'the cluster'}"
+        )
+    edp = stage_world // ep  # ranks holding the same experts: ZeRO shards the experts' states over them
+    global_batch = st.global_batch if st.global_batch is not None else b * dp * (st.grad_accum_steps or 1)
+    if global_batch < 1 or global_batch % (b * dp):
+        raise ValueError(
+            f"global batch {global_batch} must be a positive multiple of micro_batch x DP = {b} x {dp} = {b * dp}"
+        )
+    grad_accum = global_batch // (b * dp)
+    m = grad_accum  # micro-batches per pipeline per step
+    if v > 1 and m % p:
+        raise ValueError(
+            f"interleaved 1F1B (virtual_stages={v}) needs the micro-batches per step ({m}) to be a multiple of pp={p}"
+        )
+    notes: list[str] = []
+
+    # ── memory: the fuller of the first and the last pipeline stage (pp 1: the one stage) ──
+    first_rank, last_rank = model.stage_params(t, p)  # routed experts apart (n_expert / ep)
+    stage_layers = _ceil_div(model.layers, p)  # the fullest stage's layers
+    expert_rank = model.n_expert / ep * _ceil_div(model.moe_layers, p) / max(1, model.moe_layers)
+    # Activations in flight on the first stage under 1F1B: min(p, m) micro-batches of its layers (Narayanan et al.
+    # 2021, sec. 2.2.1); interleaved, x (1 + (p-1)/(p*v)) (Korthikanti et al. 2022, sec. 4.2.3). The last stage
+    # holds one micro-batch, plus the output layer's logits.
+    in_flight = min(p, m) * (1 + (p - 1) / (p * v) if v > 1 else 1)
+    stage_memory: dict[str, float] = {}
+    breakdowns: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+    for which, params, flight in (("first", first_rank, in_flight), ("last", last_rank, 1.0)):
+        breakdowns[which] = _stage_memory(
+            model, st, params, expert_rank, stage_layers, flight, dp, edp, which, p
+        )
+        stage_memory[which] = sum(breakdowns[which][0].values())
+        if p == 1:
+            break
+    heavy = max(stage_memory, key=stage_memory.__getitem__)
+    memory, host = breakdowns[heavy]
+    per_rank = first_rank if heavy == "first" else last_rank
+    f = st.trainable_fraction
+    if f < 1:
+        notes.append(
+            f"fine-tuning: {f:.3%} of the parameters train; frozen ones have no gradients and no optimizer state"
+        )
+    if st.zero_stage == 3:
+        notes.append(
+            f"ZeRO-3 keeps at most stage3_max_live_parameters={st.zero3_max_live_parameters:.3g} gathered "
+            f"parameters and a reduce bucket of {st.reduce_bucket_size:.3g} elements"
+        )
+    if p > 1:
+        notes.append(
+            f"pipeline: {p} stages of {model.layers / p:g} layers (the fullest {stage_layers}), 1F1B"
+            f"{f' interleaved, {v} chunks per GPU' if v > 1 else ''}; per-GPU memory is the {heavy} stage's "
+            f"(first {stage_memory['first'] / GIB:.1f} GiB: embeddings + {in_flight:.3g} micro-batches of "
+            f"activations; last {stage_memory['last'] / GIB:.1f} GiB: output layer + 1 micro-batch)"
+        )
 
     # ── communication (bytes sent per GPU per optimizer step) ──
     comm = {}
@@ -646,16 +833,24 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     ) + zero_traffic(expert_rank, edp)
     tp_allreduces = 6 if st.recompute == "full" else 4
     tp_bytes_micro = (
-        model.layers * tp_allreduces * ring_bytes("all_reduce", BYTES_PARAM * s * b * model.hidden, t)
+        stage_layers * tp_allreduces * ring_bytes("all_reduce", BYTES_PARAM * s * b * model.hidden, t)
     )
     comm[f"TP: {tp_allreduces} all-reduces of s*b*h per layer per micro-batch, TP {t}"] = (
         grad_accum * tp_bytes_micro
     )
+    # Pipeline point-to-point: per micro-batch and layer chunk a stage receives the s*b*h activations from the
+    # stage before and sends them on, and in backward the same size of gradients back: 2 sends of 2*s*b*h bytes,
+    # each TP rank its 1/t (Megatron-LM's scatter/gather optimisation, Narayanan et al. 2021 sec. 4.1).
+    p2p_bytes_micro = v * 2 * BYTES_PARAM * s * b * model.hidden / t if p > 1 else 0.0
+    if p > 1:
+        comm[
+            f"PP: activations + gradients of s*b*h/t to the next/previous stage per micro-batch, x {v} chunks"
+        ] = grad_accum * p2p_bytes_micro
     a2a_bytes_micro = 0.0
     if model.moe_layers:
         a2a_per_layer = 6 if st.recompute == "full" else 4
         a2a_bytes_micro = (
-            model.moe_layers
+            _ceil_div(model.moe_layers, p)
             * a2a_per_layer
             * ring_bytes("all_to_all", BYTES_PARAM * s * b / t * model.top_k * model.hidden, ep)
         )
@@ -691,6 +886,10 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     dp_bw = nvlink if dp_in_node else nic
     ep_in_node = ep <= cluster.gpus_per_node and cluster.gpus_per_node % ep == 0
     ep_bw = nvlink if ep_in_node else nic
+    # Placement: TP innermost; a pipeline's stages on neighbouring GPUs of one node when t x p fits in it (its
+    # point-to-point sends then ride NVLink), else one stage per node group, over InfiniBand.
+    pp_in_node = t * p <= cluster.gpus_per_node
+    pp_bw = nvlink if pp_in_node else nic
     if not tp_in_node and t > 1:
         notes.append(
             f"TP {t} spans nodes: its all-reduces run over InfiniBand, not NVLink (keep TP <= GPUs/node)"
@@ -699,6 +898,7 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         f"links: NVLink {gpu.nvlink_gbyte_s:g} GB/s per GPU per direction, InfiniBand {gpu.nic_gbit_s:g} Gbit/s per "
         f"GPU, {st.comm_efficiency:.0%} of it achieved; TP over {'NVLink' if tp_in_node else 'InfiniBand'}, "
         f"DP over {'NVLink' if dp_in_node else 'InfiniBand'}"
+        + (f", PP over {'NVLink' if pp_in_node else 'InfiniBand'}" if p > 1 else "")
     )
 
     # ── FLOPs and time ──
@@ -710,30 +910,61 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     # One GPU's work per token of its TP group: split layers / t, replicated parameters in full, and on average
     # top_k / experts of the routed experts for its 1/t of the tokens (EP moves tokens, not work).
     expert_active = model.n_expert * model.top_k / model.experts if model.experts else 0.0
+    # Pipeline: the slowest stage (the fuller of first and last) sets the pace; its layers' share of the layer work.
+    layer_share = stage_layers / model.layers
+    # Matmul parameters: the stage's layers and, on the last stage, the output head at the positions it runs on;
+    # the first stage's embeddings are lookups (no FLOPs to speak of).
+    layer_rank, head_rank = model.layer_and_head_params(t)
     gpu_flops_tok = (4 + 2 * f) * (
-        model.n_sharded / t + model.n_replicated + expert_active / t
-    ) + 12 * model.layers * width * s / t
+        layer_rank * layer_share + st.head_fraction * head_rank + expert_active / t * layer_share
+    ) + 12 * stage_layers * width * s / t
     if st.recompute == "full":
-        gpu_flops_tok += (2 * n_layer_params + 4 * model.layers * width * s) / t
+        gpu_flops_tok += (2 * n_layer_params * layer_share + 4 * stage_layers * width * s) / t
     elif st.recompute == "selective":
-        gpu_flops_tok += 4 * model.layers * width * s / t
+        gpu_flops_tok += 4 * stage_layers * width * s / t
     tokens_micro = b * s
-    compute_s = grad_accum * tokens_micro * gpu_flops_tok / (gpu.peak_tflops * 1e12 * st.efficiency)
-    tp_s = grad_accum * tp_bytes_micro / tp_bw if t > 1 else 0.0
-    ep_s = grad_accum * a2a_bytes_micro / ep_bw if ep > 1 else 0.0
+    # 1F1B runs m micro-batches through p stages in m + (p-1)/v slots of one micro-batch's forward + backward on
+    # one stage (Narayanan et al. 2021, sec. 2.2): the bubble is (p-1)/v slots, (p-1)/(v*m + p-1) of the time.
+    slots = grad_accum + (p - 1) / v
+    micro_compute_s = tokens_micro * gpu_flops_tok / (gpu.peak_tflops * 1e12 * st.efficiency)
+    micro_tp_s = tp_bytes_micro / tp_bw if t > 1 else 0.0
+    micro_ep_s = a2a_bytes_micro / ep_bw if ep > 1 else 0.0
+    micro_p2p_s = p2p_bytes_micro / pp_bw
+    compute_s = slots * micro_compute_s
+    tp_s, ep_s, p2p_s = slots * micro_tp_s, slots * micro_ep_s, slots * micro_p2p_s
+    bubble = pipeline_bubble(p, grad_accum, v)
+    bubble_s = (p - 1) / v * (micro_compute_s + micro_tp_s + micro_ep_s + micro_p2p_s)
     dp_comm_bytes = next(iter(comm.values()))
     dp_s = dp_comm_bytes / dp_bw if dp > 1 else 0.0
+    # What the ZeRO/DP traffic hides under: ZeRO-2/3 reduce (and gather) every micro-batch, so all of the compute;
+    # ZeRO-0/1 reduce once per step, in the last micro-batch's backward (2/3 of its compute); behind a pipeline the
+    # reduction waits for the flush (DeepSpeed's and Megatron-LM's pipeline schedules), so nothing.
+    if p > 1:
+        overlap_s = 0.0
+    elif st.zero_stage >= 2:
+        overlap_s = compute_s
+    else:
+        overlap_s = 2 / 3 * micro_compute_s
     pcie_bw = gpu.pcie_gbyte_s * 1e9 * st.comm_efficiency
     nvme_bw = st.nvme_gbyte_s * 1e9
     pcie_stream_s, nvme_stream_s = pcie_stream / pcie_bw, nvme_stream / nvme_bw
     adam_s = trained_share / st.host_adam_params_per_s if st.offload_optimizer != "none" else 0.0
     offload_step_s = pcie_step / pcie_bw + nvme_step / nvme_bw + adam_s
-    step_s = max(compute_s, dp_s, pcie_stream_s, nvme_stream_s) + tp_s + ep_s + offload_step_s
+    exposed_dp_s = max(0.0, dp_s - overlap_s)
+    step_s = (
+        max(compute_s + exposed_dp_s, pcie_stream_s, nvme_stream_s) + tp_s + ep_s + p2p_s + offload_step_s
+    )
     times = {
         f"compute ({gpu.peak_tflops:g} TFLOPS x {st.efficiency:.0%} efficiency)": compute_s,
-        "ZeRO/DP communication (overlapped with compute)": dp_s,
-        "exposed ZeRO/DP communication": max(0.0, dp_s - compute_s),
+        **(
+            {f"  of which pipeline bubble ({bubble:.1%} of the pipeline time, (p-1)/(v*m+p-1))": bubble_s}
+            if p > 1
+            else {}
+        ),
+        "ZeRO/DP communication": dp_s,
+        "exposed ZeRO/DP communication": exposed_dp_s,
         "TP communication (not overlapped)": tp_s,
+        **({"PP point-to-point (not overlapped)": p2p_s} if p > 1 else {}),
         **({"EP all-to-all (not overlapped)": ep_s} if model.moe_layers else {}),
         **(
             {
@@ -744,7 +975,7 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
                     else {}
                 ),
                 "exposed offload streaming": max(
-                    0.0, max(pcie_stream_s, nvme_stream_s) - max(compute_s, dp_s)
+                    0.0, max(pcie_stream_s, nvme_stream_s) - compute_s - exposed_dp_s
                 ),
                 "offload: CPU Adam step (not overlapped)": adam_s,
                 f"offload: parameter upload{' + NVMe state swap' if nvme_step else ''} (not overlapped)": (
@@ -777,12 +1008,13 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         f"model FLOPs per token {'6N' if f == 1 else f'(4 + 2 x {f:.4f}) N'} + 12*L*h*s = {model_flops_tok:.4g} "
         f"({n_is}h = attention width {width}); "
         "hardware FLOPs per GPU per token include "
-        f"recompute ({st.recompute}) and the layers TP replicates (an encoder's embeddings and MLM head) on "
-        "every TP rank"
+        f"recompute ({st.recompute}), the parameters TP replicates, and the output head only at the positions it "
+        "runs on (embeddings are lookups)"
     )
     notes.append(
-        f"compute at {st.efficiency:.0%} of peak; ZeRO/DP traffic overlaps compute; TP all-reduces do not; "
-        "pipeline bubbles, data loading and optimizer-step time are not modelled"
+        f"compute at {st.efficiency:.0%} of peak; ZeRO-2/3 traffic overlaps compute, ZeRO-0/1's once-a-step "
+        "reduction only the last micro-batch's backward, behind a pipeline nothing; TP all-reduces, pipeline "
+        "sends and the bubble are on the critical path; data loading and optimizer-step time are not modelled"
     )
     notes.append(
         f"runtime reserve {st.reserve_gib:g} GiB per GPU for the CUDA context, NCCL and fragmentation"
@@ -803,6 +1035,8 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         mfu=mfu,
         notes=notes,
         host=host,
+        bubble=bubble,
+        stage_memory=stage_memory,
     )
 
 
@@ -819,6 +1053,203 @@ def largest_micro_batch(
         best = b
         b *= 2
     return best
+
+
+# ── the layout search ──────────────────────────────────────────────────────────────────────────────────────
+
+#: ParallelSettings fields the search varies (a caller pins any of them by naming it in `fixed`)
+SEARCH_DIMS = ("tp", "pp", "virtual_stages", "zero_stage", "micro_batch", "recompute", "ep")
+
+
+@dataclass
+class LayoutSearch:
+    """What `search_layouts` tried: `plans` are the layouts that fit, fastest first (ties: less memory first)."""
+
+    plans: list[Plan]
+    tried: int  # layouts planned
+    too_big: int  # planned, but over the GPU's memory
+    impossible: int  # refused by make_plan (a size that does not divide, ZeRO-3 under a pipeline, ...)
+    fixed: dict[str, Any]  # the dimensions the caller pinned
+
+    @property
+    def best(self) -> Plan:
+        return self.plans[0]
+
+    def runners_up(self, n: int = 5) -> list[Plan]:
+        """The fastest plan of each other (TP, PP, chunks, ZeRO) layout, fastest first."""
+        seen = {_layout_key(self.best)}
+        out = []
+        for plan in self.plans[1:]:
+            key = _layout_key(plan)
+            if key not in seen:
+                seen.add(key)
+                out.append(plan)
+            if len(out) == n:
+                break
+        return out
+
+    def explain(self) -> str:
+        """Why the search chose its layout: bubble, memory per stage, traffic, and the runners-up."""
+        best, st = self.best, self.best.settings
+        pinned = ", ".join(f"{k}={v}" for k, v in self.fixed.items()) or "nothing"
+        lines = [
+            f"layout search: {self.tried} layouts of TP x PP x chunks x ZeRO x micro-batch x recompute"
+            f"{' x EP' if best.model.moe_layers else ''} planned, {len(self.plans)} fit, {self.too_big} too big; "
+            f"{self.impossible} impossible (sizes that do not divide, ZeRO-2/3 under a pipeline); pinned: {pinned}",
+            f"chosen: {layout_text(best)} -> {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}",
+        ]
+        why = []
+        if st.pp > 1:
+            why.append(
+                f"pipeline bubble {best.bubble:.1%} = (p-1)/(v*m+p-1) with p {st.pp}, m {best.grad_accum} "
+                f"micro-batches, v {st.virtual_stages}"
+            )
+        else:
+            why.append("no pipeline: no bubble, every GPU holds all layers")
+        stages = best.stage_memory
+        why.append(
+            "memory per GPU: "
+            + (", ".join(f"{k} stage {v / GIB:.1f} GiB" for k, v in stages.items()) if st.pp > 1 else "")
+            + ("" if st.pp > 1 else f"{best.total_bytes / GIB:.1f} GiB")
+            + f" of {best.capacity_bytes / GIB:.1f} GiB"
+        )
+        traffic = ", ".join(f"{k.split(':')[0]} {v / 1e9:.1f} GB" for k, v in best.comm.items() if v)
+        why.append(f"traffic per GPU per step: {traffic or 'none'}")
+        others = self.runners_up()
+        if others:
+            nxt = others[0]
+            why.append(
+                f"next best layout, {layout_text(nxt)}, is {1 - nxt.tokens_per_s / best.tokens_per_s:.1%} slower"
+            )
+        lines += [f"  - {w}" for w in why]
+        if others:
+            lines += ["", "runners-up (the fastest of each other TP x PP x chunks x ZeRO layout):"]
+            lines.append(layout_table([best, *others]))
+        return "\n".join(lines)
+
+
+def _layout_key(plan: Plan) -> tuple:
+    st = plan.settings
+    return (st.tp, st.pp, st.virtual_stages, st.zero_stage, st.ep)
+
+
+def layout_text(plan: Plan) -> str:
+    """One line: 'TP 8 x PP 4 x DP 16, ZeRO-1, micro 1 (m 32), recompute full'."""
+    st = plan.settings
+    ep = f" (EP {st.ep})" if plan.model.moe_layers else ""
+    return (
+        f"TP {st.tp} x {plan.pipeline_text()}DP {plan.dp}{ep}, ZeRO-{st.zero_stage}, micro {st.micro_batch} "
+        f"(m {plan.grad_accum}), recompute {st.recompute}"
+    )
+
+
+def layout_table(plans: list[Plan]) -> str:
+    """A short markdown-ish table of layouts: memory, bubble, step time, throughput, MFU, gap to the first."""
+    head = "| layout | GiB/GPU | bubble | step s | tokens/s | MFU | vs first |"
+    rows = [head, "|" + "---|" * 7]
+    top = plans[0].tokens_per_s
+    for plan in plans:
+        rows.append(
+            f"| {layout_text(plan)} | {plan.total_bytes / GIB:.1f} | {plan.bubble:.1%} | {plan.times['step']:.2f} | "
+            f"{plan.tokens_per_s:,.0f} | {plan.mfu:.1%} | {plan.tokens_per_s / top - 1:+.1%} |"
+        )
+    return "\n".join(rows)
+
+
+def _candidates(
+    model: ModelShape, cluster: Cluster, base: ParallelSettings, fixed: dict[str, Any], global_batch: int
+):
+    """Every combination of the free dimensions (pinned ones as given); make_plan rejects the impossible."""
+    pow2 = [2**i for i in range(11)]
+    world = cluster.world_size
+
+    def free(name: str, values):
+        return [fixed[name]] if name in fixed else list(values)
+
+    tps = free("tp", [t for t in pow2 if t <= cluster.gpus_per_node])  # TP stays inside a node
+    for t in tps:  # a pinned size that does not divide is left for make_plan to refuse with its reason
+        pps = free("pp", [p for p in range(1, model.layers + 1) if world % (t * p) == 0] or [1])
+        for p in pps:
+            dp = max(1, world // (t * p))
+            chunks = free(
+                "virtual_stages", [1] + [v for v in (2, 4) if p > 1 and model.layers % (p * v) == 0]
+            )
+            zeros = free("zero_stage", range(0, 4 if p == 1 else PP_MAX_ZERO + 1))
+            micros = free(
+                "micro_batch",
+                [b for b in pow2 if b <= global_batch // dp and global_batch % (b * dp) == 0]
+                or [base.micro_batch],
+            )
+            eps = free(
+                "ep",
+                [e for e in pow2 if model.experts % e == 0 and (world // p) % e == 0]
+                if model.moe_layers
+                else [1],
+            )
+            for v in chunks:
+                for z in zeros:
+                    for b in micros:
+                        for r in free("recompute", RECOMPUTE):
+                            for e in eps:
+                                yield dict(
+                                    tp=t,
+                                    pp=p,
+                                    virtual_stages=v,
+                                    zero_stage=z,
+                                    micro_batch=b,
+                                    recompute=r,
+                                    ep=e,
+                                )
+
+
+def search_layouts(
+    model: ModelShape, cluster: Cluster, base: ParallelSettings, fixed: dict[str, Any] | None = None
+) -> LayoutSearch:
+    """The fastest layouts that fit: TP (inside a node) x PP x interleaved chunks x ZeRO stage x micro-batch x
+    recompute (x EP for a MoE model), at the global batch of `base` (its `global_batch`, else its micro-batch x
+    DP x accumulation), every other setting (sequence length, offload, efficiencies) from `base`.
+
+    `fixed` pins dimensions (names from SEARCH_DIMS) to values. Raises ValueError naming why when no layout fits.
+    """
+    fixed = dict(fixed or {})
+    unknown = set(fixed) - set(SEARCH_DIMS)
+    if unknown:
+        raise ValueError(f"cannot pin {sorted(unknown)}: the search dimensions are {list(SEARCH_DIMS)}")
+    if base.global_batch is not None:
+        global_batch = base.global_batch
+    else:
+        dp = max(1, cluster.world_size // (base.tp * base.pp))
+        global_batch = base.micro_batch * dp * (base.grad_accum_steps or 1)
+    plans, too_big, impossible, errors = [], [], 0, {}
+    for layout in _candidates(model, cluster, base, fixed, global_batch):
+        trial = dataclasses.replace(base, **layout, global_batch=global_batch, grad_accum_steps=None)
+        try:
+            plan = make_plan(model, cluster, trial)
+        except ValueError as err:
+            impossible += 1
+            errors.setdefault(str(err), layout)
+            continue
+        (plans if plan.fits else too_big).append(plan)
+    if not plans:
+        where = f"{cluster.nodes} node(s) x {cluster.gpus_per_node} {cluster.gpu.name}"
+        if not too_big:
+            reasons = "; ".join(list(errors)[:3]) or "no combination of the pinned sizes exists"
+            raise ValueError(
+                f"no layout of {model.name} is possible on {where} at global batch {global_batch}: {reasons}"
+            )
+        small = min(too_big, key=lambda p: p.total_bytes)
+        biggest = max(small.memory, key=small.memory.__getitem__)
+        raise ValueError(
+            f"no layout of {model.name} fits {where} at global batch {global_batch} ({len(too_big)} planned, "
+            f"{impossible} impossible): the smallest, {layout_text(small)}, needs {small.total_bytes / GIB:.1f} GiB "
+            f"per GPU > {small.capacity_bytes / GIB:.1f} GiB (largest part: {biggest}, "
+            f"{small.memory[biggest] / GIB:.1f} GiB); add nodes, pin fewer dimensions, or offload "
+            "(--offload-optimizer cpu)"
+        )
+    plans.sort(key=lambda p: (-p.tokens_per_s, p.total_bytes))
+    return LayoutSearch(
+        plans=plans, tried=len(plans) + len(too_big), too_big=len(too_big), impossible=impossible, fixed=fixed
+    )
 
 
 def settings_from_deepspeed(ds_config: dict[str, Any], **overrides: Any) -> dict[str, Any]:
@@ -857,7 +1288,13 @@ __all__ = [
     "ParallelSettings",
     "Plan",
     "activation_bytes_per_layer",
+    "LayoutSearch",
+    "SEARCH_DIMS",
     "largest_micro_batch",
+    "layout_table",
+    "layout_text",
+    "pipeline_bubble",
+    "search_layouts",
     "logits_bytes",
     "make_plan",
     "model_flops_per_token",
