@@ -4,9 +4,13 @@
   steps of causal-LM training on packed rows; each rank holds half of every parameter.
 - 2 ranks, TP 2 (transformers' own `base_model_tp_plan`: q/k/v, gate/up colwise; o, down rowwise) x ZeRO-3 DP 1:
   the same numbers; the TP'd projections hold half their columns / rows per rank.
+- 4 ranks, TP 2 x ZeRO-3 DP 2, dense decoder: the same numbers; the TP'd projections are half-size and ZeRO
+  halves those again on each rank.
 - 2 ranks, ZeRO-3, MoE decoder (4 experts, top-2, one shared expert; the router's load-balancing loss in the
   loss): the same numbers. The load-balancing loss is a function of a micro batch's tokens (not a mean over
   them), so the reference runs the same micro batches (one row each) with gradient accumulation.
+- the real `ernie-pretrain` loop on 2 ranks (ZeRO-3), dense and MoE presets: both ranks SIGKILLed after step 4
+  and resumed from the sharded checkpoint-4 log bit-identical losses and grad norms to an uninterrupted run.
 
 Tolerances (fp32), as for the encoder: losses and grad norms to 1e-5 relative, weights after 3 AdamW steps of lr
 1e-2 to 1e-4 absolute. Every row has the same number of predicted tokens (documents of 8 tokens), so the mean of
@@ -16,6 +20,7 @@ the ranks' means is the global mean. The worker is this file run under torchrun 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,7 +80,8 @@ def _reference(moe: bool) -> dict:
 
     engine = SingleDeviceEngine(_recipe(1, GLOBAL_BATCH), _model(moe), torch.device("cpu"))
     losses, norms = [], []
-    for step in range(STEPS):  # one row per micro batch, as the ranks run them: the MoE router's load-balancing
+    # one row per micro batch, as the ranks run them: the MoE router's load-balancing
+    for step in range(STEPS):
         batch, total = _global_batch(step), 0.0  # loss is a function of the micro batch's tokens, not a mean
         for row in range(GLOBAL_BATCH):
             loss, _, _ = engine.loss(_rows(batch, [row]))
@@ -90,16 +96,16 @@ def _reference(moe: bool) -> dict:
     }
 
 
-def _run(tmp_path: Path, tp: int, moe: bool) -> list[dict]:
+def _run(tmp_path: Path, tp: int, moe: bool, nproc: int = 2) -> list[dict]:
     from safetensors.torch import load_file
 
     from ernie_zoo.parallel.distributed import run_local_ranks
 
     run_local_ranks(
-        [__file__, "--worker", str(tmp_path), str(tp), "moe" if moe else "dense"], nproc=2, timeout=900
+        [__file__, "--worker", str(tmp_path), str(tp), "moe" if moe else "dense"], nproc=nproc, timeout=900
     )
     reference = _reference(moe)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
     for res in results:
         assert res["losses"] == pytest.approx(reference["losses"], rel=1e-5)
         assert res["norms"] == pytest.approx(reference["norms"], rel=1e-5)
@@ -140,10 +146,72 @@ def test_tp2_matches_single_process(tmp_path):
 
 @pytest.mark.distributed
 @pytest.mark.slow
+def test_tp2_zero3_dp2_four_ranks_match_single_process(tmp_path):
+    results = _run(tmp_path, tp=2, moe=False, nproc=4)
+    for res in results:
+        assert res["dp_world_size"] == 2 and res["dp_rank"] in (0, 1)
+        parts = res["partitions"]
+        full, local, shape = parts["model.layers.0.self_attn.q_proj.weight"]
+        # TP halves the rows, ZeRO-3 halves the shard
+        assert shape == [16, 32] and (full, local) == (512, 256)
+        full, local, shape = parts["model.layers.0.mlp.down_proj.weight"]
+        assert shape == [32, 32] and (full, local) == (1024, 512)
+        assert parts["model.embed_tokens.weight"][:2] == [VOCAB * 32, VOCAB * 16]  # replicated by TP, ZeRO'd
+    assert sorted(res["dp_rank"] for res in results) == [0, 0, 1, 1]  # two TP pairs, one per replica
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_moe_zero3_two_ranks_match_single_process(tmp_path):
     results = _run(tmp_path, tp=1, moe=True)
     for res in results:
         assert any(".experts." in name for name in res["partitions"])
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["ernie4.5-tiny", "ernie4.5-moe-tiny"])
+def test_ernie_pretrain_decoder_two_ranks_resumes_exactly_after_sigkill(tmp_path, tiny_tokenizer, preset):
+    """`ernie-pretrain` on a decoder preset with `distributed.backend: deepspeed` (ZeRO-3) on 2 gloo ranks: packed
+    rows sharded over the ranks, sharded checkpoints; both ranks SIGKILLed right after step 4 (checkpoint-4
+    written) and started again log bit-identical losses and grad norms at steps 5-6 to an uninterrupted run."""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    tiny_tokenizer.save_pretrained(tmp_path / "tok")
+
+    def pretrain(out: Path, env: dict | None = None) -> None:
+        run_local_ranks(
+            ["-m", "ernie_zoo.training.pretrain", str(REPO / "recipes/pretrain/ernie4.5-tiny-cpu.yaml")]
+            + ["--model.preset", preset, "--output_dir", str(out), "--tokenizer.path", str(tmp_path / "tok")]
+            + ["--max_steps", "6", "--micro_batch_size", "2", "--data.max_seq_len", "16"]
+            + ["--distributed.backend", "deepspeed", "--distributed.deepspeed_config", str(CPU_CONFIG)]
+            + ["--checkpoint.interval", "2", "--eval.interval", "0", "--logging.interval", "1"]
+            + ["--logging.progress_bar", "false", "--logging.tensorboard", "false"]
+            + ["--optim.warmup_steps", "1"],
+            nproc=2,
+            timeout=600,
+            cwd=REPO,
+            env=env,
+        )
+
+    pretrain(tmp_path / "straight")
+    with pytest.raises(RuntimeError, match="failed"):
+        pretrain(tmp_path / "resumed", env={"ERNIE_ZOO_TEST_KILL_AT_STEP": "4"})
+    assert (tmp_path / "resumed" / "checkpoint-4").is_dir()
+    assert not (tmp_path / "resumed" / "checkpoint-6").exists()
+    pretrain(tmp_path / "resumed")  # continues from checkpoint-4
+    zero = {p.name for p in (tmp_path / "straight" / "checkpoint-6" / "zero").iterdir()}
+    assert zero >= {"rank00000.safetensors", "rank00001.safetensors"}  # each rank wrote its shard
+    straight = [r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl") if "train/loss" in r]
+    resumed = {
+        r["step"]: r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl") if "train/loss" in r
+    }
+    assert [r["step"] for r in straight] == [1, 2, 3, 4, 5, 6]
+    for r in straight:
+        assert resumed[r["step"]]["train/loss"] == r["train/loss"], r["step"]
+        assert resumed[r["step"]]["train/grad_norm"] == r["train/grad_norm"], r["step"]
+    assert straight[-1]["train/loss"] < straight[0]["train/loss"] + 0.5  # finite and sane (6 noisy steps)
 
 
 def test_tp_of_a_moe_decoder_is_refused_clearly():
@@ -170,7 +238,7 @@ def _worker(out_dir: str, tp: int, moe: bool) -> None:
 
     torch.set_num_threads(1)
     out = Path(out_dir)
-    dp = 2 // tp
+    dp = int(os.environ["WORLD_SIZE"]) // tp
     recipe = _recipe(1, GLOBAL_BATCH // dp)
     engine = DeepSpeedEngine(recipe, _model(moe), config=CPU_CONFIG, tp_size=tp, zero_stage=3)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -62,9 +62,14 @@ def is_decoder_preset(name: str | None) -> bool:
 
 def decoder_config_for(args, tokenizer, max_seq_len: int | None = None):
     """The decoder config of a recipe's `model` section (a decoder preset plus overrides) for `tokenizer`: its
-    vocabulary size (or `model.vocab_size`, never smaller), BOS = [CLS] (or bos), EOS = [SEP] (or eos), PAD."""
+    vocabulary size (or `model.vocab_size`, never smaller), BOS = [CLS] (or bos), EOS = [SEP] (or eos), PAD.
+    `tokenizer` None (the planner, which has none): `model.vocab_size`, else the preset's, and its special ids."""
     fields: dict[str, Any] = dict(DECODER_PRESETS[args.preset])
     fields.update({k: getattr(args, k) for k in _OVERRIDES if getattr(args, k, None) is not None})
+    if tokenizer is None:
+        if args.vocab_size is not None:
+            fields["vocab_size"] = args.vocab_size
+        return _checked(decoder_config("moe_num_experts" in fields, **fields), max_seq_len)
     n = len(tokenizer)
     if args.vocab_size is not None and args.vocab_size < n:
         raise ValueError(
@@ -81,7 +86,10 @@ def decoder_config_for(args, tokenizer, max_seq_len: int | None = None):
         eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
     )
-    config = decoder_config("moe_num_experts" in fields, **fields)
+    return _checked(decoder_config("moe_num_experts" in fields, **fields), max_seq_len)
+
+
+def _checked(config, max_seq_len: int | None):
     if max_seq_len is not None and config.max_position_embeddings < max_seq_len:
         raise ValueError(
             f"data.max_seq_len ({max_seq_len}) exceeds the decoder's max_position_embeddings "

@@ -16,6 +16,7 @@ import yaml
 
 from ernie_zoo.recipe_cli import load_recipe
 
+from .causal_lm import decoder_config_for, is_decoder_preset
 from .engine import build_model_config
 from .recipe import PretrainRecipe
 
@@ -31,21 +32,26 @@ DISTRIBUTED_KEYS = {
 
 
 def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, Any], list[str]]:
-    """(ErnieZooConfig, ParallelSettings keyword arguments, warnings) for the run a recipe describes.
+    """(model config, ParallelSettings keyword arguments, warnings) for the run a recipe describes.
 
     The settings carry `deepspeed` (the json path) when the recipe names one; the vocabulary is the recipe's
-    `model.vocab_size`, else the saved tokenizer's size, else the preset's.
+    `model.vocab_size`, else the saved tokenizer's size, else the preset's. A decoder preset plans the ERNIE 4.5
+    causal LM (`causal_lm.decoder_config_for`) with logits at every position; an encoder, at the masked ones.
     """
     recipe = load_recipe(path, cls=PretrainRecipe)
     seq_len = recipe.data.max_seq_len
-    config = build_model_config(recipe.model, _vocab_size(recipe), seq_len)
+    decoder = is_decoder_preset(recipe.model.preset)
+    if decoder:
+        config = decoder_config_for(recipe.model, _tokenizer(recipe), seq_len)
+    else:
+        config = build_model_config(recipe.model, _vocab_size(recipe), seq_len)
 
     warnings: list[str] = []
     settings: dict[str, Any] = {
         "seq_len": seq_len,
         "micro_batch": recipe.micro_batch_size,
         "grad_accum_steps": recipe.grad_accum_steps,
-        "head_fraction": recipe.masking.mlm_probability,
+        "head_fraction": 1.0 if decoder else recipe.masking.mlm_probability,
     }
     if recipe.precision != "bf16":
         warnings.append(
@@ -65,14 +71,22 @@ def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, 
     return config, settings, warnings
 
 
-def _vocab_size(recipe: PretrainRecipe) -> int:
-    if recipe.model.vocab_size is not None:
-        return recipe.model.vocab_size
+def _tokenizer(recipe: PretrainRecipe):
+    """The recipe's saved tokenizer, if `tokenizer.path` is a directory here; else None."""
     tokenizer_path = recipe.tokenizer.path
     if tokenizer_path and Path(tokenizer_path).is_dir():
         from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
-        return len(ErnieZooTokenizerFast.from_pretrained(tokenizer_path))
+        return ErnieZooTokenizerFast.from_pretrained(tokenizer_path)
+    return None
+
+
+def _vocab_size(recipe: PretrainRecipe) -> int:
+    if recipe.model.vocab_size is not None:
+        return recipe.model.vocab_size
+    tokenizer = _tokenizer(recipe)
+    if tokenizer is not None:
+        return len(tokenizer)
     from ernie_zoo.models.presets import DEFAULTS
 
     return int(DEFAULTS["vocab_size"])
