@@ -14,6 +14,8 @@ from .planner import (
     Plan,
     make_plan,
     parse_cluster,
+    pipeline_bubble,
+    search_layouts,
 )
 from .tp_plan import (
     BASE_TP_PLAN,
@@ -40,5 +42,7 @@ __all__ = [
     "make_plan",
     "parameter_split",
     "parse_cluster",
+    "pipeline_bubble",
+    "search_layouts",
     "tp_plan_for",
 ]
