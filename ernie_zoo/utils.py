@@ -88,34 +88,116 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-#: The file a checkpoint writes last: the size and sha256 of every other file in it.
+#: The checksums of a directory's files: one format for checkpoints, shipped models and exports,
+#: `{"files": {relative_path: {"size": bytes, "sha256": hex}}, ...}` plus whatever the writer adds (a checkpoint
+#: adds "step"). Written last, so a directory without one did not finish saving. Older shipped models wrote
+#: `{"format": 1, "files": {relative_path: sha256}}` (or only the inner table); those still verify.
 MANIFEST = "manifest.json"
+# Files a model directory may hold without a checksum (documentation only; never loaded).
+_UNCHECKED = frozenset({MANIFEST, "README.md"})
 
 
-def verify_manifest(path: str | os.PathLike, required: tuple[str, ...] = ()) -> str | None:
-    """None if the directory `path` matches its `MANIFEST` (every file present, same size and sha256), else a
-    sentence saying what is wrong. `required`: files that must be listed in the manifest."""
-    path = Path(path)
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        return f"no {MANIFEST} (the save did not finish)"
+class ManifestError(ValueError):
+    """A directory's files do not match its `manifest.json` (or it has none). `problem`: the sentence without the
+    directory, for callers that name the directory themselves."""
+
+    def __init__(self, directory: str | os.PathLike, problem: str):
+        super().__init__(f"{directory}: {problem}")
+        self.problem = problem
+
+
+def manifest_files(directory: str | os.PathLike) -> list[str]:
+    """The files a manifest of `directory` lists: every file below it except hidden ones, README.md and the
+    manifest itself (relative POSIX paths, sorted)."""
+    directory = Path(directory)
+    files = []
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if path.is_file() and rel not in _UNCHECKED and not any(p.startswith(".") for p in rel.split("/")):
+            files.append(rel)
+    return files
+
+
+def write_manifest(directory: str | os.PathLike, files: list[str] | None = None, **extra) -> Path:
+    """Write `directory/manifest.json` for `files` (default: `manifest_files(directory)`), atomically; each file
+    is fsynced before it is hashed, so the manifest never describes bytes still in the page cache only."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ManifestError(directory, "not a directory")
+    table = {}
+    for rel in manifest_files(directory) if files is None else files:
+        with open(directory / rel, "rb") as f:
+            os.fsync(f.fileno())
+        table[rel] = {"size": (directory / rel).stat().st_size, "sha256": sha256_file(directory / rel)}
+    target = directory / MANIFEST
+    atomic_write_json(target, {**extra, "files": table}, indent=1, sort_keys=True)
+    return target
+
+
+def read_manifest(directory: str | os.PathLike) -> dict[str, dict]:
+    """The file table of `directory/manifest.json`, `{relative_path: {"sha256": hex, "size": bytes}}` ("size"
+    absent for the old sha256-only format), without hashing anything; ManifestError if missing or unreadable."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise ManifestError(directory, f"no {MANIFEST} (the save did not finish)")
     try:
-        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return f"unreadable {MANIFEST}: {e}"
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(directory, f"unreadable {MANIFEST} ({exc})") from exc
+    files = data.get("files", data) if isinstance(data, dict) else None
+    table = {}
+    for rel, entry in (files or {}).items() if isinstance(files, dict) else ():
+        if isinstance(entry, str):  # format 1: sha256 only
+            entry = {"sha256": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            table = {}
+            break
+        table[rel] = {**entry, "sha256": entry["sha256"].lower()}
+    if not table:
+        raise ManifestError(
+            directory,
+            f"unreadable {MANIFEST}: expected {{'files': {{path: {{'size': n, 'sha256': hex}}}}}}, "
+            f"got {str(data)[:120]}",
+        )
+    return table
+
+
+def verify_manifest(
+    directory: str | os.PathLike, required: tuple[str, ...] = (), *, complete: bool = False
+) -> dict[str, str]:
+    """Check every file of `directory` against its manifest; return `{relative_path: sha256}`.
+
+    Raises `ManifestError` naming the directory and the file when the manifest is missing or unreadable, a file
+    in `required` is not listed, a listed file is missing or differs in size or sha256, or (`complete`: a model
+    directory, where every file could be loaded) a file is not listed.
+    """
+    directory = Path(directory)
+    table = read_manifest(directory)
     for name in required:
-        if name not in files:
-            return f"{name} is not in the manifest"
-    for name, meta in files.items():
-        file = path / name
+        if name not in table:
+            raise ManifestError(directory, f"{name} is not in the manifest")
+    for rel, entry in table.items():
+        file = directory / rel
         if not file.is_file():
-            return f"{name} is missing"
+            raise ManifestError(directory, f"{rel} is missing (listed in {MANIFEST})")
         size = file.stat().st_size
-        if size != meta["size"]:
-            return f"{name} has {size} bytes, the manifest says {meta['size']} (truncated or overwritten)"
-        if sha256_file(file) != meta["sha256"]:
-            return f"{name} does not match its sha256 in the manifest (corrupted)"
-    return None
+        if "size" in entry and size != entry["size"]:
+            raise ManifestError(
+                directory,
+                f"{rel} has {size} bytes, the manifest says {entry['size']} (truncated or overwritten)",
+            )
+        actual = sha256_file(file)
+        if actual != entry["sha256"]:
+            raise ManifestError(
+                directory,
+                f"checksum mismatch for {rel} (manifest sha256 {entry['sha256'][:12]}..., "
+                f"file {actual[:12]}...): the file was modified or corrupted",
+            )
+    if complete:
+        unlisted = sorted(set(manifest_files(directory)) - set(table))
+        if unlisted:
+            raise ManifestError(directory, f"files not listed in {MANIFEST}: {unlisted}")
+    return {rel: entry["sha256"] for rel, entry in table.items()}
 
 
 def tied_names(module) -> set[str]:

@@ -301,7 +301,7 @@ def test_attach_ngram_lm_writes_lm_weights_and_manifest(fused_dir, tmp_path):
     import shutil
 
     from ernie_zoo.evaluation.correction import attach_ngram_lm
-    from ernie_zoo.taskflow.models import verify_manifest
+    from ernie_zoo.utils import verify_manifest
 
     model_dir = tmp_path / "model"
     shutil.copytree(fused_dir, model_dir)

@@ -16,8 +16,8 @@ from ernie_zoo.data.text import (
     iter_clean_lines,
     join_wrapped,
     normalize_text,
+    opencc_to_simplified,
     strip_ansi,
-    to_simplified,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -79,11 +79,11 @@ def test_clause_pairs():
 
 
 def test_to_simplified_sample():
-    assert to_simplified("秦川雄帝宅，函谷壯皇居。綺殿千尋起，離宮百雉餘。") == (
+    assert opencc_to_simplified("秦川雄帝宅，函谷壯皇居。綺殿千尋起，離宮百雉餘。") == (
         "秦川雄帝宅，函谷壮皇居。绮殿千寻起，离宫百雉余。"
     )
-    assert to_simplified("舉頭望明月，低頭思故鄉。") == "举头望明月，低头思故乡。"
-    assert to_simplified("简体保持不变") == "简体保持不变"
+    assert opencc_to_simplified("舉頭望明月，低頭思故鄉。") == "举头望明月，低头思故乡。"
+    assert opencc_to_simplified("简体保持不变") == "简体保持不变"
 
 
 def test_groff_to_paragraphs_fixture():

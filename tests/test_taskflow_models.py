@@ -415,23 +415,32 @@ def test_verify_manifest_catches_tampering(models, tmp_path, monkeypatch):
         Taskflow("sentiment_analysis")
     write_manifest(directory)
     (directory / "extra.bin").write_bytes(b"x")
+    verify_manifest(directory)  # a checkpoint may hold files its manifest does not list; a model directory not
     with pytest.raises(ManifestError, match="not listed.*extra.bin"):
-        verify_manifest(directory)
+        verify_manifest(directory, complete=True)
     (directory / "extra.bin").unlink()
     (directory / "tokenizer.json").unlink()
-    with pytest.raises(ManifestError, match="tokenizer.json is listed .* but missing"):
+    with pytest.raises(ManifestError, match="tokenizer.json is missing"):
         verify_manifest(directory)
     (directory / "manifest.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ManifestError, match="unreadable"):
         verify_manifest(directory)
 
 
-def test_flat_manifest_format_is_accepted(models, tmp_path, monkeypatch):
+def test_old_manifest_formats_still_verify(models, tmp_path, monkeypatch):
+    """Models shipped before the one manifest format wrote `{"format": 1, "files": {path: sha256}}` (or only the
+    inner table); both still verify, and a tampered file is still caught through them."""
     directory = _shipped(models, tmp_path, monkeypatch)
     write_manifest(directory)
-    table = json.loads((directory / "manifest.json").read_text())["files"]
-    (directory / "manifest.json").write_text(json.dumps(table))
-    assert verify_manifest(directory) == table
+    files = json.loads((directory / "manifest.json").read_text())["files"]
+    assert all(set(entry) == {"size", "sha256"} for entry in files.values())
+    table = {rel: entry["sha256"] for rel, entry in files.items()}
+    for legacy in ({"format": 1, "files": table}, table):
+        (directory / "manifest.json").write_text(json.dumps(legacy))
+        assert verify_manifest(directory, complete=True) == table
+    (directory / "config.json").write_text((directory / "config.json").read_text() + " ")
+    with pytest.raises(ManifestError, match="checksum mismatch for config.json"):
+        verify_manifest(directory)
 
 
 def test_task_path_and_model_dir_agree(models):

@@ -91,3 +91,21 @@ def test_finetune_layout_is_the_same_computation():
                 "f1": s["f1"],
                 "support": s["tp"] + s["fn"],
             }
+
+
+def test_prf_is_the_one_home_of_precision_recall_f1():
+    """Fine-tuning's classification, multi-label and character F1 and the CSC sentence scores all come from
+    `prf` (one formula; no second copy to drift)."""
+    from ernie_zoo.finetune.metrics import char_f1, classification_scores, multilabel_scores
+    from ernie_zoo.text.correction import correction_scores
+    from ernie_zoo.text.metrics import prf
+
+    assert prf(2, 1, 3, counts=False) == {"precision": 2 / 3, "recall": 0.4, "f1": 0.5}
+    assert prf(0, 0, 0) == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "tp": 0, "fp": 0, "fn": 0}
+    per_label = classification_scores([0, 1, 1, 2], [0, 1, 2, 2], 3)["per_label"]
+    assert per_label[1] == {**prf(1, 0, 1, counts=False), "support": 2}
+    micro = multilabel_scores([[1, 0], [1, 1]], [[1, 1], [0, 1]])
+    assert micro["micro_f1"] == prf(2, 1, 1)["f1"]
+    assert char_f1("明月光", "明月") == prf(2, 0, 1)["f1"] and char_f1("a", "b") == 0.0
+    scores = correction_scores(["我门好", "他很好"], ["我们好", "他很好"], ["我们好", "他很坏"])
+    assert scores["sentence_f1"] == prf(1, 1, 0)["f1"]

@@ -25,7 +25,7 @@ from .labelled import (
     write_jsonl,
 )
 from .sources import DEFAULT_CACHE, RESERVED_MEMBERS, SOURCES, check_not_reserved, fetch, fetch_all
-from .text import normalize_text, to_simplified
+from .text import normalize_text, opencc_to_simplified
 
 __all__ = [
     "CORPUS_SOURCES",
@@ -50,6 +50,6 @@ __all__ = [
     "prepare_all",
     "prepare_datasets",
     "seeded_split",
-    "to_simplified",
+    "opencc_to_simplified",
     "write_jsonl",
 ]

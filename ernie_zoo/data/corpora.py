@@ -57,8 +57,8 @@ from .text import (
     iter_clean_lines,
     join_wrapped,
     normalize_text,
+    opencc_to_simplified,
     strip_ansi,
-    to_simplified,
 )
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ def iter_fortunes(root: Path, *, progress: bool = False) -> Iterator[str]:
         raise FileNotFoundError(f"fortune files {names} not all found in {base}")
     for name in tqdm(names, desc="fortunes", unit="file", disable=not progress):
         for para in parse_fortunes(_read_text_file(base / name)):
-            yield to_simplified(para)
+            yield opencc_to_simplified(para)
 
 
 _XINHUA_META = re.compile(
@@ -238,7 +238,7 @@ def iter_classics(archive: Path, *, progress: bool = False) -> Iterator[str]:
         raise FileNotFoundError(f"no classics collections found in {archive}")
     for _, data in tqdm(members, desc="classics", unit="file", disable=not progress):
         for text in _json_texts(json.loads(data.decode("utf-8"))):
-            yield to_simplified(text)
+            yield opencc_to_simplified(text)
 
 
 # ---------------------------------------------------------------------------------------- held-out

@@ -43,7 +43,7 @@ from ernie_zoo.text.tags import tags_to_spans
 from ernie_zoo.utils import atomic_write_json
 
 from .sources import DEFAULT_CACHE, check_not_reserved, iter_archive_members, read_archive_member
-from .text import clause_pairs, normalize_text, to_simplified
+from .text import clause_pairs, normalize_text, opencc_to_simplified
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +276,9 @@ def clean_poem(poem: Record) -> Record | None:
     ``text`` is the paragraphs joined by newlines.  Poems that are empty or carry editorial marks
     (lacunae ``□``, composed characters ``{革斿}``, bracketed notes, Latin letters or digits) are dropped.
     """
-    paras = [normalize_text(to_simplified(p)) for p in poem.get("paragraphs", []) if isinstance(p, str)]
+    paras = [
+        normalize_text(opencc_to_simplified(p)) for p in poem.get("paragraphs", []) if isinstance(p, str)
+    ]
     paras = [p for p in paras if p]
     if not paras:
         return None
@@ -284,8 +286,8 @@ def clean_poem(poem: Record) -> Record | None:
     if _BAD_POEM_CHARS.search(text):
         return None
     return {
-        "title": normalize_text(to_simplified(poem.get("title", ""))),
-        "author": normalize_text(to_simplified(poem.get("author", ""))),
+        "title": normalize_text(opencc_to_simplified(poem.get("title", ""))),
+        "author": normalize_text(opencc_to_simplified(poem.get("author", ""))),
         "dynasty": poem.get("dynasty", ""),
         "text": text,
     }

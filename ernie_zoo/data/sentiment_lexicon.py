@@ -38,7 +38,7 @@ Merge rules (also written into the header of the output file):
 
 1. Normalise every entry: NFKC, invisible characters removed, whitespace collapsed and stripped
    (:func:`~ernie_zoo.data.text.normalize_text`), then Traditional -> Simplified with OpenCC ``t2s``
-   (:func:`~ernie_zoo.data.text.to_simplified`; phrase-aware, so 於 -> 于 and 乾燥 -> 干燥, which a one-character
+   (:func:`~ernie_zoo.data.text.opencc_to_simplified`; phrase-aware, so 於 -> 于 and 乾燥 -> 干燥, which a one-character
    map cannot do; Simplified input is unchanged).
 2. Drop bad entries, counted per source: ``empty``; ``not_chinese`` (anything but Han characters: Latin, digits,
    punctuation, templates such as 对..采取破坏行动, two-part sayings joined with －); ``too_long`` (more than
@@ -107,7 +107,7 @@ from ernie_zoo.text.sentiment import (  # reading and applying a lexicon: the te
 from ernie_zoo.utils import atomic_write_text, run_console
 
 from .sources import DEFAULT_CACHE, fetch, iter_archive_members
-from .text import normalize_text, to_simplified
+from .text import normalize_text, opencc_to_simplified
 
 logger = logging.getLogger("ernie_zoo.data.sentiment_lexicon")  # also under python -m
 
@@ -278,7 +278,7 @@ def normalize_word(raw: object) -> tuple[str, str | None]:
     word = normalize_text(text)
     if not word:
         return word, "empty"
-    word = to_simplified(word)
+    word = opencc_to_simplified(word)
     if not _HAN_WORD_RE.fullmatch(word):
         return word, "not_chinese"
     if len(word) > MAX_WORD_LEN:

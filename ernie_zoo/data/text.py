@@ -30,8 +30,8 @@ __all__ = [
     "iter_clean_lines",
     "join_wrapped",
     "normalize_text",
+    "opencc_to_simplified",
     "strip_ansi",
-    "to_simplified",
 ]
 
 _HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
@@ -74,8 +74,10 @@ def _opencc_t2s():
     return opencc.OpenCC("t2s")
 
 
-def to_simplified(text: str) -> str:
-    """Convert Traditional Chinese to Simplified with OpenCC's ``t2s`` profile (offline, phrase-aware)."""
+def opencc_to_simplified(text: str) -> str:
+    """Convert Traditional Chinese to Simplified with OpenCC's ``t2s`` profile (offline, phrase-aware: 乾燥 -> 干燥
+    but 乾隆 stays), for corpus and lexicon preparation. Not offset-preserving in general; text that models read
+    at inference goes through :func:`ernie_zoo.text.traditional.to_simplified` (one character to one)."""
     return _opencc_t2s().convert(text)
 
 

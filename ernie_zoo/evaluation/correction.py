@@ -289,8 +289,7 @@ def attach_ngram_lm(
     write it into `model_dir` as `ngram_lm.safetensors`, set the chosen weights as config.json's
     `correction_fusion`, and rewrite the manifest. Refused when the directory would exceed `max_bytes`."""
     from ernie_zoo.models.correction import NGRAM_FILE
-    from ernie_zoo.taskflow.models import write_manifest
-    from ernie_zoo.utils import atomic_write_json
+    from ernie_zoo.utils import atomic_write_json, write_manifest
 
     chosen = json.loads(Path(fusion).read_text(encoding="utf-8"))
     spec, weights = chosen["ngram_lm"], FusionWeights(**chosen["chosen"])

@@ -435,7 +435,7 @@ def _weights_info(path: Path) -> dict[str, Any]:
 
 
 def _dir_info(model_dir: Path) -> dict[str, Any]:
-    from ernie_zoo.taskflow.models import MANIFEST
+    from ernie_zoo.utils import MANIFEST, read_manifest
 
     files = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
     info: dict[str, Any] = {
@@ -444,9 +444,7 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
     }
     manifest = model_dir / MANIFEST
     if manifest.is_file():
-        info["weights_sha256"] = json.loads(manifest.read_text(encoding="utf-8"))["files"].get(
-            "model.safetensors"
-        )
+        info["weights_sha256"] = read_manifest(model_dir).get("model.safetensors", {}).get("sha256")
     weights = model_dir / "model.safetensors"
     if weights.is_file():
         info.update(_weights_info(weights))

@@ -13,11 +13,6 @@ from ernie_zoo.text.metrics import prf, span_scores
 _PRF = ("precision", "recall", "f1")
 
 
-def _prf(tp: int, n_pred: int, n_gold: int) -> dict[str, float]:
-    scores = prf(tp, n_pred - tp, n_gold - tp)
-    return {k: scores[k] for k in _PRF}
-
-
 def entity_scores(
     gold: Sequence[Sequence[Any]], pred: Sequence[Sequence[Any]], match: str = "exact"
 ) -> dict[str, Any]:
@@ -47,8 +42,8 @@ def classification_scores(gold: Sequence[int], pred: Sequence[int], num_labels: 
     per_label = {}
     for k in range(num_labels):
         tp = sum(1 for g, p in zip(gold, pred) if g == k and p == k)
-        per_label[k] = {**_prf(tp, sum(1 for p in pred if p == k), sum(1 for g in gold if g == k))}
-        per_label[k]["support"] = sum(1 for g in gold if g == k)
+        n_pred, support = sum(1 for p in pred if p == k), sum(1 for g in gold if g == k)
+        per_label[k] = {**prf(tp, n_pred - tp, support - tp, counts=False), "support": support}
     present = [k for k in range(num_labels) if per_label[k]["support"] > 0]
     return {
         "accuracy": correct / len(gold),
@@ -74,9 +69,11 @@ def multilabel_scores(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int
             tp[k] += int(g[k] == 1 and p[k] == 1)
             n_pred[k] += int(p[k] == 1)
             n_gold[k] += int(g[k] == 1)
-    micro = _prf(sum(tp), sum(n_pred), sum(n_gold))
+    fp = [n - t for n, t in zip(n_pred, tp)]
+    fn = [n - t for n, t in zip(n_gold, tp)]
+    micro = prf(sum(tp), sum(fp), sum(fn))
     present = [k for k in range(num_labels) if n_gold[k] > 0]
-    macro = sum(_prf(tp[k], n_pred[k], n_gold[k])["f1"] for k in present) / len(present) if present else 0.0
+    macro = sum(prf(tp[k], fp[k], fn[k])["f1"] for k in present) / len(present) if present else 0.0
     return {
         "micro_f1": micro["f1"],
         "micro_precision": micro["precision"],
@@ -90,10 +87,7 @@ def char_f1(reference: str, hypothesis: str) -> float:
     """Character-overlap F1 of two strings (bag of characters): a coarse generation score."""
     ref, hyp = Counter(reference), Counter(hypothesis)
     common = sum((ref & hyp).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / sum(hyp.values()), common / sum(ref.values())
-    return 2 * precision * recall / (precision + recall)
+    return prf(common, sum(hyp.values()) - common, sum(ref.values()) - common)["f1"]
 
 
 __all__ = ["char_f1", "classification_scores", "entity_scores", "multilabel_scores"]

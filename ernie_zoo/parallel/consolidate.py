@@ -137,9 +137,7 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
     if not (path / "config.json").is_file():
         raise ValueError(f"{path} has no config.json: not a checkpoint of the DeepSpeed backend")
     if (path / MANIFEST).is_file():  # written by ernie-pretrain: sizes and sha256 of every file
-        problem = verify_manifest(path)
-        if problem is not None:
-            raise ValueError(f"{path}: {problem}")
+        verify_manifest(path)  # ManifestError (a ValueError) naming the file
     metas = _load_rank_meta(zero)
     config = ErnieZooConfig.from_pretrained(str(path))
     shards = [_Shard(zero / f"rank{r:05d}.safetensors", m["layout"]["groups"]) for r, m in enumerate(metas)]

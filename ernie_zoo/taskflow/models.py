@@ -38,21 +38,20 @@ from safetensors import SafetensorError
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.int8 import quantize_linear_int8
 from ernie_zoo.models.registry import model_class_for
-from ernie_zoo.utils import (
-    atomic_write_json,
+from ernie_zoo.utils import (  # noqa: F401  (MANIFEST, write_manifest: re-exported for Taskflow users)
+    MANIFEST,
+    ManifestError,
     check_finite_weights,
-    sha256_file,
     unreadable_weights,
+    verify_manifest,
+    write_manifest,
 )
 from ernie_zoo.zoo import SHIPPED_MODELS, ZOO_DIR, ModelNotFoundError, ModelSource, resolve_model_source
 
 logger = logging.getLogger(__name__)
 
 # ZOO_DIR, SHIPPED_MODELS, ModelNotFoundError, ModelSource: ernie_zoo.zoo (re-exported here).
-MANIFEST = "manifest.json"
-# Files that may sit next to a shipped model without a checksum (documentation only; never loaded).
-_UNCHECKED = {MANIFEST, "README.md"}
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+INFERENCE_PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 #: config.json key in which a model directory names the precision Taskflow runs it at on CPU when the caller names
 #: none: "int8" where int8 was measured to give the same results on dev (ernie-zoo-mini-ner), else absent.
 CPU_PRECISION_KEY = "taskflow_cpu_precision"
@@ -65,66 +64,6 @@ _TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
 )
-
-
-class ManifestError(ValueError):
-    """A shipped model's files do not match its `manifest.json`."""
-
-
-# ----------------------------------------------------------------------------------------------- manifests
-def _model_files(directory: Path) -> list[str]:
-    files = []
-    for path in sorted(directory.rglob("*")):
-        rel = path.relative_to(directory).as_posix()
-        if path.is_file() and rel not in _UNCHECKED and not any(p.startswith(".") for p in rel.split("/")):
-            files.append(rel)
-    return files
-
-
-def write_manifest(directory: str | os.PathLike) -> Path:
-    """Write `directory/manifest.json`: `{"format": 1, "files": {relative_path: sha256_hex}}` for every file
-    in the directory except hidden files, `README.md` and the manifest itself. Atomic (temp file + rename)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ModelNotFoundError(f"{directory} is not a directory")
-    manifest = {"format": 1, "files": {rel: sha256_file(directory / rel) for rel in _model_files(directory)}}
-    target = directory / MANIFEST
-    atomic_write_json(target, manifest, sort_keys=True)
-    return target
-
-
-def verify_manifest(directory: str | os.PathLike) -> dict[str, str]:
-    """Check every file of a model directory against its `manifest.json`; return the manifest's file table.
-
-    The manifest is `{"files": {relative_path: sha256_hex}}` (a flat `{relative_path: sha256_hex}` is accepted
-    too). Raises `ManifestError` naming the file when the manifest is missing or unreadable, a listed file is
-    missing or its checksum differs, or a file that could be loaded is not listed.
-    """
-    directory = Path(directory)
-    path = directory / MANIFEST
-    if not path.is_file():
-        raise ManifestError(f"{directory}: no {MANIFEST}; shipped models must carry sha256 checksums")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{path}: unreadable manifest ({exc})") from exc
-    files = data.get("files", data) if isinstance(data, dict) else None
-    if not isinstance(files, dict) or not files or not all(isinstance(v, str) for v in files.values()):
-        raise ManifestError(f"{path}: expected {{'files': {{path: sha256}}}}, got {str(data)[:120]}")
-    for rel, expected in files.items():
-        file = directory / rel
-        if not file.is_file():
-            raise ManifestError(f"{directory}: {rel} is listed in {MANIFEST} but missing")
-        actual = sha256_file(file)
-        if actual != expected.lower():
-            raise ManifestError(
-                f"{directory}: checksum mismatch for {rel} (manifest {expected[:12]}..., file {actual[:12]}...); "
-                "the file was modified or corrupted: reinstall ernie-zoo"
-            )
-    unlisted = sorted(set(_model_files(directory)) - set(files))
-    if unlisted:
-        raise ManifestError(f"{directory}: files not listed in {MANIFEST}: {unlisted}")
-    return dict(files)
 
 
 # ----------------------------------------------------------------------------------------------- resolution
@@ -167,8 +106,8 @@ def resolve_model(
 # ----------------------------------------------------------------------------------------------- devices
 def check_precision(precision: str, device: torch.device) -> None:
     """fp16/bf16 are for GPUs (bf16 is allowed on CPU but slow there); int8 dynamic quantization is CPU only."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision not in INFERENCE_PRECISIONS:
+        raise ValueError(f"precision must be one of {INFERENCE_PRECISIONS}, got {precision!r}")
     if precision == "fp16" and device.type == "cpu":
         raise ValueError(
             "precision='fp16' needs a GPU: CPU kernels for float16 are missing or very slow. "
@@ -308,7 +247,10 @@ def load_model(
         if source.kind != "hub":  # links, config values, tokenizer.json, blank or corrupt weights
             check_model_dir(source.location)
         if source.kind == "shipped":
-            verify_manifest(source.location)
+            try:
+                verify_manifest(source.location, complete=True)
+            except ManifestError as exc:
+                raise ManifestError(source.location, f"{exc.problem}; reinstall ernie-zoo") from exc
         try:
             if source.kind != "hub" and not any(
                 (Path(source.location) / f).is_file() for f in _TOKENIZER_FILES
@@ -367,7 +309,7 @@ __all__ = [
     "ManifestError",
     "ModelNotFoundError",
     "ModelSource",
-    "PRECISIONS",
+    "INFERENCE_PRECISIONS",
     "SHIPPED_MODELS",
     "ZOO_DIR",
     "check_precision",

@@ -47,10 +47,10 @@ from torch import nn
 
 from ernie_zoo.models.crf import LinearChainCRF
 from ernie_zoo.models.crf_tagger import default_crf_mask, viterbi_predictions
-from ernie_zoo.utils import atomic_directory
+from ernie_zoo.utils import atomic_directory, verify_manifest, write_manifest
 from ernie_zoo.version import __version__
 
-from .models import LoadedModel, ModelSource, load_model, verify_manifest, write_manifest
+from .models import LoadedModel, ModelSource, load_model
 from .onnx_int8 import quantize_graph
 
 logger = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ def read_spec(directory: str | os.PathLike) -> dict[str, Any]:
             f"{directory} has no {SPEC_FILE}: backend='onnxruntime' runs a directory written by "
             f"`ernie-zoo export --onnx MODEL_DIR OUT_DIR`"
         )
-    verify_manifest(directory)  # sha256 of every file before any of them is read
+    verify_manifest(directory, complete=True)  # sha256 of every file before any of them is read
     try:
         spec = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -14,7 +14,7 @@ import torch
 
 from ernie_zoo.utils import resolve_device
 
-from .models import PRECISIONS, check_precision, default_precision, load_model, resolve_model
+from .models import INFERENCE_PRECISIONS, check_precision, default_precision, load_model, resolve_model
 from .onnx import BACKENDS, load_onnx_model, onnx_default_precision
 from .onnx import OUTPUTS as ONNX_TASKS
 from .task import TASKS, Settings, Task, build_options, get_task
@@ -79,8 +79,8 @@ class Taskflow:
         if backend not in BACKENDS:
             hint = " (the word segmenter is the `segmenter` option)" if backend in ("rjieba", "jieba") else ""
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}{hint}")
-        if precision is not None and precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
+        if precision is not None and precision not in INFERENCE_PRECISIONS:
+            raise ValueError(f"precision must be one of {INFERENCE_PRECISIONS} or None, got {precision!r}")
         default_model = cls.default_model
         if mode is not None:
             if not cls.modes:

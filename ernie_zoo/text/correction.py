@@ -41,16 +41,14 @@ def correction_scores(
             det_tp += len(wrong & changed)
             cor_tp += sum(1 for i in wrong & changed if pred[i] == tgt[i])
     n = len(sources)
-    precision = tp / (tp + fp) if tp > 0 else 0.0
-    recall = tp / (tp + fn) if tp > 0 else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    sentence = prf(tp, fp, fn)
     det = prf(det_tp, n_changed - det_tp, n_wrong - det_tp)
     cor = prf(cor_tp, n_changed - cor_tp, n_wrong - cor_tp)
     return {
         "sentence_accuracy": (tp + tn) / n if n else 0.0,
-        "sentence_precision": precision,
-        "sentence_recall": recall,
-        "sentence_f1": f1,
+        "sentence_precision": sentence["precision"],
+        "sentence_recall": sentence["recall"],
+        "sentence_f1": sentence["f1"],
         "char_detection_precision": det["precision"],
         "char_detection_recall": det["recall"],
         "char_detection_f1": det["f1"],

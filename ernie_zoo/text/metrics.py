@@ -24,12 +24,15 @@ from typing import Any
 from .tags import Span, as_span
 
 
-def prf(tp: int, fp: int, fn: int) -> dict[str, float | int]:
-    """Precision, recall, F1 from counts (0.0 where a denominator is 0), with the counts themselves."""
+def prf(tp: int, fp: int, fn: int, *, counts: bool = True) -> dict[str, float | int]:
+    """Precision, recall, F1 from counts (0.0 where a denominator is 0), with the counts themselves unless
+    `counts=False`. The one P/R/F1 of the package: entity spans, CSC sentences and characters, fine-tuning's
+    classification and multi-label scores, character-overlap F1."""
     p = tp / (tp + fp) if tp + fp else 0.0
     r = tp / (tp + fn) if tp + fn else 0.0
     f = 2 * p * r / (p + r) if p + r else 0.0
-    return {"precision": p, "recall": r, "f1": f, "tp": tp, "fp": fp, "fn": fn}
+    scores = {"precision": p, "recall": r, "f1": f}
+    return {**scores, "tp": tp, "fp": fp, "fn": fn} if counts else scores
 
 
 def _match_overlap(gold: list[Span], pred: list[Span]) -> int:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ernie_zoo.utils import MANIFEST, sha256_file, verify_manifest
+from ernie_zoo.utils import MANIFEST, ManifestError, read_manifest, verify_manifest, write_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -130,15 +130,9 @@ def save_checkpoint(
             barrier()
         if not is_main:
             return final
-        files = {}
-        for file in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            with open(file, "rb") as f:
-                os.fsync(f.fileno())
-            files[file.relative_to(tmp).as_posix()] = {
-                "size": file.stat().st_size,
-                "sha256": sha256_file(file),
-            }
-        write_json(tmp / MANIFEST, {"step": step, "files": files})
+        write_manifest(
+            tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()), step=step
+        )
         _fsync_dir(tmp)
         if final.exists():  # a re-run of the same step: replace it (the old copy is removed after the swap)
             old = root / f".checkpoint-{step}.tmp-old-{os.getpid()}"
@@ -163,7 +157,11 @@ def save_checkpoint(
 def verify_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = ()) -> str | None:
     """None if the checkpoint matches its manifest (every file present, same size and sha256), else a
     sentence saying what is wrong. `required`: files that must be listed in the manifest."""
-    return verify_manifest(path, required)
+    try:
+        verify_manifest(path, required)
+    except ManifestError as exc:
+        return exc.problem
+    return None
 
 
 def latest_valid_checkpoint(
@@ -213,7 +211,7 @@ def _check(path: Path, *, verified: bool = False) -> str | None:
     if not verified and known is not None and known[0] == stats:
         return known[2]
     problem = None if verified else verify_checkpoint(path)
-    names = frozenset(read_json(path / MANIFEST)["files"]) if problem is None else None
+    names = frozenset(read_manifest(path)) if problem is None else None
     _checked[key] = (stats, names, problem)
     if problem is not None:
         logger.warning("%s is not a valid checkpoint (%s): rotation does not count it", path, problem)
