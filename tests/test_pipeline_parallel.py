@@ -231,6 +231,201 @@ def test_pp2_dp2_matches_one_process(tmp_path, reference):
         assert _held_layers(res) == ({0, 1} if res["pp_rank"] == 0 else {2, 3})
 
 
+# ------------------------------------------------------------------ the ernie-pretrain loop on 2 ranks
+TINY = REPO / "recipes" / "pretrain" / "tiny-cpu.yaml"
+SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ernie_pretrain_pipeline_resumes_exactly_and_consolidates(tmp_path, tiny_tokenizer, capsys):
+    """`ernie-pretrain` with `distributed.backend: pipeline` (PP 2, dropout on, eval every 2 steps through the
+    forward-only path) on 2 gloo ranks: a run SIGKILLed after step 4 and restarted logs the same losses, grad norms
+    and eval losses as an uninterrupted 6-step run and ends on the same weights, bit for bit; `ernie-zoo
+    consolidate` turns its checkpoint into a from_pretrained directory with those weights."""
+    from safetensors.torch import load_file
+
+    from ernie_zoo.cli import main as cli
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    tiny_tokenizer.save_pretrained(tmp_path / "tok")
+
+    def pretrain(out: Path, env: dict | None = None) -> None:
+        run_local_ranks(
+            ["-m", "ernie_zoo.training.pretrain", str(TINY), "--output_dir", str(out)]
+            + [
+                "--tokenizer.path",
+                str(tmp_path / "tok"),
+                "--max_steps",
+                "6",
+                "--data.files",
+                f"[{SENTENCES}]",
+            ]
+            + [
+                "--distributed.backend",
+                "pipeline",
+                "--distributed.pp_size",
+                "2",
+                "--checkpoint.interval",
+                "2",
+            ]
+            + ["--eval.interval", "2", "--eval.batch_size", "3", "--logging.interval", "1"]
+            + [
+                "--logging.progress_bar",
+                "false",
+                "--logging.tensorboard",
+                "false",
+                "--optim.warmup_steps",
+                "1",
+            ],
+            nproc=2,
+            timeout=600,
+            cwd=REPO,
+            env=env,
+        )
+
+    pretrain(tmp_path / "straight")
+    with pytest.raises(RuntimeError, match="failed"):  # both ranks SIGKILL themselves after step 4
+        pretrain(tmp_path / "resumed", env={"ERNIE_ZOO_TEST_KILL_AT_STEP": "4"})
+    assert (tmp_path / "resumed" / "checkpoint-4").is_dir()
+    pretrain(tmp_path / "resumed")  # continues from checkpoint-4
+    straight = read_metrics(tmp_path / "straight" / "metrics.jsonl")
+    resumed = {(r["step"], tuple(sorted(r))): r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl")}
+    train = [r for r in straight if "train/loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in straight if "eval/loss" in r] == [2, 4, 6]
+    for r in straight:
+        twin = resumed[r["step"], tuple(sorted(r))]
+        for key in ("train/loss", "train/grad_norm", "eval/loss"):
+            if key in r:
+                assert twin[key] == r[key], (r["step"], key)  # the same floats: exact resume
+    a = load_file(str(tmp_path / "straight" / "checkpoint-6" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    shards = {p.name for p in (tmp_path / "straight" / "checkpoint-6" / "pipeline").iterdir()}
+    assert {"pp000-tp000.safetensors", "pp001-tp000.safetensors", "layout.json"} <= shards
+
+    out = tmp_path / "model"
+    assert cli(["consolidate", str(tmp_path / "straight" / "checkpoint-6"), str(out)]) == 0
+    merged = load_file(str(out / "model.safetensors"))
+    assert merged.keys() == a.keys() and all(torch.equal(merged[k], a[k]) for k in a)
+    assert (out / "tokenizer_config.json").is_file()
+    # loaded with AutoModelForMaskedLM and checked against the checkpoint's own export
+    assert "logits match" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ splitting, no ranks
+def test_stage_layers_are_contiguous_and_balanced():
+    from ernie_zoo.parallel.pipeline import bubble_fraction, rank_stages, stage_layers
+
+    assert stage_layers(4, 2) == [range(0, 2), range(2, 4)]
+    assert stage_layers(5, 2) == [range(0, 2), range(2, 5)]  # the extra layer away from the embeddings
+    assert stage_layers(24, 4)[3] == range(18, 24)
+    assert rank_stages(1, 2, 2) == [1, 3]
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
+    with pytest.raises(ValueError, match="3 layers cannot fill 4 pipeline stages"):
+        stage_layers(3, 4)
+
+
+def test_prune_keeps_names_and_the_tied_embedding_on_the_last_stage():
+    from ernie_zoo.parallel.pipeline import ENCODER_SPLIT, prune_to_stages, tied_weights
+
+    whole = _model()
+    names = dict(whole.state_dict())
+    assert tied_weights(ENCODER_SPLIT, whole) == ["ernie.embeddings.word_embeddings.weight"]
+    first, last, middle = _model(), _model(), _model()
+    assert prune_to_stages(first, ENCODER_SPLIT, [0], 3) == {0: [0]}
+    assert prune_to_stages(last, ENCODER_SPLIT, [2], 3) == {2: [2, 3]}
+    prune_to_stages(middle, ENCODER_SPLIT, [1], 3)
+    for stage in (first, last, middle):  # every name is the whole model's, with the same value
+        for key, value in stage.state_dict().items():
+            assert torch.equal(value, names[key]), key
+    assert not any(k.startswith("cls.") for k in first.state_dict())
+    assert {k.split(".")[3] for k in middle.state_dict() if "encoder.layer" in k} == {"1"}
+    assert not any(k.startswith(("cls.", "ernie.embeddings")) for k in middle.state_dict())
+    # the last stage: the head, still tied to a word-embedding matrix of the same name, and nothing else of
+    # the embeddings
+    emb = last.ernie.embeddings.word_embeddings.weight
+    assert last.cls.predictions.decoder.weight is emb
+    assert [k for k in last.state_dict() if k.startswith("ernie.embeddings")] == [
+        "ernie.embeddings.word_embeddings.weight"
+    ]
+    # an untied head keeps no embedding copy
+    untied = _model()
+    untied.cls.predictions.decoder.weight = torch.nn.Parameter(untied.cls.predictions.decoder.weight.clone())
+    assert tied_weights(ENCODER_SPLIT, untied) == []
+    prune_to_stages(untied, ENCODER_SPLIT, [1], 2)
+    assert untied.ernie.embeddings is None
+
+
+def test_decoder_split_prunes_ernie45_the_same_way():
+    """The split is data: transformers' Ernie4_5ForCausalLM (the decoder family) splits with DECODER_SPLIT,
+    lm_head staying tied to a copy of the token embeddings on the last stage."""
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    from ernie_zoo.parallel.pipeline import DECODER_SPLIT, prune_to_stages, tied_weights
+
+    config = Ernie4_5Config(
+        num_hidden_layers=4,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        tie_word_embeddings=True,
+    )
+    model = Ernie4_5ForCausalLM(config)
+    assert tied_weights(DECODER_SPLIT, model) == ["model.embed_tokens.weight"]
+    whole = set(model.state_dict())
+    prune_to_stages(model, DECODER_SPLIT, [1], 2)
+    held = set(model.state_dict())
+    assert held <= whole
+    assert {k.split(".")[2] for k in held if k.startswith("model.layers.")} == {"2", "3"}
+    assert model.lm_head.weight is model.model.embed_tokens.weight and model.model.norm is not None
+
+
+def test_recipe_rules_for_the_pipeline_backend():
+    from ernie_zoo.training.recipe import DistributedArgs, MaskingArgs, PretrainRecipe
+
+    def check(message: str, **kwargs) -> None:
+        with pytest.raises(ValueError, match=message):
+            DistributedArgs(**kwargs).validate()
+
+    check("distributed.pp_size.*needs distributed.backend pipeline", backend="deepspeed", pp_size=2)
+    check("distributed.pp_size.*must be >= 2", backend="pipeline")
+    check(
+        "distributed.pp_schedule.*must be one of 1f1b, interleaved",
+        backend="pipeline",
+        pp_size=2,
+        pp_schedule="gpipe",
+    )
+    check(
+        "distributed.zero_stage.*needs distributed.backend deepspeed",
+        backend="pipeline",
+        pp_size=2,
+        zero_stage=1,
+    )
+    DistributedArgs(backend="pipeline", pp_size=2, tp_size=2, recompute="full").validate()
+    pipeline = DistributedArgs(backend="pipeline", pp_size=2)
+    with pytest.raises(ValueError, match="'precision' = 'bf16'.*fp32 only"):
+        PretrainRecipe(precision="bf16", distributed=pipeline).validate()
+    sentiment = MaskingArgs(schedule=[{"strategy": "sentiment", "until_step": None}])
+    with pytest.raises(ValueError, match="masking.polarity_weight.*word-polarity head"):
+        PretrainRecipe(masking=sentiment, distributed=pipeline).validate()
+
+
+def test_micro_batch_must_split_into_pipeline_micro_batches():
+    from ernie_zoo.training.pipeline_engine import PipelineEngine
+
+    recipe = _recipe(6, 1, pp_size=2, pp_microbatches=4)
+    with pytest.raises(
+        ValueError, match="micro_batch_size 6 does not split into distributed.pp_microbatches 4"
+    ):
+        PipelineEngine(recipe, _model(), torch.device("cpu"))
+
+
 # ---------------------------------------------------------------------------------------------- worker
 def _worker(out_dir: str, layout: str) -> None:
     import torch.distributed as dist
