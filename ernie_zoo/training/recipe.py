@@ -226,7 +226,8 @@ class DistributedArgs:
     default."""
     pp_size: int = 1
     """pipeline backend: pipeline stages (>= 2): the encoder's layers split into this many contiguous runs, the
-    embeddings on the first, the MLM head on the last (docs/scale.md, Pipeline parallelism)."""
+    embeddings on the first, the MLM head on the last (docs/scale.md, Pipeline parallelism). tp_size (each stage's
+    TP plan layers DTensor-sharded; null: 1), recompute and timeout_s apply to this backend as to deepspeed."""
     pp_schedule: str = "1f1b"
     """pipeline backend: 1f1b (one stage per rank) or interleaved (pp_virtual_stages stages per rank, a smaller
     bubble for more point-to-point traffic)."""
@@ -238,15 +239,14 @@ class DistributedArgs:
     tp_size: int | None = None
     """deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this many
     ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
-    autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap). pipeline
-    backend: each stage's TP plan layers split over this many ranks (DTensor); null: 1."""
+    autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap)."""
     zero_stage: int | None = None
     """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's."""
     recompute: str = "none"
-    """deepspeed and pipeline backends: full recomputes every encoder layer in backward (activation checkpointing); none keeps
+    """deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none keeps
     activations. Fine-tuning: none only."""
     timeout_s: float = DEFAULT_TIMEOUT_S
-    """deepspeed and pipeline backends: seconds a collective waits for the other ranks before it fails, so a rank that died or
+    """deepspeed backend: seconds a collective waits for the other ranks before it fails, so a rank that died or
     hangs ends the step on every rank and the launcher restarts the job from the newest valid checkpoint
     (docs/scale.md, Failures and restarts); keep it above the slowest legitimate wait (a checkpoint save)."""
     offload_optimizer: str | None = None
