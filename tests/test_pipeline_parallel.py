@@ -11,7 +11,8 @@ so stages are rebuilt for new shapes and the padding mask travels with the activ
 Every run: the same per-step losses and grad norms (clipping at 1.0 active), the same LR, final weights joined
 from the stage shards equal to the reference's; each rank holds only its stage's layers (and TP halves); the
 checkpoint the engine writes is a from_pretrained directory `AutoModelForMaskedLM` loads; a checkpoint written
-before the last step, loaded into a fresh engine, reproduces the last step bit for bit.
+before the last step, loaded into a fresh engine, reproduces the last step bit for bit; the forward-only path
+(evaluation) gives the reference's loss of the trained model.
 
 Tolerances (fp32): losses and grad norms 1e-5 relative (chunked sums and collectives add in another order than
 one process); weights after 3 AdamW steps of lr 1e-2: 5e-5 absolute (a weight moves up to 3e-2). Measured maxima
@@ -118,7 +119,17 @@ def _reference() -> dict:
         losses.append(loss.item())
         lrs.append(engine.lr)
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
-    return {"losses": losses, "norms": norms, "lrs": lrs, "params": params}
+    return {"losses": losses, "norms": norms, "lrs": lrs, "params": params, "eval": _eval_loss(engine)}
+
+
+def _eval_loss(engine) -> float:
+    """The trained model's loss on step 0's batch, forward only (the pipeline: stage after stage, no micro
+    batches)."""
+    engine.model.eval()
+    with torch.no_grad():
+        loss, _, _ = engine.loss(_global_batch(0))
+    engine.model.train()
+    return loss.item()
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +162,7 @@ def _check(tmp_path: Path, results: list[dict], reference: dict, layout: str) ->
         loss_diff = max(loss_diff, *(abs(a - b) for a, b in zip(res["losses"], reference["losses"])))
         norm_diff = max(norm_diff, *(abs(a - b) / b for a, b in zip(res["norms"], reference["norms"])))
         assert res["resumed_max_diff"] == 0.0  # the resumed last step: bit for bit
+        assert res["eval"] == pytest.approx(reference["eval"], rel=LOSS_RTOL)
     ckpt = tmp_path / "final"
     final = load_file(str(ckpt / "model.safetensors"))
     ref = reference["params"]
@@ -466,6 +478,7 @@ def _worker(out_dir: str, layout: str) -> None:
         norms.append(norm)
         lrs.append(engine.lr)
     engine.save(out / "final")
+    evaluated = _eval_loss(engine)
     final = {k: v.clone() for k, v in engine.local_state().items()}
     shapes = {
         n: list((p.to_local() if isinstance(p, DTensor) else p).shape)
@@ -498,6 +511,7 @@ def _worker(out_dir: str, layout: str) -> None:
         "dp_rank": engine.dp_rank,
         "tied_copies_equal": tied_equal,
         "resumed_max_diff": diff,
+        "eval": evaluated,
         "num_parameters": engine.num_parameters(),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))

@@ -178,6 +178,10 @@ class PipelineEngine:
         ]
         # fused AdamW: one kernel over the stage's parameters (as the single-device engine); DTensor shards: foreach
         self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=self.tp == 1)
+        if recipe.sparse_last_layer and self.is_main:
+            logger.info(
+                "sparse_last_layer is not used by the pipeline backend: the last stage runs every position"
+            )
         self._schedule_key: tuple | None = None
         self._schedule: Any = None
         logger.info(
