@@ -396,6 +396,7 @@ def test_decoder_split_prunes_ernie45_the_same_way():
     assert held <= whole
     assert {k.split(".")[2] for k in held if k.startswith("model.layers.")} == {"2", "3"}
     assert model.lm_head.weight is model.model.embed_tokens.weight and model.model.norm is not None
+    assert model.model.rotary_emb is not None  # no parameters: every stage keeps it
 
 
 def test_recipe_rules_for_the_pipeline_backend():
