@@ -1,5 +1,5 @@
 """`ernie-zoo consolidate CHECKPOINT_DIR OUT_DIR`: a sharded checkpoint of the DeepSpeed backend (ZeRO-3,
-optionally tensor-parallel) -> a plain `from_pretrained` directory (config.json, model.safetensors,
+optionally tensor-parallel) or of the pipeline backend (stages, optionally tensor-parallel) -> a plain `from_pretrained` directory (config.json, model.safetensors,
 tokenizer files), written atomically and checked by loading it with AutoModelForMaskedLM.
 
     ernie-zoo consolidate runs/ernie-100b/checkpoint-20000 models/ernie-100b --dtype bf16
@@ -17,7 +17,7 @@ class Args:
     """Turn a sharded checkpoint into a from_pretrained directory."""
 
     checkpoint_dir: str
-    """A checkpoint-<step> directory with zero/rank<N> shards."""
+    """A checkpoint-<step> directory with zero/rank<N> shards (deepspeed) or pipeline/pp<P>-tp<T> shards."""
     out_dir: str
     """The from_pretrained directory to write (atomically)."""
     tokenizer: str = "auto"

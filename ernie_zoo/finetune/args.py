@@ -326,6 +326,7 @@ class FinetuneArgs:
         d = self.distributed
         d.validate()
         check(d.recompute == "none", "distributed.recompute", d.recompute, "fine-tuning supports none only")
+        check(d.backend != "pipeline", "distributed.backend", d.backend, "pipeline is ernie-pretrain's only")
         if d.backend == "single":
             return
         # Methods the deepspeed backend runs are tested under ZeRO-3 against one process (`Method.deepspeed`).

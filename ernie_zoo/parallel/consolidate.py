@@ -1,4 +1,5 @@
-"""Turn a sharded DeepSpeed checkpoint (ZeRO-3, optionally AutoTP) into a plain `from_pretrained` directory.
+"""Turn a sharded checkpoint (DeepSpeed ZeRO-3, optionally AutoTP; or the pipeline backend's stages, optionally
+TP-sharded: `read_pipeline_checkpoint`) into a plain `from_pretrained` directory.
 
 Every rank of a `DeepSpeedEngine` run writes `zero/rank<NNNNN>.safetensors` (its fp32 master partition as
 `fp32_flat.<i>`, plus Adam moments) and `.json` (the layout: which parameters each flat group holds, in which
@@ -206,6 +207,71 @@ def _merge_tp(name: str, shards: list[torch.Tensor], full: list[int]) -> torch.T
     return merged
 
 
+PIPELINE_DIR = "pipeline"
+
+
+def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(ErnieZooConfig, {name: full tensor}) from a checkpoint of `distributed.backend: pipeline`: the weights and
+    buffers of every stage (`pipeline/pp<P>-tp<T>.safetensors`, written by data-parallel replica 0) joined by name,
+    TP shards concatenated along their split dimension (`_merge_tp`); tied copies once (as `save_pretrained`).
+
+        pp000-tp000 ┐ TP join   embeddings, layers 0..k          ┐
+        pp000-tp001 ┘                                             ├─ union by name ─> the whole model
+        pp001-tp000 ┐ TP join   layers k.., MLM head (+ the tied ┘
+        pp001-tp001 ┘           word embeddings: equal, read once)
+    """
+    from safetensors import safe_open
+
+    from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+    from ernie_zoo.utils import tied_names
+
+    path = Path(checkpoint_dir)
+    meta_file = path / PIPELINE_DIR / "layout.json"
+    if not meta_file.is_file():
+        raise ValueError(
+            f"{path} has no {PIPELINE_DIR}/layout.json: not a checkpoint of the pipeline backend"
+        )
+    from ernie_zoo.utils import MANIFEST, verify_manifest
+
+    if (path / MANIFEST).is_file():  # a published checkpoint: sizes and sha256 of every file
+        problem = verify_manifest(path)
+        if problem is not None:
+            raise ValueError(f"{path}: {problem}")
+    meta = _read_json(meta_file)
+    pp, tp = int(meta.get("pp_size") or 0), int(meta.get("tp_size") or 0)
+    if pp < 1 or tp < 1:
+        raise ValueError(f"{meta_file}: no valid pp_size / tp_size")
+    files = {
+        (p, t): path / PIPELINE_DIR / f"pp{p:03d}-tp{t:03d}.safetensors" for p in range(pp) for t in range(tp)
+    }
+    missing = [f.name for f in files.values() if not f.is_file()]
+    if missing:
+        raise ValueError(
+            f"{path}: the pipeline checkpoint of {pp} x {tp} ranks is missing {', '.join(missing)}"
+        )
+    config = ErnieZooConfig.from_pretrained(str(path))
+    with torch.device("meta"):
+        skeleton = ErnieZooForMaskedLM(config)
+    tied = tied_names(skeleton)
+    full = {k: list(v.shape) for k, v in skeleton.state_dict().items() if k not in tied}
+    state: dict[str, torch.Tensor] = {}
+    for p in range(pp):
+        try:
+            handles = [safe_open(str(files[p, t]), framework="pt") for t in range(tp)]
+        except Exception as err:  # safetensors raises its own error types for a bad header or a short file
+            raise ValueError(f"{path}: corrupt pipeline shard of stage rank {p} ({err})") from None
+        for name in handles[0].keys():
+            if name in state:  # the tied word embeddings, on the first and the last stage alike
+                continue
+            if name not in full:
+                raise ValueError(f"{files[p, 0]}: {name} is not a tensor of the model config.json describes")
+            state[name] = _merge_tp(name, [h.get_tensor(name) for h in handles], full[name])
+    absent = [k for k in full if k not in state]
+    if absent:
+        raise ValueError(f"{path}: no stage holds {absent[:5]} ({len(absent)} tensors)")
+    return config, state
+
+
 def _find_tokenizer(checkpoint_dir: Path) -> Path | None:
     """The checkpoint's own tokenizer files, else the run directory's `tokenizer/` (what ernie-pretrain saves)."""
     for candidate in (checkpoint_dir, checkpoint_dir.parent / "tokenizer"):
@@ -225,7 +291,7 @@ def consolidate_checkpoint(
     """Write `out_dir` = config.json + model.safetensors (+ tokenizer files) from a sharded checkpoint, atomically.
 
     Args:
-        checkpoint_dir: a `checkpoint-<step>` directory of a `distributed.backend: deepspeed` run.
+        checkpoint_dir: a `checkpoint-<step>` directory of a `distributed.backend: deepspeed` or `pipeline` run.
         out_dir: the `from_pretrained` directory to create.
         tokenizer: a tokenizer directory to copy; "auto": the checkpoint's own, else `<run>/tokenizer`
             (raises ValueError if there is none); None: weights only.
@@ -250,7 +316,8 @@ def consolidate_checkpoint(
         raise ValueError(f"{out} exists; choose another output directory or overwrite it")
     if out.resolve() == path.resolve():
         raise ValueError("the output directory must differ from the checkpoint directory")
-    config, params = read_zero_checkpoint(path)
+    pipeline = (path / PIPELINE_DIR).is_dir()
+    config, params = read_pipeline_checkpoint(path) if pipeline else read_zero_checkpoint(path)
 
     tok_dir = None
     if tokenizer == "auto":
@@ -280,8 +347,9 @@ def consolidate_checkpoint(
     param_names = {name for name, _ in skeleton.named_parameters()}
     buffer_names = [k for k in skeleton.state_dict() if k not in param_names and k not in tied]
     export = path / MODEL_FILE
-    buffers: dict[str, torch.Tensor] = {}
-    if buffer_names and export.is_file():
+    # a pipeline checkpoint carries the first stage's buffers (the character tables) with its weights
+    buffers = {k: params.pop(k) for k in buffer_names if k in params}
+    if len(buffers) < len(buffer_names) and export.is_file():
         with safe_open(str(export), framework="pt") as f:
             buffers = {k: f.get_tensor(k) for k in buffer_names if k in f.keys()}
     if len(buffers) < len(buffer_names):
@@ -369,4 +437,4 @@ def _file_dtype(path: Path) -> torch.dtype:
     return torch.float32
 
 
-__all__ = ["DTYPES", "consolidate_checkpoint", "read_zero_checkpoint"]
+__all__ = ["DTYPES", "consolidate_checkpoint", "read_pipeline_checkpoint", "read_zero_checkpoint"]

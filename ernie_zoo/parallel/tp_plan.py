@@ -53,7 +53,7 @@ def tp_plan_for(model: nn.Module) -> dict[str, str]:
     """The TP plan with keys as paths in `model`, restricted to entries that exist in it.
 
     Works for the base model, head models (keys get the `ernie.` prefix) and models wrapped around them
-    (peft: `base_model.model.ernie.`): the prefix is the path of the first layer's query Linear. Raises
+    (peft: `base_model.model.ernie.`) and pipeline stages: the prefix is the path of a layer's query Linear. Raises
     ValueError if a transformer-layer entry matches nothing, which would mean the architecture changed under
     the plan.
     """
@@ -63,8 +63,9 @@ def tp_plan_for(model: nn.Module) -> dict[str, str]:
         "ernie4_5"
     ):
         return _decoder_plan(model, names)
-    anchor = "encoder.layer.0.attention.self.query"
-    prefixes = [name[: -len(anchor)] for name in names if name == anchor or name.endswith("." + anchor)]
+    # any layer's query Linear (a pipeline stage holds layers k.. only, `parallel.pipeline`)
+    anchor = re.compile(r"(^|.*\.)encoder\.layer\.\d+\.attention\.self\.query$")
+    prefixes = [m.group(1) for m in map(anchor.match, names) if m]
     if prefixes:
         prefix = prefixes[0]
     else:  # no encoder layer: the error below names the entry

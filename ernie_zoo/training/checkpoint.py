@@ -287,6 +287,10 @@ def save_optimizer_state(
     for index, entries in state["state"].items():
         for key, value in entries.items():
             if isinstance(value, torch.Tensor):
+                if hasattr(
+                    value, "to_local"
+                ):  # a DTensor (a TP-sharded parameter's moment): this rank's shard
+                    value = value.to_local()
                 tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
             else:
                 scalars.setdefault(str(index), {})[key] = value

@@ -312,6 +312,7 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 ENGINES: dict[str, Any] = {
     "single": SingleDeviceEngine,
     "deepspeed": "ernie_zoo.training.deepspeed_engine:engine_factory",
+    "pipeline": "ernie_zoo.training.pipeline_engine:engine_factory",
 }
 
 #: distributed.backend -> model builder `(config, recipe, tokenizer)` for backends that build the model their

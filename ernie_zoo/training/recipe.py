@@ -215,8 +215,10 @@ class DistributedArgs:
     """How training is spread over processes and devices (ernie-pretrain and ernie-finetune alike)."""
 
     backend: str = "single"
-    """single (one process, one device) or deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher
-    such as torchrun or deepspeed starts, ernie_zoo.parallel.deepspeed_backend; gloo on CPU). Fine-tuning
+    """single (one process, one device), deepspeed (DeepSpeed ZeRO data parallelism over the ranks a launcher
+    such as torchrun or deepspeed starts, ernie_zoo.parallel.deepspeed_backend; gloo on CPU) or pipeline
+    (ernie-pretrain only: pipeline parallelism over pp_size stages x tp_size tensor parallelism x data
+    parallelism over the remaining ranks, ernie_zoo.training.pipeline_engine). Fine-tuning
     under deepspeed splits every batch of train.batch_size examples over the ranks, runs method full or lora
     only, takes train.device as each rank's own, and resumes with the same number of ranks under ZeRO stage 3.
     """
@@ -224,6 +226,18 @@ class DistributedArgs:
     """deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch sizes, gradient
     accumulation and clipping (and, pretraining, precision) are written over it. null: the built-in ZeRO-3
     default."""
+    pp_size: int = 1
+    """pipeline backend: pipeline stages (>= 2): the encoder's layers split into this many contiguous runs, the
+    embeddings on the first, the MLM head on the last (docs/scale.md, Pipeline parallelism). tp_size (each stage's
+    TP plan layers DTensor-sharded; null: 1), recompute and timeout_s apply to this backend as to deepspeed."""
+    pp_schedule: str = "1f1b"
+    """pipeline backend: 1f1b (one stage per rank) or interleaved (pp_virtual_stages stages per rank, a smaller
+    bubble for more point-to-point traffic)."""
+    pp_microbatches: int | None = None
+    """pipeline backend: pipeline micro batches each micro batch is cut into (micro_batch_size must be a multiple);
+    null: pp_size. The bubble is (pp_size - 1) / (pp_microbatches + pp_size - 1)."""
+    pp_virtual_stages: int = 2
+    """pipeline backend, schedule interleaved: stages per rank (stage s runs on pipeline rank s % pp_size)."""
     tp_size: int | None = None
     """deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this many
     ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
@@ -251,7 +265,12 @@ class DistributedArgs:
 
     def validate(self) -> None:
         """The rules of both commands; raises `ValueError` naming the key."""
-        _check(self.backend in BACKENDS, "distributed.backend", self.backend, "must be single or deepspeed")
+        _check(
+            self.backend in BACKENDS,
+            "distributed.backend",
+            self.backend,
+            "must be single, deepspeed or pipeline",
+        )
         _check(
             self.tp_size is None or self.tp_size >= 1,
             "distributed.tp_size",
@@ -305,6 +324,44 @@ class DistributedArgs:
                 self.offload_optimizer,
                 "optimizer offload needs ZeRO stage 1-3 (distributed.zero_stage is 0)",
             )
+        pipeline = {"pp_size": 1, "pp_schedule": "1f1b", "pp_microbatches": None, "pp_virtual_stages": 2}
+        if self.backend != "pipeline":
+            for key, default in pipeline.items():
+                value = getattr(self, key)
+                _check(value == default, f"distributed.{key}", value, "needs distributed.backend pipeline")
+        else:
+            _check(
+                self.pp_size >= 2, "distributed.pp_size", self.pp_size, "must be >= 2 under backend pipeline"
+            )
+            _check(
+                self.pp_schedule in PP_SCHEDULES,
+                "distributed.pp_schedule",
+                self.pp_schedule,
+                f"must be one of {', '.join(PP_SCHEDULES)}",
+            )
+            _check(
+                self.pp_microbatches is None or self.pp_microbatches >= 1,
+                "distributed.pp_microbatches",
+                self.pp_microbatches,
+                "must be >= 1 or null",
+            )
+            _check(
+                self.pp_virtual_stages >= 2,
+                "distributed.pp_virtual_stages",
+                self.pp_virtual_stages,
+                "must be >= 2 (1 is the 1f1b schedule)",
+            )
+            unset = {"deepspeed_config": None, "zero_stage": None}
+            unset.update(offload_optimizer=None, offload_param=None, nvme_path=None)
+            for key, default in unset.items():
+                value = getattr(self, key)
+                _check(
+                    value == default,
+                    f"distributed.{key}",
+                    value,
+                    "needs distributed.backend deepspeed (the pipeline backend averages gradients over its "
+                    "data-parallel replicas and keeps the optimizer whole on each)",
+                )
         if self.backend == "single":
             unset = {"deepspeed_config": None, "tp_size": None, "zero_stage": None, "recompute": "none"}
             unset["timeout_s"] = DEFAULT_TIMEOUT_S
@@ -380,6 +437,19 @@ class PretrainRecipe:
             self.torch_compile,
             "needs distributed.backend single (DeepSpeed wraps the model in its own hooks)",
         )
+        if self.distributed.backend == "pipeline":
+            _check(
+                self.precision == "fp32",
+                "precision",
+                self.precision,
+                "the pipeline backend runs fp32 only (mixed precision between stages is not built yet)",
+            )
+            _check(
+                not (self.masking.uses_sentiment() and self.masking.polarity_weight > 0),
+                "masking.polarity_weight",
+                self.masking.polarity_weight,
+                "the pipeline backend does not train the word-polarity head: set it to 0 or use another backend",
+            )
         m = self.model
         if m.preset is not None:
             _check(
@@ -492,7 +562,8 @@ class PretrainRecipe:
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DECAYS = ("cosine", "linear", "constant")
-BACKENDS = ("single", "deepspeed")  # the names of ernie_zoo.training.engine.ENGINES
+BACKENDS = ("single", "deepspeed", "pipeline")  # the names of ernie_zoo.training.engine.ENGINES
+PP_SCHEDULES = ("1f1b", "interleaved")  # ernie_zoo.parallel.pipeline.SCHEDULES
 ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 

@@ -1,0 +1,531 @@
+"""Pipeline-parallel pretraining engine (`distributed.backend: pipeline`), composed with tensor and data
+parallelism: the encoder's layers split into stages (`parallel.pipeline`) run by `torch.distributed.pipelining`'s
+1F1B or interleaved 1F1B schedule, each stage optionally TP-sharded by the TP plan (DTensor, `parallel.tp_plan`),
+whole pipelines replicated over data-parallel ranks.
+
+    ranks = dp x pp x tp, a device mesh ("dp", "pp", "tp"); 4 ranks as PP 2 x TP 2:   pp 0: ranks 0 1 (TP pair)
+                                                                                    pp 1: ranks 2 3 (TP pair)
+    stage 0  [embeddings, layers 0..k)   ──h, mask──>  ...  ──>  stage S-1 [layers .., MLM head] ── loss
+             <──────────────────── d loss / d h ─────────────────────
+
+Why `torch.distributed.pipelining` rather than DeepSpeed's PipelineModule: the stages are plain modules of our own
+model (parameter names unchanged, so checkpoints and the TP plan carry over), DTensor TP composes inside a stage,
+the schedules (1F1B, interleaved 1F1B) run on gloo CPU ranks as on NCCL, and the engine keeps the training loop's
+contract. DeepSpeed's pipeline engine wants the model rewritten as a LayerSpec list and owns the loop
+(`train_batch` pulls from its own data iterator), which the one loop (`loop.TrainLoop`) cannot hand it.
+
+The loop's contract, as a pipeline keeps it: `loss(batch)` runs the whole schedule on the micro batch (its
+`distributed.pp_microbatches` chunks flow forward and backward interleaved, so the gradients are accumulated
+there), each chunk's loss being its masked tokens' summed cross-entropy / (the micro batch's masked tokens x
+grad_accum_steps): the sum over chunks is the one-process mean loss of the micro batch, divided as the loop
+divides it. `backward` then has nothing left to do. `step()`: gradients averaged over the data-parallel replicas
+(an all-reduce, DDP's semantics; the optimizer is replicated, not ZeRO-sharded), the tied word-embedding gradient
+summed over the first and last stage, the global norm over every stage (tied weight once, TP shards summed),
+clipping, AdamW, the LR schedule.
+
+Every rank of a pipeline reads the same batch (the sampler shards by data-parallel rank only): the first stage
+takes the inputs, the last the labels. The schedule's buffers are shaped on first use, so a micro batch of a
+new shape (the collator pads to the longest row) gets fresh stages; evaluation runs the stages one after the
+other, forward only (no micro batches).
+
+Checkpoints: every rank of data-parallel replica 0 writes its stage's weights and AdamW state
+(`pipeline/pp<P>-tp<T>.safetensors`, `pipeline/optimizer-pp<P>-tp<T>.*`); rank 0 joins them into the
+checkpoint's `config.json` + `model.safetensors` (a `from_pretrained` directory, `parallel.consolidate`). A resume
+needs the same pp / tp / schedule; a run with another layout starts from the consolidated weights
+(`model.init_from`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ernie_zoo.parallel.pipeline import (
+    ENCODER_SPLIT,
+    build_schedule,
+    prune_to_stages,
+    rank_stages,
+    tied_weights,
+)
+
+from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
+from .engine import optimizer_and_schedule
+
+logger = logging.getLogger(__name__)
+
+PIPELINE_DIR = "pipeline"
+META_FILE = "layout.json"
+#: Batch keys the first stage reads, in this order (those the batch has).
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")
+
+
+def shard_name(pp_rank: int, tp_rank: int) -> str:
+    return f"pp{pp_rank:03d}-tp{tp_rank:03d}"
+
+
+class EncoderStage(nn.Module):
+    """One pipeline stage of ErnieZooForMaskedLM: [embeddings] -> its layers -> (the last: hidden states for the
+    MLM head, which the loss applies at the masked positions only).
+
+    First stage: `forward(*inputs)` in `keys` order; the others: `forward(hidden, mask)`. Every stage but the
+    last returns (hidden (B, T, H), mask (B, T) as float), the padding mask travelling with the activations.
+    recompute "full": each layer recomputed in backward (non-reentrant activation checkpointing, per stage).
+    """
+
+    def __init__(self, model: nn.Module, layers: list[int], first: bool, last: bool, recompute: str):
+        super().__init__()
+        self.config = model.config
+        self.first, self.last, self.recompute = first, last, recompute == "full"
+        stack = model.get_submodule(ENCODER_SPLIT.layers)
+        self.layers = nn.ModuleList([stack[str(i)] for i in layers])
+        self.embeddings = model.ernie.embeddings if first else None
+        self.head = model.cls if last else None
+        self.keys: tuple[str, ...] = ()
+
+    def forward(self, *args: torch.Tensor):
+        from transformers.masking_utils import create_bidirectional_mask
+
+        if self.first:
+            inputs = dict(zip(self.keys, args))
+            emb, ids = self.embeddings, inputs["input_ids"]
+            if emb.char_features is not None:
+                h = emb(
+                    inputs_embeds=emb.embed_tokens(ids, inputs.get("pinyin_ids")),
+                    token_type_ids=inputs.get("token_type_ids"),
+                )
+            else:
+                h = emb(input_ids=ids, token_type_ids=inputs.get("token_type_ids"))
+            mask = inputs["attention_mask"].to(h.dtype)
+        else:
+            h, mask = args
+        extended = create_bidirectional_mask(config=self.config, inputs_embeds=h, attention_mask=mask.long())
+        for layer in self.layers:
+            if self.recompute and torch.is_grad_enabled():
+                h = torch.utils.checkpoint.checkpoint(layer, h, extended, use_reentrant=False)
+            else:
+                h = layer(h, extended)
+        return h if self.last else (h, mask.detach())
+
+
+class PipelineEngine:
+    """`distributed.backend: pipeline` (see the module docstring): the engine contract of `engine.py` over a
+    dp x pp x tp mesh of the ranks the launcher started."""
+
+    backend = "pipeline"
+    last_details = None  # the polarity objective is not pipelined (recipe validation refuses it)
+
+    def __init__(self, recipe: Any, model: nn.Module, device: torch.device):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from ernie_zoo.parallel.distributed import init_from_env
+        from ernie_zoo.parallel.tp_plan import apply_tp, check_tp_divisibility, tp_plan_for
+
+        d = recipe.distributed
+        self.recipe, self.device = recipe, device
+        self.pp, self.tp = int(d.pp_size), int(d.tp_size or 1)
+        self.schedule_name = d.pp_schedule
+        self.virtual = int(d.pp_virtual_stages) if d.pp_schedule == "interleaved" else 1
+        self.n_microbatches = int(d.pp_microbatches or self.pp)
+        self.grad_accum = recipe.grad_accum_steps
+        if recipe.micro_batch_size % self.n_microbatches:
+            raise ValueError(
+                f"micro_batch_size {recipe.micro_batch_size} does not split into distributed.pp_microbatches "
+                f"{self.n_microbatches} equal pipeline micro batches; make it a multiple"
+            )
+        check_tp_divisibility(model.config, self.tp)
+        self.rank, self.world_size, _ = init_from_env(timeout_s=d.timeout_s)
+        if self.world_size % (self.pp * self.tp):
+            raise ValueError(
+                f"{self.world_size} ranks do not divide into distributed.pp_size {self.pp} x tp_size {self.tp} "
+                "(data parallelism takes the rest): launch a multiple of pp_size x tp_size ranks"
+            )
+        self.dp = self.world_size // (self.pp * self.tp)
+        self.mesh = init_device_mesh(
+            device.type, (self.dp, self.pp, self.tp), mesh_dim_names=("dp", "pp", "tp")
+        )
+        self.dp_rank = self.mesh.get_local_rank("dp")
+        self.pp_rank = self.mesh.get_local_rank("pp")
+        self.tp_rank = self.mesh.get_local_rank("tp")
+        self.dp_world_size = self.dp
+        self.is_main = self.rank == 0
+        self.pp_group = self.mesh.get_group("pp")
+        self.dp_group = self.mesh.get_group("dp") if self.dp > 1 else None
+        self.pp_ranks = [int(r) for r in self.mesh["pp"].mesh.tolist()]  # global rank of each pipeline rank
+        self.num_stages = self.pp * self.virtual
+        self.stage_ids = rank_stages(self.pp_rank, self.pp, self.virtual)
+        self.first, self.last = 0 in self.stage_ids, self.num_stages - 1 in self.stage_ids
+
+        tied = tied_weights(ENCODER_SPLIT, model)  # the word embeddings, kept by the first and the last stage
+        self.layers = prune_to_stages(model, ENCODER_SPLIT, self.stage_ids, self.num_stages)
+        self.model = model.to(device)
+        self.tp_plan: dict[str, str] = {}
+        if self.tp > 1:
+            self.tp_plan = tp_plan_for(model)
+            apply_tp(model, self.mesh["tp"], self.tp_plan)
+        params = dict(model.named_parameters())
+        self.tied = [name for name in tied if name in params and (self.first or self.last)]
+        self.tied_group = self._tied_group()
+        self.replica_group = self._replica_group()
+        self.stages = [
+            EncoderStage(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)
+            for s in self.stage_ids
+        ]
+        # fused AdamW: one kernel over the stage's parameters (as the single-device engine); DTensor shards: foreach
+        self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=self.tp == 1)
+        if recipe.sparse_last_layer and self.is_main:
+            logger.info(
+                "sparse_last_layer is not used by the pipeline backend: the last stage runs every position"
+            )
+        self._schedule_key: tuple | None = None
+        self._schedule: Any = None
+        logger.info(
+            "pipeline %s: PP %d (stages %s of %d, layers %s) x TP %d x DP %d, %d micro batches",
+            self.schedule_name,
+            self.pp,
+            self.stage_ids,
+            self.num_stages,
+            [self.layers[s] for s in self.stage_ids],
+            self.tp,
+            self.dp,
+            self.n_microbatches,
+        )
+
+    # ------------------------------------------------------------------------------------- groups
+    def _tied_group(self):
+        """The process group {first-stage rank, last-stage rank} of this rank's (dp, tp) coordinate (every rank
+        creates every group, as `new_group` requires; the first and last pipeline ranks join theirs)."""
+        import torch.distributed as dist
+
+        mine = None
+        grid = self.mesh.mesh  # (dp, pp, tp) global ranks
+        for dp in range(self.dp):
+            for tp in range(self.tp):
+                pair = [int(grid[dp, 0, tp]), int(grid[dp, self.pp - 1, tp])]
+                group = dist.new_group(pair)
+                if self.rank in pair:
+                    mine = group
+        return mine
+
+    # ------------------------------------------------------------------------------------- forward
+    def _inputs(self, batch: dict[str, torch.Tensor]) -> tuple[tuple[str, ...], tuple[torch.Tensor, ...]]:
+        if (
+            batch.get("polarity_labels") is not None
+            and getattr(self.model, "word_polarity", None) is not None
+        ):
+            raise ValueError("the pipeline backend does not train the word-polarity head")
+        batch = dict(batch)
+        if batch.get("attention_mask") is None:
+            batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+        keys = tuple(k for k in INPUT_KEYS if batch.get(k) is not None)
+        return keys, tuple(batch[k].to(self.device) for k in keys)
+
+    def _head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed cross-entropy, correct) of the MLM head at the masked positions of `hidden` (B, T, H)."""
+        selected = labels != -100
+        if not bool(selected.any()):
+            zero = hidden.sum() * 0.0
+            return zero, zero.detach()
+        logits = self.stages[-1].head(hidden[selected])  # (M, V)
+        targets = labels[selected]
+        ce = F.cross_entropy(logits.float(), targets, reduction="sum")
+        return ce, (logits.argmax(-1) == targets).sum().to(ce.dtype)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
+        """(mean masked-LM loss, masked tokens, correct) of a micro batch, the same on every rank of the pipeline.
+        Training (grad enabled, model.train()): the schedule runs forward and backward of its micro batches,
+        accumulating this micro batch's gradients (divided by grad_accum_steps); otherwise forward only."""
+        import torch.distributed as dist
+
+        keys, inputs = self._inputs(batch)
+        labels = batch["labels"].to(self.device)
+        n = int((labels != -100).sum())
+        sums = torch.zeros(
+            2, dtype=torch.float64, device=self.device
+        )  # summed cross-entropy, correct (the last stage's)
+        if torch.is_grad_enabled() and self.model.training:
+            schedule = self._schedule_for(keys, tuple(inputs[0].shape))
+            scale = 1.0 / (max(n, 1) * self.grad_accum)
+
+            def loss_fn(hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+                ce, correct = self._head_loss(hidden, target)
+                sums[0] += float(ce.detach())
+                sums[1] += float(correct)
+                return ce * scale
+
+            self._loss_fn = loss_fn
+            args = inputs if self.first else ()
+            kwargs = {"target": labels, "losses": []} if self.last else {}
+            schedule.step(*args, **kwargs)
+        else:
+            self._forward_only(keys, inputs, labels, sums)
+        dist.broadcast(sums, src=self.pp_ranks[-1], group=self.pp_group)  # the last stage's numbers
+        return torch.tensor(sums[0].item() / max(n, 1)), n, int(sums[1].item())
+
+    def _schedule_for(self, keys: tuple[str, ...], shape: tuple[int, ...]):
+        """The schedule for micro batches of this shape (its stages' buffers are shaped on first use)."""
+        from torch.distributed.pipelining import PipelineStage
+
+        key = (keys, shape)
+        if key != self._schedule_key:
+            # Static shapes: the stages' inputs and outputs given up front, so the schedule does not run a forward
+            # and the loss on dummies to find them (which would consume random numbers: dropout, exact resume).
+            rows, length = shape[0] // self.n_microbatches, shape[1]
+            hidden = torch.empty(
+                rows, length, self.model.config.hidden_size, device="meta", requires_grad=True
+            )
+            mask = torch.empty(rows, length, device="meta")
+            ids = tuple(torch.empty(rows, length, dtype=torch.long, device="meta") for _ in keys)
+            stages = []
+            for stage_id, module in zip(self.stage_ids, self.stages):
+                module.keys = keys
+                inputs = ids if stage_id == 0 else (hidden, mask)
+                outputs = hidden if stage_id == self.num_stages - 1 else (hidden, mask)
+                stages.append(
+                    PipelineStage(
+                        module,
+                        stage_id,
+                        self.num_stages,
+                        self.device,
+                        input_args=inputs,
+                        output_args=outputs,
+                        group=self.pp_group,
+                    )
+                )
+            self._schedule = build_schedule(
+                self.schedule_name,
+                stages,
+                self.n_microbatches,
+                lambda hidden, target: self._loss_fn(hidden, target),
+            )
+            self._schedule_key = key
+        return self._schedule
+
+    @torch.no_grad()
+    def _forward_only(
+        self,
+        keys: tuple[str, ...],
+        inputs: tuple[torch.Tensor, ...],
+        labels: torch.Tensor,
+        sums: torch.Tensor,
+    ) -> None:
+        """Run the stages one after the other on the whole batch (evaluation): each stage receives the hidden
+        states from the rank of the stage before it; the padding mask every rank has already."""
+        import torch.distributed as dist
+
+        mask = inputs[keys.index("attention_mask")]
+        shape = (*mask.shape, self.model.config.hidden_size)
+        for stage_id, module in zip(self.stage_ids, self.stages):
+            if stage_id == 0:
+                module.keys = keys
+                out = module(*inputs)
+            else:
+                h = torch.empty(shape, dtype=torch.float32, device=self.device)
+                dist.recv(h, src=self.pp_ranks[(stage_id - 1) % self.pp], group=self.pp_group)
+                out = module(h, mask.to(h.dtype))
+            if stage_id == self.num_stages - 1:
+                ce, correct = self._head_loss(out, labels)
+                sums += torch.tensor([float(ce), float(correct)], dtype=torch.float64, device=self.device)
+            else:
+                dist.send(
+                    out[0].contiguous(), dst=self.pp_ranks[(stage_id + 1) % self.pp], group=self.pp_group
+                )
+
+    def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
+        """Nothing: `loss` already ran the backward of its micro batch inside the pipeline schedule."""
+
+    # ------------------------------------------------------------------------------------- step
+    def _grads(self) -> list[tuple[str, torch.Tensor]]:
+        return [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
+
+    @staticmethod
+    def _local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    def step(self) -> float:
+        """DP average, tied-gradient sum, global norm + clipping, AdamW, LR schedule; the pre-clip norm."""
+        import torch.distributed as dist
+        from torch.distributed.tensor import DTensor, Replicate
+
+        grads = self._grads()
+        if self.dp_group is not None:
+            for _, g in grads:
+                local = self._local(g)
+                dist.all_reduce(local, group=self.dp_group)
+                local.div_(self.dp)
+        if self.tied_group is not None:
+            for name, g in grads:
+                if name in self.tied:
+                    dist.all_reduce(self._local(g), group=self.tied_group)
+        # squared norm: TP-sharded gradients add up over the TP ranks, replicated ones count once (weight 1/tp,
+        # exact for a power-of-two tp); the last stage's copy of a tied weight is counted by the first stage
+        squares = torch.zeros((), dtype=torch.float64, device=self.device)
+        for name, g in grads:
+            if name in self.tied and not self.first:
+                continue
+            replicated = not isinstance(g, DTensor) or all(isinstance(p, Replicate) for p in g.placements)
+            weight = 1.0 / self.tp if replicated else 1.0
+            squares += self._local(g).detach().double().pow(2).sum() * weight
+        dist.all_reduce(squares, group=self.replica_group)
+        norm = float(squares.sqrt())
+        max_norm = self.recipe.optim.grad_clip or 0.0
+        if max_norm > 0:
+            coef = min(1.0, max_norm / (norm + 1e-6))  # torch.nn.utils.clip_grad_norm_'s factor
+            for _, g in grads:
+                self._local(g).mul_(coef)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.zero_grad()
+        return norm
+
+    def _replica_group(self):
+        """The pp x tp ranks of this rank's data-parallel replica (one whole model: the grad norm's group)."""
+        import torch.distributed as dist
+
+        mine = None
+        for dp in range(self.dp):
+            ranks = [int(r) for r in self.mesh.mesh[dp].flatten().tolist()]
+            group = dist.new_group(ranks)
+            if self.rank in ranks:
+                mine = group
+        return mine
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def dp_sum(self, values: list[float]) -> list[float]:
+        """The floats summed over the data-parallel replicas (the ranks of one pipeline agree already)."""
+        import torch.distributed as dist
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        if self.dp_group is not None:
+            dist.all_reduce(t, group=self.dp_group)
+        return t.tolist()
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def num_parameters(self) -> int:
+        """Parameters of the whole model (every stage; a tied weight once; TP shards as whole tensors)."""
+        import torch.distributed as dist
+
+        count = sum(p.numel() for n, p in self.model.named_parameters() if self.first or n not in self.tied)
+        t = torch.tensor([count], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, group=self.pp_group)
+        return int(t.item())
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def layout(self) -> dict[str, Any]:
+        """What a checkpoint's shards depend on (a resume must match it)."""
+        return {
+            "backend": self.backend,
+            "pp_size": self.pp,
+            "tp_size": self.tp,
+            "schedule": self.schedule_name,
+            "virtual_stages": self.virtual,
+            "num_layers": self.model.config.num_hidden_layers,
+        }
+
+    def local_state(self) -> dict[str, torch.Tensor]:
+        """This rank's weights and buffers (TP: its shards), tied copies once, on the CPU."""
+        from ernie_zoo.utils import tied_names
+
+        tied = tied_names(self.model)
+        return {
+            k: self._local(v).detach().contiguous().cpu()
+            for k, v in self.model.state_dict().items()
+            if k not in tied
+        }
+
+    def save(self, directory: str | Path) -> None:
+        """Replica 0's ranks write their stage's shard and AdamW state; rank 0 joins the shards into config.json +
+        model.safetensors (a from_pretrained directory) and writes the LR schedule. Every rank calls it."""
+        import torch.distributed as dist
+        from safetensors.torch import save_file
+
+        from ernie_zoo.parallel.consolidate import MODEL_FILE, read_pipeline_checkpoint
+
+        directory = Path(directory)
+        shards = directory / PIPELINE_DIR
+        name = shard_name(self.pp_rank, self.tp_rank)
+        if self.dp_rank == 0:
+            shards.mkdir(parents=True, exist_ok=True)
+            save_file(self.local_state(), str(shards / f"{name}.safetensors"), metadata={"format": "pt"})
+            save_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}")
+        if self.is_main:
+            self.model.config.save_pretrained(directory)
+            meta = {**self.layout(), "format": 1, "tp_plan": self.tp_plan}
+            (shards / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+            save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
+        dist.barrier()
+        if self.is_main:
+            _, state = read_pipeline_checkpoint(directory)
+            save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
+        dist.barrier()
+
+    def load(self, directory: str | Path) -> None:
+        """Restore this rank's shard (replica 0's, which every replica held too), AdamW state and LR schedule."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        shards = directory / PIPELINE_DIR
+        meta_file = shards / META_FILE
+        if not meta_file.is_file():
+            raise ValueError(
+                f"{directory} has no {PIPELINE_DIR}/{META_FILE}: not a checkpoint of distributed.backend pipeline; "
+                "start from its weights with model.init_from instead"
+            )
+        saved = json.loads(meta_file.read_text(encoding="utf-8"))
+        diff = {k: (saved.get(k), v) for k, v in self.layout().items() if saved.get(k) != v}
+        if diff:
+            detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(
+                f"{directory} was written by another pipeline layout ({detail}); resume with the same "
+                "distributed.pp_size / tp_size / pp_schedule, or start a new run from the checkpoint's "
+                "model.safetensors with model.init_from"
+            )
+        name = shard_name(self.pp_rank, self.tp_rank)
+        state = load_file(str(shards / f"{name}.safetensors"))
+        own = self.local_state()
+        if set(state) != set(own):
+            raise ValueError(f"{shards / name}.safetensors does not hold this stage's weights")
+        with torch.no_grad():
+            for key, value in self.model.state_dict(keep_vars=True).items():
+                if key in state:
+                    self._local(value).copy_(state[key])
+        load_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}")
+        self._restore_dtensor_states()
+        load_json_state(self.scheduler, directory / "scheduler.json")
+
+    def _restore_dtensor_states(self) -> None:
+        """AdamW moments of TP-sharded parameters come back from the file as local shards: make them DTensors
+        laid out as their parameter again."""
+        from torch.distributed.tensor import DTensor
+
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if not isinstance(p, DTensor):
+                    continue
+                state = self.optimizer.state.get(p, {})
+                for key, value in list(state.items()):
+                    if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.dim() > 0:
+                        state[key] = DTensor.from_local(value, p.device_mesh, p.placements, run_check=False)
+
+
+def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> PipelineEngine:
+    """`make_engine`-compatible constructor: `ENGINES["pipeline"] = engine_factory`."""
+    return PipelineEngine(recipe, model, device)
+
+
+__all__ = ["EncoderStage", "PipelineEngine", "engine_factory", "shard_name"]

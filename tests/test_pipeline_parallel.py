@@ -1,0 +1,524 @@
+"""Pipeline parallelism (`distributed.backend: pipeline`): real gloo ranks on CPU against one process.
+
+The reference is `SingleDeviceEngine` on the whole global batch of every step; each layout trains the same
+4-layer encoder on the same batches for 3 steps (sequence lengths change between steps and rows carry padding,
+so stages are rebuilt for new shapes and the padding mask travels with the activations):
+
+- PP 2 (2 ranks), 1F1B and interleaved 1F1B (2 virtual stages per rank, one layer each), grad accumulation 2;
+- PP 2 x TP 2 (4 ranks, each stage's TP plan layers DTensor-sharded), activation recompute on;
+- PP 2 x DP 2 (4 ranks, gradients averaged over the two pipelines).
+
+Every run: the same per-step losses and grad norms (clipping at 1.0 active), the same LR, final weights joined
+from the stage shards equal to the reference's; each rank holds only its stage's layers (and TP halves); the
+checkpoint the engine writes is a from_pretrained directory `AutoModelForMaskedLM` loads; a checkpoint written
+before the last step, loaded into a fresh engine, reproduces the last step bit for bit; the forward-only path
+(evaluation) gives the reference's loss of the trained model.
+
+Tolerances (fp32): losses and grad norms 1e-5 relative (chunked sums and collectives add in another order than
+one process); weights after 3 AdamW steps of lr 1e-2: 5e-5 absolute (a weight moves up to 3e-2). Measured maxima
+are printed by the tests (`-s`) and recorded in docs/scale.md. The worker is this file run under torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS, GLOBAL_BATCH, VOCAB, LAYERS = 3, 8, 300, 4
+SEQS = (16, 12, 16)  # per step: a new shape at step 2, the first one again at step 3
+LOSS_RTOL, WEIGHT_ATOL = 1e-5, 5e-5
+
+#: layout name -> (ranks, distributed keys, micro batch, grad accumulation)
+LAYOUTS = {
+    "pp2": (2, {"pp_size": 2}, 4, 2),
+    "pp2-interleaved": (2, {"pp_size": 2, "pp_schedule": "interleaved", "pp_microbatches": 2}, 4, 2),
+    "pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "full"}, 8, 1),
+    "pp2-dp2": (4, {"pp_size": 2, "pp_microbatches": 2}, 2, 2),
+}
+
+
+def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
+    from ernie_zoo.training.recipe import DistributedArgs, OptimArgs, PretrainRecipe
+
+    backend = "pipeline" if distributed else "single"
+    return PretrainRecipe(
+        sparse_last_layer=False,
+        max_steps=STEPS,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        precision="fp32",
+        seed=0,
+        optim=OptimArgs(lr=1e-2, warmup_steps=1, decay="linear", grad_clip=1.0, weight_decay=0.01),
+        distributed=DistributedArgs(backend=backend, **distributed),
+    )
+
+
+def _model():
+    from ernie_zoo import ErnieZooConfig
+    from ernie_zoo.training.engine import build_model
+
+    config = ErnieZooConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        feature_fusion="concat",
+    )
+    g = torch.Generator().manual_seed(1)
+    tables = {
+        "default_pinyin_ids": torch.randint(0, config.pinyin_vocab_size, (VOCAB,), generator=g),
+        "radical_ids": torch.randint(0, 215, (VOCAB,), generator=g),
+        "stroke_counts": torch.randint(0, 30, (VOCAB,), generator=g),
+        "stroke_seqs": torch.randint(0, 6, (VOCAB, 32), generator=g),
+    }
+    return build_model(config, tables, seed=0)
+
+
+def _global_batch(step: int) -> dict[str, torch.Tensor]:
+    """The step's 8 rows; every row has 3 masked positions (so a mean over any split of the rows weighs tokens
+    as the mean over all of them), odd rows end in padding."""
+    g = torch.Generator().manual_seed(1000 + step)
+    seq = SEQS[step]
+    ids = torch.randint(5, VOCAB, (GLOBAL_BATCH, seq), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1::2, 11:] = 0
+    ids[mask == 0] = 0
+    labels = torch.full_like(ids, -100)
+    labels[:, 1:10:4] = ids[:, 1:10:4]
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "token_type_ids": torch.zeros_like(ids),
+        "pinyin_ids": torch.randint(0, 400, (GLOBAL_BATCH, seq), generator=g),
+        "labels": labels,
+    }
+
+
+def _rows(batch, rows):
+    return {k: v[rows] for k, v in batch.items()}
+
+
+def _reference() -> dict:
+    from ernie_zoo.training.engine import SingleDeviceEngine
+
+    engine = SingleDeviceEngine(_recipe(GLOBAL_BATCH, 1), _model(), torch.device("cpu"))
+    losses, norms, lrs = [], [], []
+    for step in range(STEPS):
+        loss, _, _ = engine.loss(_global_batch(step))
+        engine.backward(loss)
+        norms.append(engine.step())
+        losses.append(loss.item())
+        lrs.append(engine.lr)
+    params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+    return {"losses": losses, "norms": norms, "lrs": lrs, "params": params, "eval": _eval_loss(engine)}
+
+
+def _eval_loss(engine) -> float:
+    """The trained model's loss on step 0's batch, forward only (the pipeline: stage after stage, no micro
+    batches)."""
+    engine.model.eval()
+    with torch.no_grad():
+        loss, _, _ = engine.loss(_global_batch(0))
+    engine.model.train()
+    return loss.item()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return _reference()
+
+
+def _run(tmp_path: Path, layout: str) -> list[dict]:
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    ranks = LAYOUTS[layout][0]
+    run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=ranks, timeout=900)
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+def _check(tmp_path: Path, results: list[dict], reference: dict, layout: str) -> dict:
+    """Losses, norms, LR and the joined final weights against the reference; the checkpoint loads in
+    transformers; the resumed last step is bit-exact. Returns the measured maxima."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM
+
+    from ernie_zoo.utils import tied_names
+
+    loss_diff = norm_diff = 0.0
+    for res in results:
+        assert res["losses"] == pytest.approx(reference["losses"], rel=LOSS_RTOL)
+        assert res["norms"] == pytest.approx(reference["norms"], rel=LOSS_RTOL)
+        assert res["norms"][0] > 1.0  # clipping at 1.0 was active, on the norm over every stage
+        assert res["lrs"] == pytest.approx(reference["lrs"], rel=1e-12)
+        loss_diff = max(loss_diff, *(abs(a - b) for a, b in zip(res["losses"], reference["losses"])))
+        norm_diff = max(norm_diff, *(abs(a - b) / b for a, b in zip(res["norms"], reference["norms"])))
+        assert res["resumed_max_diff"] == 0.0  # the resumed last step: bit for bit
+        assert res["eval"] == pytest.approx(reference["eval"], rel=LOSS_RTOL)
+    ckpt = tmp_path / "final"
+    final = load_file(str(ckpt / "model.safetensors"))
+    ref = reference["params"]
+    tied = tied_names(_model())  # the MLM decoder's weight and bias, stored once (as save_pretrained does)
+    assert tied and set(final) == set(ref) - tied
+    weight_diff = max((final[k] - ref[k]).abs().max().item() for k in final)
+    assert weight_diff < WEIGHT_ATOL, weight_diff
+    moved = max((ref[k] - _model().state_dict()[k]).abs().max().item() for k in final)
+    assert moved > 1e-3  # training moved the weights, so agreeing with the reference means something
+    # the checkpoint is a from_pretrained directory: transformers' Auto class loads the reference's weights
+    model = AutoModelForMaskedLM.from_pretrained(str(ckpt), dtype=torch.float32)
+    loaded = model.state_dict()
+    assert max((loaded[k] - ref[k]).abs().max().item() for k in ref) < WEIGHT_ATOL
+    assert (
+        loaded["cls.predictions.decoder.weight"].data_ptr()
+        == loaded["ernie.embeddings.word_embeddings.weight"].data_ptr()
+    )
+    measured = {"layout": layout, "loss_abs": loss_diff, "norm_rel": norm_diff, "weight_abs": weight_diff}
+    print(measured)
+    return measured
+
+
+def _held_layers(res: dict) -> set[int]:
+    return {int(n.split(".")[3]) for n in res["shapes"] if n.startswith("ernie.encoder.layer.")}
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_pp2_matches_one_process(tmp_path, reference):
+    """PP 2 on 2 ranks, 1F1B then interleaved 1F1B: each rank holds half the layers, the embeddings sit on
+    the first stage only, the MLM head on the last (with its tied word-embedding copy)."""
+    results = _run(tmp_path, "pp2")
+    _check(tmp_path, results, reference, "pp2")
+    first, last = results
+    assert _held_layers(first) == {0, 1} and _held_layers(last) == {2, 3}
+    assert any(n.startswith("ernie.embeddings.char_features") for n in first["shapes"])
+    assert not any(n.startswith("ernie.embeddings.char_features") for n in last["shapes"])
+    assert not any(n.startswith("cls.") for n in first["shapes"])
+    assert "cls.predictions.transform.dense.weight" in last["shapes"]
+    assert "ernie.embeddings.word_embeddings.weight" in last["shapes"]  # the tied copy, kept in sync
+    assert first["tied_copies_equal"] and last["tied_copies_equal"]
+
+    results = _run(tmp_path / "interleaved", "pp2-interleaved")
+    _check(tmp_path / "interleaved", results, reference, "pp2-interleaved")
+    assert [_held_layers(r) for r in results] == [{0, 2}, {1, 3}]  # stages 0, 2 on rank 0; 1, 3 on rank 1
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_pp2_tp2_matches_one_process(tmp_path, reference):
+    """PP 2 x TP 2 on 4 ranks (recompute on): every rank holds its stage's layers, and TP halves of their
+    planned Linear layers."""
+    results = _run(tmp_path, "pp2-tp2")
+    _check(tmp_path, results, reference, "pp2-tp2")
+    ref = reference["params"]
+    q = "ernie.encoder.layer.{}.attention.self.query.weight"
+    for res in results:
+        layers = _held_layers(res)
+        assert layers == ({0, 1} if res["pp_rank"] == 0 else {2, 3})
+        i = min(layers)
+        assert res["shapes"][q.format(i)] == [16, 32]  # colwise: half the output rows
+        assert res["shapes"][f"ernie.encoder.layer.{i}.output.dense.weight"] == [32, 32]  # rowwise: 64 -> 32
+        # the MLM head and the embeddings stay whole (replicated over the TP pair)
+        assert res["shapes"][q.format(i)] != list(ref[q.format(i)].shape)
+        if res["pp_rank"] == 1:
+            assert res["shapes"]["cls.predictions.transform.dense.weight"] == [32, 32]
+        assert res["shapes"]["ernie.embeddings.word_embeddings.weight"] == [VOCAB, 32]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_pp2_dp2_matches_one_process(tmp_path, reference):
+    """PP 2 x DP 2 on 4 ranks: two pipelines on disjoint halves of each batch, gradients averaged."""
+    results = _run(tmp_path, "pp2-dp2")
+    _check(tmp_path, results, reference, "pp2-dp2")
+    assert sorted((r["dp_rank"], r["pp_rank"]) for r in results) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for res in results:
+        assert _held_layers(res) == ({0, 1} if res["pp_rank"] == 0 else {2, 3})
+
+
+# ------------------------------------------------------------------ the ernie-pretrain loop on 2 ranks
+TINY = REPO / "recipes" / "pretrain" / "tiny-cpu.yaml"
+SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ernie_pretrain_pipeline_resumes_exactly_and_consolidates(tmp_path, tiny_tokenizer, capsys):
+    """`ernie-pretrain` with `distributed.backend: pipeline` (PP 2, dropout on, eval every 2 steps through the
+    forward-only path) on 2 gloo ranks: a run SIGKILLed after step 4 and restarted logs the same losses, grad norms
+    and eval losses as an uninterrupted 6-step run and ends on the same weights, bit for bit; `ernie-zoo
+    consolidate` turns its checkpoint into a from_pretrained directory with those weights."""
+    from safetensors.torch import load_file
+
+    from ernie_zoo.cli import main as cli
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    tiny_tokenizer.save_pretrained(tmp_path / "tok")
+
+    def pretrain(out: Path, env: dict | None = None) -> None:
+        run_local_ranks(
+            ["-m", "ernie_zoo.training.pretrain", str(TINY), "--output_dir", str(out)]
+            + [
+                "--tokenizer.path",
+                str(tmp_path / "tok"),
+                "--max_steps",
+                "6",
+                "--data.files",
+                f"[{SENTENCES}]",
+            ]
+            + [
+                "--distributed.backend",
+                "pipeline",
+                "--distributed.pp_size",
+                "2",
+                "--checkpoint.interval",
+                "2",
+            ]
+            + ["--eval.interval", "2", "--eval.batch_size", "3", "--logging.interval", "1"]
+            + [
+                "--logging.progress_bar",
+                "false",
+                "--logging.tensorboard",
+                "false",
+                "--optim.warmup_steps",
+                "1",
+            ],
+            nproc=2,
+            timeout=600,
+            cwd=REPO,
+            env=env,
+        )
+
+    pretrain(tmp_path / "straight")
+    with pytest.raises(RuntimeError, match="failed"):  # both ranks SIGKILL themselves after step 4
+        pretrain(tmp_path / "resumed", env={"ERNIE_ZOO_TEST_KILL_AT_STEP": "4"})
+    assert (tmp_path / "resumed" / "checkpoint-4").is_dir()
+    pretrain(tmp_path / "resumed")  # continues from checkpoint-4
+    straight = read_metrics(tmp_path / "straight" / "metrics.jsonl")
+    resumed = {(r["step"], tuple(sorted(r))): r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl")}
+    train = [r for r in straight if "train/loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in straight if "eval/loss" in r] == [2, 4, 6]
+    for r in straight:
+        twin = resumed[r["step"], tuple(sorted(r))]
+        for key in ("train/loss", "train/grad_norm", "eval/loss"):
+            if key in r:
+                assert twin[key] == r[key], (r["step"], key)  # the same floats: exact resume
+    a = load_file(str(tmp_path / "straight" / "checkpoint-6" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    shards = {p.name for p in (tmp_path / "straight" / "checkpoint-6" / "pipeline").iterdir()}
+    assert {"pp000-tp000.safetensors", "pp001-tp000.safetensors", "layout.json"} <= shards
+
+    out = tmp_path / "model"
+    assert cli(["consolidate", str(tmp_path / "straight" / "checkpoint-6"), str(out)]) == 0
+    merged = load_file(str(out / "model.safetensors"))
+    assert merged.keys() == a.keys() and all(torch.equal(merged[k], a[k]) for k in a)
+    assert (out / "tokenizer_config.json").is_file()
+    # loaded with AutoModelForMaskedLM and checked against the checkpoint's own export
+    assert "logits match" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ splitting, no ranks
+def test_stage_layers_are_contiguous_and_balanced():
+    from ernie_zoo.parallel.pipeline import bubble_fraction, rank_stages, stage_layers
+
+    assert stage_layers(4, 2) == [range(0, 2), range(2, 4)]
+    assert stage_layers(5, 2) == [range(0, 2), range(2, 5)]  # the extra layer away from the embeddings
+    assert stage_layers(24, 4)[3] == range(18, 24)
+    assert rank_stages(1, 2, 2) == [1, 3]
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    assert bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
+    with pytest.raises(ValueError, match="3 layers cannot fill 4 pipeline stages"):
+        stage_layers(3, 4)
+
+
+def test_prune_keeps_names_and_the_tied_embedding_on_the_last_stage():
+    from ernie_zoo.parallel.pipeline import ENCODER_SPLIT, prune_to_stages, tied_weights
+
+    whole = _model()
+    names = dict(whole.state_dict())
+    assert tied_weights(ENCODER_SPLIT, whole) == ["ernie.embeddings.word_embeddings.weight"]
+    first, last, middle = _model(), _model(), _model()
+    assert prune_to_stages(first, ENCODER_SPLIT, [0], 3) == {0: [0]}
+    assert prune_to_stages(last, ENCODER_SPLIT, [2], 3) == {2: [2, 3]}
+    prune_to_stages(middle, ENCODER_SPLIT, [1], 3)
+    for stage in (first, last, middle):  # every name is the whole model's, with the same value
+        for key, value in stage.state_dict().items():
+            assert torch.equal(value, names[key]), key
+    assert not any(k.startswith("cls.") for k in first.state_dict())
+    assert {k.split(".")[3] for k in middle.state_dict() if "encoder.layer" in k} == {"1"}
+    assert not any(k.startswith(("cls.", "ernie.embeddings")) for k in middle.state_dict())
+    # the last stage: the head, still tied to a word-embedding matrix of the same name, and nothing else of
+    # the embeddings
+    emb = last.ernie.embeddings.word_embeddings.weight
+    assert last.cls.predictions.decoder.weight is emb
+    assert [k for k in last.state_dict() if k.startswith("ernie.embeddings")] == [
+        "ernie.embeddings.word_embeddings.weight"
+    ]
+    # an untied head keeps no embedding copy
+    untied = _model()
+    untied.cls.predictions.decoder.weight = torch.nn.Parameter(untied.cls.predictions.decoder.weight.clone())
+    assert tied_weights(ENCODER_SPLIT, untied) == []
+    prune_to_stages(untied, ENCODER_SPLIT, [1], 2)
+    assert untied.ernie.embeddings is None
+
+
+def test_decoder_split_prunes_ernie45_the_same_way():
+    """The split is data: transformers' Ernie4_5ForCausalLM (the decoder family) splits with DECODER_SPLIT,
+    lm_head staying tied to a copy of the token embeddings on the last stage."""
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    from ernie_zoo.parallel.pipeline import DECODER_SPLIT, prune_to_stages, tied_weights
+
+    config = Ernie4_5Config(
+        num_hidden_layers=4,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        tie_word_embeddings=True,
+    )
+    model = Ernie4_5ForCausalLM(config)
+    assert tied_weights(DECODER_SPLIT, model) == ["model.embed_tokens.weight"]
+    whole = set(model.state_dict())
+    prune_to_stages(model, DECODER_SPLIT, [1], 2)
+    held = set(model.state_dict())
+    assert held <= whole
+    assert {k.split(".")[2] for k in held if k.startswith("model.layers.")} == {"2", "3"}
+    assert model.lm_head.weight is model.model.embed_tokens.weight and model.model.norm is not None
+    assert model.model.rotary_emb is not None  # no parameters: every stage keeps it
+
+
+def test_recipe_rules_for_the_pipeline_backend():
+    from ernie_zoo.training.recipe import DistributedArgs, MaskingArgs, PretrainRecipe
+
+    def check(message: str, **kwargs) -> None:
+        with pytest.raises(ValueError, match=message):
+            DistributedArgs(**kwargs).validate()
+
+    check("distributed.pp_size.*needs distributed.backend pipeline", backend="deepspeed", pp_size=2)
+    check("distributed.pp_size.*must be >= 2", backend="pipeline")
+    check(
+        "distributed.pp_schedule.*must be one of 1f1b, interleaved",
+        backend="pipeline",
+        pp_size=2,
+        pp_schedule="gpipe",
+    )
+    check(
+        "distributed.zero_stage.*needs distributed.backend deepspeed",
+        backend="pipeline",
+        pp_size=2,
+        zero_stage=1,
+    )
+    DistributedArgs(backend="pipeline", pp_size=2, tp_size=2, recompute="full").validate()
+    pipeline = DistributedArgs(backend="pipeline", pp_size=2)
+    with pytest.raises(ValueError, match="'precision' = 'bf16'.*fp32 only"):
+        PretrainRecipe(precision="bf16", distributed=pipeline).validate()
+    sentiment = MaskingArgs(schedule=[{"strategy": "sentiment", "until_step": None}])
+    with pytest.raises(ValueError, match="masking.polarity_weight.*word-polarity head"):
+        PretrainRecipe(masking=sentiment, distributed=pipeline).validate()
+
+
+def test_micro_batch_must_split_into_pipeline_micro_batches():
+    from ernie_zoo.training.pipeline_engine import PipelineEngine
+
+    recipe = _recipe(6, 1, pp_size=2, pp_microbatches=4)
+    with pytest.raises(
+        ValueError, match="micro_batch_size 6 does not split into distributed.pp_microbatches 4"
+    ):
+        PipelineEngine(recipe, _model(), torch.device("cpu"))
+
+
+# ---------------------------------------------------------------------------------------------- worker
+def _worker(out_dir: str, layout: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from ernie_zoo.training.pipeline_engine import PipelineEngine
+
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    _, keys, micro, accum = LAYOUTS[layout]
+    recipe = _recipe(micro, accum, **keys)
+
+    def make_engine():
+        return PipelineEngine(recipe, _model(), torch.device("cpu"))
+
+    engine = make_engine()
+    rank = dist.get_rank()
+
+    def train_step(step: int) -> tuple[float, float]:
+        batch = _global_batch(step)
+        per_replica = GLOBAL_BATCH // engine.dp_world_size
+        total = 0.0
+        for m in range(accum):
+            start = engine.dp_rank * per_replica + m * micro
+            loss, _, _ = engine.loss(_rows(batch, slice(start, start + micro)))
+            engine.backward(loss / accum, m == accum - 1)
+            total += loss.item() / accum
+        norm = engine.step()
+        (mean,) = engine.dp_sum([total])
+        return mean / engine.dp_world_size, norm
+
+    losses, norms, lrs = [], [], []
+    for step in range(STEPS):
+        if step == STEPS - 1:
+            engine.save(out / "before-last")
+        loss, norm = train_step(step)
+        losses.append(loss)
+        norms.append(norm)
+        lrs.append(engine.lr)
+    engine.save(out / "final")
+    evaluated = _eval_loss(engine)
+    final = {k: v.clone() for k, v in engine.local_state().items()}
+    shapes = {
+        n: list((p.to_local() if isinstance(p, DTensor) else p).shape)
+        for n, p in engine.model.named_parameters()
+    }
+    emb = "ernie.embeddings.word_embeddings.weight"
+    params = dict(engine.model.named_parameters())
+    tied_equal = True
+    if emb in params and (engine.first != engine.last):
+        # the first and last stage's copies of the tied word embeddings agree bit for bit
+        mine = params[emb].detach().clone()
+        other = mine.clone()
+        peer = engine.pp_ranks[-1] if engine.first else engine.pp_ranks[0]
+        ops = [dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, other, peer)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        tied_equal = bool(torch.equal(mine, other))
+    # resume: a fresh engine loads the checkpoint written before the last step and runs that step again
+    engine = make_engine()
+    engine.load(out / "before-last")
+    train_step(STEPS - 1)
+    again = engine.local_state()
+    diff = max((again[k] - final[k]).abs().max().item() for k in final)
+    result = {
+        "losses": losses,
+        "norms": norms,
+        "lrs": lrs,
+        "shapes": shapes,
+        "pp_rank": engine.pp_rank,
+        "dp_rank": engine.dp_rank,
+        "tied_copies_equal": tied_equal,
+        "resumed_max_diff": diff,
+        "eval": evaluated,
+        "num_parameters": engine.num_parameters(),
+    }
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
+
+
+if __name__ == "__main__" and "--worker" in sys.argv:
+    i = sys.argv.index("--worker")
+    _worker(sys.argv[i + 1], sys.argv[i + 2])
