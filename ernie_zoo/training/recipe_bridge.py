@@ -23,7 +23,7 @@ from .recipe import PretrainRecipe
 #: distributed-section keys the planner understands -> ParallelSettings fields
 DISTRIBUTED_KEYS = {
     "tp_size": "tp",
-    "pipeline_parallel_size": "pp",  # read only where the recipe schema has it (pipeline parallelism, #38)
+    "pp_size": "pp",  # the pipeline backend's stages (distributed.pp_size)
     "zero_stage": "zero_stage",
     "recompute": "recompute",
     "offload_optimizer": "offload_optimizer",
