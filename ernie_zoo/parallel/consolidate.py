@@ -234,9 +234,7 @@ def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, di
     from ernie_zoo.utils import MANIFEST, verify_manifest
 
     if (path / MANIFEST).is_file():  # a published checkpoint: sizes and sha256 of every file
-        problem = verify_manifest(path)
-        if problem is not None:
-            raise ValueError(f"{path}: {problem}")
+        verify_manifest(path)  # ManifestError (a ValueError) naming the file
     meta = _read_json(meta_file)
     pp, tp = int(meta.get("pp_size") or 0), int(meta.get("tp_size") or 0)
     if pp < 1 or tp < 1:
