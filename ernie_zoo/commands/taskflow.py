@@ -3,6 +3,7 @@
     ernie-zoo taskflow word_segmentation "银行行长在会上发表了重要讲话"
     ernie-zoo taskflow sentiment_analysis --task-path runs/senta --input reviews.txt --output out.jsonl
     cat prompts.jsonl | ernie-zoo taskflow text_generation --task-path runs/poet --option max_new_tokens=16
+    ernie-zoo taskflow text_generation -O stream=true "今天天气很好，"   # printed as it is generated
     ernie-zoo taskflow ner --usage        # the task's usage example
     ernie-zoo taskflow --list             # tasks, aliases, default models and options
 
@@ -250,6 +251,25 @@ def run(args: Args, argv: list[str]) -> int:
         return _run(args, stdout)
 
 
+def _stream(flow: Any, args: Args, stdout: TextIO) -> int:
+    """-O stream=true: each TEXT argument's continuation printed as it is generated, one line per text."""
+    if not args.texts or args.output or args.input:
+        print("error: -O stream=true prints to the terminal: give TEXT arguments, without --input/--output",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    for text in args.texts:
+        try:
+            for piece in flow(text):
+                stdout.write(piece)
+                stdout.flush()
+        except (ValueError, TypeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        stdout.write("\n")
+        stdout.flush()
+    return 0
+
+
 def _run(args: Args, stdout: TextIO) -> int:
     from tqdm import tqdm
 
@@ -291,6 +311,9 @@ def _run(args: Args, stdout: TextIO) -> int:
         hint = " (on the command line: --task-path DIR)" if "task_path=" in str(exc) else ""
         print(f"error: {exc}{hint}", file=sys.stderr)
         return 2
+
+    if options.get("stream") is True:
+        return _stream(flow, args, stdout)
 
     total: int | None
     source: BinaryIO | None = None

@@ -1,6 +1,9 @@
 """The ASGI app: Taskflow tasks over HTTP, with dynamic batching, limits, metrics and an optional API key.
 
     POST /v1/{task}   {"texts": ["...", ...], "options": {...}}  ->  {"task": ..., "results": [Taskflow's dicts]}
+                      text_generation with "options": {"stream": true} and one text: server-sent events, one
+                      `data: {"text": piece}` per generated piece, then `event: done` with the usual response body
+                      (or `event: error` with the usual error body if the model fails once the stream has begun)
     GET  /v1/tasks    the served tasks, their options and models
     GET  /health      200 while the process is alive (503 when a model failed to load)
     GET  /ready       200 once every model is loaded and warmed up; 503 while loading or shutting down
@@ -28,6 +31,7 @@ import hmac
 import json
 import logging
 import re
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -38,7 +42,7 @@ from typing import Annotated, Any
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -158,6 +162,7 @@ class ServedTask:
             arriving=arriving,
         )
         self.default_key = self.options_key({})
+        self.streams = 0  # streamed generations running now (bounded by max_queue, like waiting texts)
 
     def options_key(self, options: dict[str, Any]) -> OptionsKey:
         """Validate request options with the task's typed option dataclass (ValueError/TypeError as Taskflow)."""
@@ -175,6 +180,10 @@ class ServedTask:
             logger.info("%s: warm-up text refused (%s); the model is loaded", self.name, exc)
 
     def _run(self, key: Hashable, texts: list[str]) -> list[dict[str, Any]]:
+        return self.flow(key)(texts)  # type: ignore[return-value]
+
+    def flow(self, key: Hashable) -> Taskflow:
+        """The Taskflow of an option set (built on first use; the model comes from the process cache)."""
         assert isinstance(key, OptionsKey)
         flow = self.flows.get(key.normalized)
         if flow is None:
@@ -185,7 +194,7 @@ class ServedTask:
                 del self.flows[oldest]
         else:
             self.flows.move_to_end(key.normalized)
-        return flow(texts)  # type: ignore[return-value]
+        return flow
 
 
 # ------------------------------------------------------------------------------------------------- state
@@ -291,7 +300,7 @@ class ServingState:
         if task is not None:
             self.arriving[task] -= 1
 
-    async def predict(self, task: ServedTask, body: PredictRequest, scope: dict) -> dict[str, Any]:
+    def check_serving(self) -> None:
         if self.draining:
             raise ApiError(503, "shutting_down", "the server is shutting down", {"Connection": "close"})
         if self.load_error is not None:
@@ -300,11 +309,18 @@ class ServingState:
             raise ApiError(
                 503, "not_ready", "the models are still loading; retry shortly", {"Retry-After": "1"}
             )
+
+    def checked_options(self, task: ServedTask, body: PredictRequest) -> OptionsKey:
+        """Readiness, limits and options, in the order every task request is checked."""
+        self.check_serving()
         self.check_limits(body.texts)
         try:
-            key = task.options_key(body.options)
+            return task.options_key(body.options)
         except (ValueError, TypeError) as exc:
             raise ApiError(422, "invalid_option", str(exc), fields=["options"]) from None
+
+    async def predict(self, task: ServedTask, body: PredictRequest, scope: dict) -> dict[str, Any]:
+        key = self.checked_options(task, body)
         if not body.texts:
             return {"task": task.name, "results": []}
         texts = replace_surrogates(body.texts)
@@ -330,6 +346,120 @@ class ServingState:
             ) from None
         self.metrics.texts.labels(task.name).inc(len(results))
         return {"task": task.name, "results": results}
+
+    async def stream(self, task: ServedTask, body: PredictRequest, scope: dict) -> StreamingResponse:
+        """text_generation with stream=true: the pieces as server-sent events. Everything that can be refused is
+        refused before the stream begins, with the usual JSON error: readiness, limits, options, one text, the
+        prompt itself (Taskflow's preprocessing runs before the first event) and the stream cap (max_queue)."""
+        key = self.checked_options(task, body)
+        if len(body.texts) != 1:
+            raise ApiError(
+                422,
+                "invalid_input",
+                f"stream=true takes one text per request, got {len(body.texts)}",
+                fields=["texts"],
+            )
+        self.arrived(scope)
+        if task.streams >= self.config.max_queue:
+            raise ApiError(
+                503,
+                "overloaded",
+                f"{task.streams} streams are running for {task.name} (max_queue); retry shortly",
+                {"Retry-After": "1"},
+            )
+        text = replace_surrogates(body.texts)[0]
+        events = _StreamedGeneration(task.flow(key), text, asyncio.get_running_loop())
+        task.streams += 1
+        try:
+            first = await events.next(self.config.request_timeout_s)
+        except BaseException as exc:
+            task.streams -= 1
+            await events.close()
+            if isinstance(exc, TimeoutError):
+                raise ApiError(
+                    504, "timeout", f"no answer within {self.config.request_timeout_s:g} s (request_timeout_s)"
+                ) from None
+            if isinstance(exc, (ValueError, TypeError)):
+                raise ApiError(422, "invalid_input", str(exc), fields=["texts"]) from None
+            if isinstance(exc, Exception):
+                logger.error("%s: the model raised on a streamed request", task.name, exc_info=exc)
+                raise ApiError(
+                    500, "model_error", f"the {task.name} model failed on this request ({type(exc).__name__})"
+                ) from None
+            raise
+
+        async def sse():
+            pieces: list[str] = []
+            try:
+                piece = first
+                while piece is not None:
+                    pieces.append(piece)
+                    yield _sse("message", {"text": piece})
+                    piece = await events.next(self.config.request_timeout_s)
+                result = {"text": text, "generated": ["".join(pieces)]}
+                self.metrics.texts.labels(task.name).inc(1)
+                yield _sse("done", {"task": task.name, "results": [result]})
+            except TimeoutError:
+                message = f"no new text within {self.config.request_timeout_s:g} s (request_timeout_s)"
+                yield _sse("error", {"error": {"code": "timeout", "message": message}})
+            except Exception as exc:
+                logger.error("%s: the model raised during a stream", task.name, exc_info=exc)
+                message = f"the {task.name} model failed on this request ({type(exc).__name__})"
+                yield _sse("error", {"error": {"code": "model_error", "message": message}})
+            finally:  # also on a client that went away (the response task is cancelled): stop the generation
+                task.streams -= 1
+                await events.close()
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _sse(event: str, data: Any) -> bytes:
+    head = b"" if event == "message" else f"event: {event}\n".encode()
+    return head + b"data: " + encode_json(data) + b"\n\n"
+
+
+class _StreamedGeneration:
+    """Taskflow's stream iterator consumed on a thread of its own, its pieces handed to the event loop. A
+    consumer that stops (client gone, timeout) sets `stopping`; the thread then closes the iterator, which stops
+    the generation, from the thread that runs it."""
+
+    _END = object()
+
+    def __init__(self, flow: Taskflow, text: str, loop: asyncio.AbstractEventLoop):
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.loop = loop
+        self.stopping = False
+        self.thread = threading.Thread(target=self._consume, args=(flow, text), name="serve-stream", daemon=True)
+        self.thread.start()
+
+    def _consume(self, flow: Taskflow, text: str) -> None:
+        pieces = None
+        try:
+            pieces = flow(text)
+            for piece in pieces:
+                if self.stopping:
+                    break
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, piece)
+            else:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, self._END)
+        except BaseException as exc:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, exc)
+        finally:
+            if pieces is not None:
+                pieces.close()
+
+    async def next(self, timeout: float) -> str | None:
+        """The next piece; None at the end; the generation's exception; TimeoutError after `timeout` s."""
+        item = await asyncio.wait_for(self.queue.get(), timeout)
+        if item is self._END:
+            return None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def close(self) -> None:
+        self.stopping = True
+        await asyncio.to_thread(self.thread.join)
 
 
 # ------------------------------------------------------------------------------------------- middleware
@@ -587,7 +717,11 @@ _ERROR_DOCS = {
 
 
 def _endpoint(state: ServingState, task: ServedTask):
-    async def predict(body: PredictRequest, request: Request) -> ResultsResponse:
+    streams = "stream" in {f.name for f in dataclasses.fields(task.cls.Options)}
+
+    async def predict(body: PredictRequest, request: Request) -> Response:
+        if streams and body.options.get("stream") is True:
+            return await state.stream(task, body, request.scope)
         return ResultsResponse(await state.predict(task, body, request.scope))
 
     return predict

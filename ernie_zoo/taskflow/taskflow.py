@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -134,8 +135,14 @@ class Taskflow:
         self.backend = backend
         self._task: Task = cls(settings, options, loaded)
 
-    def __call__(self, inputs: str | list[str]) -> dict[str, Any] | list[dict[str, Any]]:
-        """`str` -> one result dict; `list[str]` -> a list of result dicts in input order."""
+    def __call__(self, inputs: str | list[str]) -> dict[str, Any] | list[dict[str, Any]] | Iterator[str]:
+        """`str` -> one result dict; `list[str]` -> a list of result dicts in input order. With the option
+        `stream=True` (text_generation): one `str` -> an iterator of text pieces as they are generated."""
+        if getattr(self.options, "stream", False):
+            texts, single = normalize_inputs(inputs)
+            if not single:
+                raise ValueError("stream=True takes one text (a str) per call, got a list")
+            return self._task.stream(texts[0])
         texts, single = normalize_inputs(inputs)
         results = [r.to_dict() for r in self._task.run(texts)] if texts else []
         return results[0] if single else results

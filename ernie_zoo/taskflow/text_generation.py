@@ -27,24 +27,36 @@ Determinism: greedy and beam search are deterministic; prompts of equal token le
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
 prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
 
+Streaming: with `stream=True` a call takes one text and returns an iterator of text pieces, yielded as the model
+produces them (greedy or sampling, one continuation); joined, the pieces equal the `generated[0]` a non-streamed
+call returns with the same options. Closing the iterator early (`.close()`, or leaving a `for` loop that holds
+the last reference) stops the generation.
+
+>>> pieces = Taskflow("text_generation", task_path=poetry_dir, max_new_tokens=9, stream=True)("床前明月光，")
+>>> "".join(pieces)
+'疑是地上霜。举头望'
+
 Options: `max_new_tokens`, `min_new_tokens`, `eos_min_prob`, `poem_format`, `decode_strategy`, `num_beams`,
-`temperature`, `top_k`, `top_p`, `repetition_penalty`, `num_return_sequences`, `seed`.
+`temperature`, `top_k`, `top_p`, `repetition_penalty`, `num_return_sequences`, `seed`, `stream`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from transformers import LogitsProcessorList
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
 
 from ..models.generation import EosMinProb, PoemFormat, VerseState, token_classes
-from .task import Result, Task, register_task, require
+from .task import Result, Task, register_task, require, without_onednn
 from .text import clean_surrogates, join_wordpieces
 
 logger = logging.getLogger(__name__)
@@ -86,6 +98,8 @@ class GenerationOptions:
     num_return_sequences: continuations per prompt (sampling or beam_search; 1 to 64, at most num_beams for
         beams).
     seed: makes sampling reproducible per prompt (an integer torch.manual_seed accepts: -2**63 to 2**64 - 1).
+    stream: a call takes one text and returns an iterator of text pieces as they are generated (greedy or
+        sampling, num_return_sequences 1); joined they equal the non-streamed continuation.
     """
 
     max_new_tokens: int = 64
@@ -100,6 +114,7 @@ class GenerationOptions:
     repetition_penalty: float | None = None
     num_return_sequences: int = 1
     seed: int | None = None
+    stream: bool = False
 
     def validate(self) -> None:
         require(
@@ -141,6 +156,11 @@ class GenerationOptions:
         require(
             self.decode_strategy != "beam_search" or self.num_return_sequences <= self.num_beams,
             f"num_return_sequences ({self.num_return_sequences}) must be <= num_beams ({self.num_beams})",
+        )
+        require(
+            not self.stream or (self.decode_strategy != "beam_search" and self.num_return_sequences == 1),
+            "stream=True yields one continuation as it is generated: use decode_strategy 'greedy' or 'sampling' "
+            "with num_return_sequences=1 (beam search only knows its best sequence at the end)",
         )
 
 
@@ -292,9 +312,9 @@ class TextGeneration(Task):
                 outputs[i] = [self._trim(row.tolist()) for row in rows]
         return outputs
 
-    def _generate(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def _generate(self, input_ids: torch.Tensor, **extra: Any) -> torch.Tensor:
         opts = self.options
-        kwargs: dict[str, Any] = dict(
+        kwargs: dict[str, Any] = dict(extra,
             max_new_tokens=opts.max_new_tokens,
             min_new_tokens=opts.min_new_tokens,
             num_return_sequences=opts.num_return_sequences,
@@ -332,6 +352,62 @@ class TextGeneration(Task):
                 torch.manual_seed(opts.seed)
                 return self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
 
+    # -- stream: one prompt, text pieces as they are generated (a generation thread feeds a queue)
+    def stream(self, text: str) -> Iterator[str]:
+        """The continuation of `text` piece by piece; `close()` on the iterator stops the generation."""
+        prompt = self.preprocess([text]).ids[0]
+        input_ids = torch.tensor([prompt], dtype=torch.long, device=self.loaded.device)
+        pieces: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        streamer = _QueueStreamer(pieces)
+
+        def work() -> None:
+            try:
+                with without_onednn(self.settings.precision != "bf16"):
+                    self._generate(
+                        input_ids,
+                        streamer=streamer,
+                        stopping_criteria=StoppingCriteriaList([_Cancelled(stop)]),
+                    )
+            except BaseException as exc:  # handed to the consumer, raised there
+                pieces.put(exc)
+            finally:
+                pieces.put(_END)
+
+        return self._pieces(pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True))
+
+    def _pieces(self, pieces: queue.Queue, stop: threading.Event, worker: threading.Thread) -> Iterator[str]:
+        ids: list[int] = []
+        sent = ""
+        worker.start()
+        try:
+            while True:
+                item = pieces.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                if self.eos_id is not None and self.eos_id in ids:
+                    continue  # generation may run on for other rows; this continuation has ended
+                ids.extend(item)
+                text = self.decode(self._trim(ids))
+                # An unfinished multi-byte character decodes to U+FFFD until its last byte arrives: hold it back.
+                ready = text.rstrip("\ufffd")
+                if len(ready) > len(sent) and ready.startswith(sent):
+                    yield ready[len(sent) :]
+                    sent = ready
+            final = self.decode(self._trim(ids))
+            if final != sent:
+                if not final.startswith(sent):  # a decoder that rewrites earlier text: say so, never send twice
+                    raise RuntimeError(
+                        "the tokenizer's decoding of the continuation changed text already streamed "
+                        f"({sent!r} -> {final!r}); use stream=False for this model"
+                    )
+                yield final[len(sent) :]
+        finally:
+            stop.set()
+            worker.join()
+
     def _trim(self, ids: list[int]) -> list[int]:
         if self.eos_id is not None and self.eos_id in ids:
             ids = ids[: ids.index(self.eos_id)]
@@ -348,3 +424,33 @@ class TextGeneration(Task):
         if self.wordpiece:
             return join_wordpieces(self.tokenizer.convert_ids_to_tokens(ids))
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+_END = object()  # the generation thread is done
+
+
+class _QueueStreamer(BaseStreamer):
+    """transformers' streamer protocol: `put` gets the prompt first, then each new token; ids go to a queue."""
+
+    def __init__(self, pieces: queue.Queue):
+        self.pieces = pieces
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.pieces.put(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        pass
+
+
+class _Cancelled(StoppingCriteria):
+    """Ends generation once the consumer closed the stream (a client that went away)."""
+
+    def __init__(self, stop: threading.Event):
+        self.stop = stop
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device)
