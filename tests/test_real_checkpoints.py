@@ -12,6 +12,7 @@ RoBERTa-wwm-ext base) have the published parameter counts and run.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,65 @@ def test_base_size_replicas_have_the_published_size_and_run(tmp_path, name, publ
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(published, rel=0.01)
     results = Taskflow("sentiment_analysis", task_path=path)(TEXTS[:4])
     assert [r["label"] for r in results] and all(0.0 <= r["score"] <= 1.0 for r in results)
+
+
+@pytest.mark.slow
+def test_ernie3_base_lora_finetune_export_onnxruntime_serve_chain(tmp_path):
+    """#39: a random-weight ERNIE 3.0 base replica through `ernie-finetune` (LoRA, a few steps) ->
+    `Taskflow(task_path=)` -> `ernie-zoo export --onnx` -> `Taskflow(backend="onnxruntime")` -> `ernie-zoo serve
+    --backend onnxruntime`: the same labels at every stop, scores within 1e-4 of torch."""
+    import json
+    import random
+
+    from fastapi.testclient import TestClient
+
+    from ernie_zoo.cli import main as cli_main
+    from ernie_zoo.finetune import build_args, run_finetune
+    from ernie_zoo.serving.app import create_app
+    from ernie_zoo.serving.config import ServeConfig
+
+    base = replica("ernie-3.0-base-zh", "feature_extraction", tmp_path)
+    rows = [json.loads(line) for line in (DATA / "finetune" / "sentiment.jsonl").read_text("utf-8").splitlines()]
+    random.Random(0).shuffle(rows)
+    files = {}
+    for name, part in {"train": rows[:48], "dev": rows[48:64]}.items():
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
+    out = tmp_path / "finetuned"
+    run_finetune(
+        build_args(
+            {
+                "task": "sequence_classification",
+                "data": {"train_file": str(files["train"]), "dev_file": str(files["dev"]), "max_length": 32},
+                "model": {"model_name_or_path": str(base)},
+                "method": {"method": "lora", "lora_r": 4},
+                "train": {"output_dir": str(out), "batch_size": 8, "learning_rate": 1e-3, "max_steps": 3,
+                          "progress": False, "num_threads": 2},
+            }
+        )
+    )  # fmt: skip
+    torch_flow = Taskflow("sentiment_analysis", task_path=out)
+    expected = torch_flow(TEXTS)
+    assert {r["label"] for r in expected} <= {"negative", "positive"}
+
+    exported = tmp_path / "onnx"
+    assert cli_main(["export", "--onnx", str(out), str(exported), "--int8", "false"]) == 0
+    ort = Taskflow("sentiment_analysis", task_path=exported, backend="onnxruntime")(TEXTS)
+    assert [r["label"] for r in ort] == [r["label"] for r in expected]
+    assert np.allclose([r["score"] for r in ort], [r["score"] for r in expected], atol=1e-4)
+
+    config = ServeConfig(
+        tasks=["sentiment_analysis"], task_paths={"sentiment_analysis": str(exported)}, backend="onnxruntime"
+    )
+    with TestClient(create_app(config)) as client:
+        for _ in range(1200):
+            if client.get("/ready").status_code == 200:
+                break
+            threading.Event().wait(0.05)
+        served = client.post("/v1/sentiment_analysis", json={"texts": TEXTS})
+        assert served.status_code == 200
+        results = served.json()["results"]
+        assert [r["label"] for r in results] == [r["label"] for r in expected]
+        assert np.allclose([r["score"] for r in results], [r["score"] for r in expected], atol=1e-4)
+        bad = client.post("/v1/sentiment_analysis", json={"texts": ["好"], "options": {"no_such_option": 1}})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_option"
