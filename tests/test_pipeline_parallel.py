@@ -39,6 +39,7 @@ LAYOUTS = {
     "pp2-interleaved": (2, {"pp_size": 2, "pp_schedule": "interleaved", "pp_microbatches": 2}, 4, 2),
     "pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "full"}, 8, 1),
     "pp2-dp2": (4, {"pp_size": 2, "pp_microbatches": 2}, 2, 2),
+    "pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1}, 2, 2),
 }
 
 
@@ -241,6 +242,25 @@ def test_pp2_dp2_matches_one_process(tmp_path, reference):
     assert sorted((r["dp_rank"], r["pp_rank"]) for r in results) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for res in results:
         assert _held_layers(res) == ({0, 1} if res["pp_rank"] == 0 else {2, 3})
+        assert res["optimizer_numel"] == 2 * res["param_numel"]  # replicated: Adam's m and v of every parameter
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_pp2_dp2_zero1_matches_one_process_and_shards_the_optimizer(tmp_path, reference):
+    """PP 2 x DP 2 with ZeRO-1 (distributed.zero_stage 1): the same losses and weights as one process and a
+    bit-exact resume, with each stage's AdamW state split between its two data-parallel ranks (each holds Adam's
+    m and v for its share only, the shares cover the stage once)."""
+    results = _run(tmp_path, "pp2-dp2-zero1")
+    _check(tmp_path, results, reference, "pp2-dp2-zero1")
+    for pp_rank in (0, 1):
+        pair = [r for r in results if r["pp_rank"] == pp_rank]
+        assert len(pair) == 2 and pair[0]["param_numel"] == pair[1]["param_numel"]
+        held = [r["optimizer_numel"] for r in pair]
+        assert sum(held) == 2 * pair[0]["param_numel"]  # m and v of every parameter, once over the pair
+        assert all(0 < h < 2 * pair[0]["param_numel"] for h in held)  # really split
+    shards = sorted(p.name for p in (tmp_path / "final" / "pipeline").glob("optimizer-*.safetensors"))
+    assert shards == [f"optimizer-pp{p:03d}-tp000-dp{d}.safetensors" for p in (0, 1) for d in (0, 1)]
 
 
 # ------------------------------------------------------------------ the ernie-pretrain loop on 2 ranks
@@ -415,11 +435,14 @@ def test_recipe_rules_for_the_pipeline_backend():
         pp_schedule="gpipe",
     )
     check(
-        "distributed.zero_stage.*needs distributed.backend deepspeed",
+        "distributed.zero_stage.*must be 0, 1 or null under backend pipeline",
         backend="pipeline",
         pp_size=2,
-        zero_stage=1,
+        zero_stage=2,
     )
+    check("distributed.deepspeed_config.*needs distributed.backend deepspeed", backend="pipeline", pp_size=2,
+          deepspeed_config="ds.json")  # fmt: skip
+    DistributedArgs(backend="pipeline", pp_size=2, zero_stage=1).validate()
     DistributedArgs(backend="pipeline", pp_size=2, tp_size=2, recompute="full").validate()
     pipeline = DistributedArgs(backend="pipeline", pp_size=2)
     with pytest.raises(ValueError, match="'precision' = 'bf16'.*fp32 only"):
@@ -514,6 +537,15 @@ def _worker(out_dir: str, layout: str) -> None:
         "resumed_max_diff": diff,
         "eval": evaluated,
         "num_parameters": engine.num_parameters(),
+        "param_numel": sum(
+            (p.to_local() if isinstance(p, DTensor) else p).numel() for p in engine.model.parameters()
+        ),
+        "optimizer_numel": sum(
+            (v.to_local() if isinstance(v, DTensor) else v).numel()
+            for state in engine.optimizer.state.values()
+            for k, v in state.items()
+            if k in ("exp_avg", "exp_avg_sq")
+        ),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()

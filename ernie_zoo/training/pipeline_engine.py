@@ -19,9 +19,12 @@ The loop's contract, as a pipeline keeps it: `loss(batch)` runs the whole schedu
 there), each chunk's loss being its masked tokens' summed cross-entropy / (the micro batch's masked tokens x
 grad_accum_steps): the sum over chunks is the one-process mean loss of the micro batch, divided as the loop
 divides it. `backward` then has nothing left to do. `step()`: gradients averaged over the data-parallel replicas
-(an all-reduce, DDP's semantics; the optimizer is replicated, not ZeRO-sharded), the tied word-embedding gradient
+(an all-reduce, DDP's semantics), the tied word-embedding gradient
 summed over the first and last stage, the global norm over every stage (tied weight once, TP shards summed),
-clipping, AdamW, the LR schedule.
+clipping, AdamW, the LR schedule. The optimizer is replicated over the replicas, or with `distributed.zero_stage: 1`
+ZeRO-1-sharded: each data-parallel rank keeps the AdamW state of, and steps, its share of the stage's parameters and
+broadcasts the new values to the other replicas (ZeRO-2/3 would reduce-scatter or gather every pipeline micro batch;
+they are refused, as DeepSpeed's pipeline engine refuses them).
 
 Every rank of a pipeline reads the same batch (the sampler shards by data-parallel rank only): the first stage
 takes the inputs, the last the labels. The schedule's buffers are shaped on first use, so a micro batch of a
@@ -29,7 +32,8 @@ new shape (the collator pads to the longest row) gets fresh stages; evaluation r
 other, forward only (no micro batches).
 
 Checkpoints: every rank of data-parallel replica 0 writes its stage's weights and AdamW state
-(`pipeline/pp<P>-tp<T>.safetensors`, `pipeline/optimizer-pp<P>-tp<T>.*`); rank 0 joins them into the
+(`pipeline/pp<P>-tp<T>.safetensors`, `pipeline/optimizer-pp<P>-tp<T>.*`; ZeRO-1: every rank its share's state,
+`pipeline/optimizer-pp<P>-tp<T>-dp<D>.*`); rank 0 joins them into the
 checkpoint's `config.json` + `model.safetensors` (a `from_pretrained` directory, `parallel.consolidate`). A resume
 needs the same pp / tp / schedule; a run with another layout starts from the consolidated weights
 (`model.init_from`).
@@ -178,6 +182,10 @@ class PipelineEngine:
         ]
         # fused AdamW: one kernel over the stage's parameters (as the single-device engine); DTensor shards: foreach
         self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=self.tp == 1)
+        self.zero_stage = int(d.zero_stage or 0)
+        self.owned: list[list[nn.Parameter]] = []  # ZeRO-1: the parameters each data-parallel rank steps
+        if self.zero_stage == 1 and self.dp > 1:
+            self._shard_optimizer()
         if recipe.sparse_last_layer and self.is_main:
             logger.info(
                 "sparse_last_layer is not used by the pipeline backend: the last stage runs every position"
@@ -195,6 +203,39 @@ class PipelineEngine:
             self.dp,
             self.n_microbatches,
         )
+
+    def _shard_optimizer(self) -> None:
+        """ZeRO-1 over the data-parallel replicas: the stage's parameters are dealt out to the dp ranks (largest
+        first, each to the least loaded rank; the same deal on every replica, which hold the same stage), and each
+        rank's AdamW keeps state for, and steps, its share only. After the step each rank broadcasts its share's
+        new values to the other replicas (`_broadcast_updates`), so the weights stay identical."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        loads = [0] * self.dp
+        owner: dict[int, int] = {}
+        for i in sorted(range(len(params)), key=lambda i: (-params[i].numel(), i)):
+            rank = loads.index(min(loads))
+            owner[id(params[i])] = rank
+            loads[rank] += params[i].numel()
+        self.owned = [[p for p in params if owner[id(p)] == r] for r in range(self.dp)]
+        for group in self.optimizer.param_groups:
+            group["params"] = [p for p in group["params"] if owner[id(p)] == self.dp_rank]
+        self.dp_ranks = [int(r) for r in self.mesh["dp"].mesh.tolist()]  # global rank of each dp rank
+
+    @torch.no_grad()
+    def _broadcast_updates(self) -> None:
+        """ZeRO-1: every dp rank's stepped share, flattened, broadcast to the replicas of this stage."""
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        for rank, share in enumerate(self.owned):
+            if not share:
+                continue
+            tensors = [self._local(p) for p in share]
+            flat = _flatten_dense_tensors(tensors)
+            dist.broadcast(flat, src=self.dp_ranks[rank], group=self.dp_group)
+            if rank != self.dp_rank:
+                for t, new in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                    t.copy_(new)
 
     # ------------------------------------------------------------------------------------- groups
     def _tied_group(self):
@@ -379,6 +420,8 @@ class PipelineEngine:
             for _, g in grads:
                 self._local(g).mul_(coef)
         self.optimizer.step()
+        if self.owned:
+            self._broadcast_updates()
         self.scheduler.step()
         self.zero_grad()
         return norm
@@ -396,7 +439,7 @@ class PipelineEngine:
         return mine
 
     def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # ZeRO-1: the optimizer holds this rank's share only
 
     @property
     def lr(self) -> float:
@@ -435,6 +478,8 @@ class PipelineEngine:
             "schedule": self.schedule_name,
             "virtual_stages": self.virtual,
             "num_layers": self.model.config.num_hidden_layers,
+            # ZeRO-1's optimizer shards are per data-parallel rank: its resume needs the same dp size too
+            **({"zero_stage": 1, "dp_size": self.dp} if self.owned else {}),
         }
 
     def local_state(self) -> dict[str, torch.Tensor]:
@@ -462,6 +507,10 @@ class PipelineEngine:
         if self.dp_rank == 0:
             shards.mkdir(parents=True, exist_ok=True)
             save_file(self.local_state(), str(shards / f"{name}.safetensors"), metadata={"format": "pt"})
+        if self.owned:  # ZeRO-1: every dp rank writes the AdamW state of its share
+            shards.mkdir(parents=True, exist_ok=True)
+            save_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}-dp{self.dp_rank}")
+        elif self.dp_rank == 0:
             save_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}")
         if self.is_main:
             self.model.config.save_pretrained(directory)
@@ -504,7 +553,8 @@ class PipelineEngine:
             for key, value in self.model.state_dict(keep_vars=True).items():
                 if key in state:
                     self._local(value).copy_(state[key])
-        load_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}")
+        suffix = f"-dp{self.dp_rank}" if self.owned else ""
+        load_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}{suffix}")
         self._restore_dtensor_states()
         load_json_state(self.scheduler, directory / "scheduler.json")
 

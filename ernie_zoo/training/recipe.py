@@ -243,7 +243,8 @@ class DistributedArgs:
     ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
     autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap)."""
     zero_stage: int | None = None
-    """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's."""
+    """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's. pipeline backend: 0/null or 1 (ZeRO-1:
+    each data-parallel rank keeps the AdamW state of its share of the stage's parameters)."""
     recompute: str = "none"
     """deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none keeps
     activations. Fine-tuning: none only."""
@@ -351,7 +352,14 @@ class DistributedArgs:
                 self.pp_virtual_stages,
                 "must be >= 2 (1 is the 1f1b schedule)",
             )
-            unset = {"deepspeed_config": None, "zero_stage": None}
+            _check(
+                self.zero_stage in (None, 0, 1),
+                "distributed.zero_stage",
+                self.zero_stage,
+                "must be 0, 1 or null under backend pipeline (ZeRO-1 shards the optimizer over the data-parallel "
+                "replicas; ZeRO-2/3 would reduce-scatter or gather every pipeline micro batch, and are not supported)",
+            )
+            unset = {"deepspeed_config": None}
             unset.update(offload_optimizer=None, offload_param=None, nvme_path=None)
             for key, default in unset.items():
                 value = getattr(self, key)
@@ -360,7 +368,7 @@ class DistributedArgs:
                     f"distributed.{key}",
                     value,
                     "needs distributed.backend deepspeed (the pipeline backend averages gradients over its "
-                    "data-parallel replicas and keeps the optimizer whole on each)",
+                    "data-parallel replicas, with the optimizer whole on each or ZeRO-1-sharded)",
                 )
         if self.backend == "single":
             unset = {"deepspeed_config": None, "tp_size": None, "zero_stage": None, "recompute": "none"}
