@@ -255,11 +255,22 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
         return 0
     print(found.explain())
     st = best.settings
-    print(
-        f"\nto run it: distributed.tp_size {st.tp}, pipeline_parallel_size {st.pp}"
-        f"{f' (virtual stages {st.virtual_stages})' if st.virtual_stages > 1 else ''}, recompute {st.recompute}, "
-        f"ZeRO stage {st.zero_stage} in the DeepSpeed json, micro_batch_size {st.micro_batch}, "
-        f"grad_accum_steps {best.grad_accum}\n"
-    )
+    if st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
+        schedule = (
+            f"pp_schedule interleaved, pp_virtual_stages {st.virtual_stages}"
+            if st.virtual_stages > 1
+            else "pp_schedule 1f1b"
+        )
+        how = (
+            f"distributed.backend pipeline, pp_size {st.pp}, {schedule}, pp_microbatches {best.grad_accum}, "
+            f"tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
+            f"micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1"
+        )
+    else:
+        how = (
+            f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
+            f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}"
+        )
+    print(f"\nto run it: {how}\n")
     print(best.render())
     return 0
