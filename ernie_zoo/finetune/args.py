@@ -88,7 +88,7 @@ class DataArgs:
     decoding may only turn a character into one of its confusable characters, and the file is saved with the
     model. Null: any character may become any other."""
     prompt_column: str = "prompt"
-    """Column holding the prompt (generation), e.g. a poem title."""
+    """Column holding the prompt (generation, e.g. a poem title; instruction)."""
     target_column: str = "target"
     """Column holding the continuation to learn (generation) or the corrected text (text_correction)."""
     response_column: str = "response"
