@@ -28,7 +28,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from ernie_zoo.finetune import build_args, run_finetune
+from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.tasks import IGNORE, collate, make_task
 from ernie_zoo.models.decoder import chat_prompt_ids
 from ernie_zoo.models.presets import preset_config
@@ -216,6 +216,9 @@ def test_finetune_reloads_in_plain_transformers_and_runs_in_taskflow(
         base_model = transformers.AutoModelForCausalLM.from_pretrained(base["model"], dtype=torch.float32)
         merged = peft.PeftModel.from_pretrained(base_model, str(out / "adapter")).merge_and_unload().eval()
         torch.testing.assert_close(_logits(merged, ids), _logits(tuned, ids), atol=1e-5, rtol=1e-5)
+        # and the project's own loader, from the adapter directory (base model + adapter, unmerged)
+        reloaded, _ = load_finetuned(out / "adapter")
+        torch.testing.assert_close(_logits(reloaded, ids), _logits(tuned, ids), atol=1e-5, rtol=1e-5)
         untouched = transformers.AutoModelForCausalLM.from_pretrained(
             base["model"], dtype=torch.float32
         ).eval()

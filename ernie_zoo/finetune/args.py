@@ -231,7 +231,8 @@ class TrainArgs:
 
 @dataclass
 class FinetuneArgs:
-    """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
+    """Fine-tuning of an ErnieZoo model (classification, NER, generation, correction; full, peft or bottleneck) or
+    instruction tuning of an ERNIE 4.5 decoder (full or LoRA)."""
 
     task: str = "sequence_classification"
     """One of sequence_classification, token_classification, generation, text_correction, instruction (prompt /

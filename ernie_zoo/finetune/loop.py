@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoTokenizer
 
-from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
+from ernie_zoo.models.decoder import DECODER_CLASSES, begin_end_tokens, is_decoder_config
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.presets import DECODER_PRESETS, preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
@@ -68,7 +68,7 @@ from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
 from .export import export, load_config
 from .methods import MethodInfo, apply_method, default_learning_rate
-from .tasks import Task, begin_end_tokens, collate, drop_tokens, make_task
+from .tasks import Task, collate, drop_tokens, make_task
 
 logger = logging.getLogger(__name__)
 
