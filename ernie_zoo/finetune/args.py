@@ -27,7 +27,9 @@ from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_sou
 
 from .methods import METHODS, check_supported
 
-TASKS = ("sequence_classification", "token_classification", "generation", "text_correction")
+#: the methods the instruction task runs (tested on the decoders; the others target ErnieZoo module names)
+INSTRUCTION_METHODS = ("full", "lora")
+TASKS = ("sequence_classification", "token_classification", "generation", "text_correction", "instruction")
 
 
 @dataclass
@@ -86,11 +88,16 @@ class DataArgs:
     decoding may only turn a character into one of its confusable characters, and the file is saved with the
     model. Null: any character may become any other."""
     prompt_column: str = "prompt"
-    """Column holding the prompt (generation), e.g. a poem title."""
+    """Column holding the prompt (generation, e.g. a poem title; instruction)."""
     target_column: str = "target"
     """Column holding the continuation to learn (generation) or the corrected text (text_correction)."""
+    response_column: str = "response"
+    """Column holding the response to learn (instruction; its prompt is data.prompt_column), e.g. jsonl lines
+    {"prompt": ..., "response": ...}."""
     max_length: int = 128
-    """Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated."""
+    """Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated. Instruction:
+    the templated prompt must fit with at least one response token (else an error names the row); the response
+    is cut at the end."""
     max_train_samples: int | None = None
     """Use at most this many training examples (the first N)."""
     max_eval_samples: int | None = None
@@ -224,10 +231,12 @@ class TrainArgs:
 
 @dataclass
 class FinetuneArgs:
-    """Fine-tuning of an ErnieZoo model: classification, NER or generation; full, peft or bottleneck."""
+    """Fine-tuning of an ErnieZoo model (classification, NER, generation, correction; full, peft or bottleneck) or
+    instruction tuning of an ERNIE 4.5 decoder (full or LoRA)."""
 
     task: str = "sequence_classification"
-    """One of sequence_classification, token_classification, generation, text_correction."""
+    """One of sequence_classification, token_classification, generation, text_correction, instruction (prompt /
+    response pairs on an ERNIE 4.5 decoder, with a chat template)."""
     data: DataArgs = field(default_factory=DataArgs)
     model: ModelArgs = field(default_factory=ModelArgs)
     method: MethodArgs = field(default_factory=MethodArgs)
@@ -282,6 +291,12 @@ class FinetuneArgs:
             "sequence_classification of single texts (a sentiment lexicon)",
         )
         check_supported(self.method.method, self.task)
+        check(
+            self.task != "instruction" or self.method.method in INSTRUCTION_METHODS,
+            "method.method",
+            self.method.method,
+            f"task instruction (an ERNIE 4.5 decoder) is tested with {' and '.join(INSTRUCTION_METHODS)} only",
+        )
         t = self.train
         for key in ("batch_size", "eval_batch_size", "grad_accum"):
             check(getattr(t, key) >= 1, f"train.{key}", getattr(t, key), "must be >= 1")

@@ -353,6 +353,33 @@ def generation_examples(rows: list[dict[str, Any]], data_args: Any, where: str) 
 
 
 @dataclass
+class InstructionExample:
+    prompt: str
+    response: str
+
+
+def instruction_examples(rows: list[dict[str, Any]], data_args: Any, where: str) -> list[InstructionExample]:
+    """Prompt / response pairs from table rows (jsonl `{"prompt": ..., "response": ...}`); both must be non-empty
+    text."""
+    _require_columns(
+        rows,
+        [data_args.prompt_column, data_args.response_column],
+        where,
+        "Instruction data needs a prompt and a response per row (set data.prompt_column / data.response_column).",
+    )
+    out = []
+    for i, row in enumerate(rows, 1):
+        at = f"{where} row {i}"
+        out.append(
+            InstructionExample(
+                _text(row[data_args.prompt_column], at, data_args.prompt_column),
+                _text(row[data_args.response_column], at, data_args.response_column),
+            )
+        )
+    return out
+
+
+@dataclass
 class CorrectionExample:
     source: str
     target: str
@@ -420,6 +447,8 @@ def _from_rows(rows: list[dict[str, Any]], data_args: Any, task: str, where: str
         return ner_examples_from_rows(rows, data_args, where)
     if task == "text_correction":
         return correction_examples(rows, data_args, where)
+    if task == "instruction":
+        return instruction_examples(rows, data_args, where)
     return generation_examples(rows, data_args, where)
 
 
@@ -427,12 +456,14 @@ __all__ = [
     "ClassificationExample",
     "CorrectionExample",
     "GenerationExample",
+    "InstructionExample",
     "NerExample",
     "check_labels",
     "classification_examples",
     "correction_examples",
     "detect_format",
     "generation_examples",
+    "instruction_examples",
     "load_split",
     "ner_examples_from_rows",
     "read_hub",

@@ -23,12 +23,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoTokenizer, PretrainedConfig
 
 from ernie_zoo.models import (
     ErnieZooConfig,
     ErnieZooEnsembleForTokenClassificationCRF,
     ErnieZooForTokenClassificationCRF,
 )
+from ernie_zoo.models.decoder import DECODER_MODEL_TYPES, is_decoder_config
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.int8 import save_int8_weights
 from ernie_zoo.models.registry import model_class_for
@@ -80,7 +82,7 @@ def load_adapter(base_model: nn.Module, path: str | Path, is_trainable: bool = F
 
 def load_base_model(base: str | Path, architecture: str, config_updates: dict[str, Any]) -> nn.Module:
     """The head class `architecture` loaded from the base directory, with the task's config fields applied."""
-    config = ErnieZooConfig.from_pretrained(str(base))
+    config = load_config(base)
     for key, value in config_updates.items():
         setattr(config, key, value)
     if "id2label" in config_updates:  # JSON keys are strings
@@ -105,16 +107,32 @@ def load_finetuned(
             )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
-        base.load_saved_files(path)  # the adapter directory's lexicon, if it carries one
+        if hasattr(base, "load_saved_files"):  # ErnieZoo models (not the ERNIE 4.5 decoders)
+            base.load_saved_files(path)  # the adapter directory's lexicon, if it carries one
         model = load_adapter(base, path)
     elif (path / "config.json").is_file():
-        config = ErnieZooConfig.from_pretrained(str(path))
+        config = load_config(path)
         model = model_class_for(config).from_pretrained(str(path), dtype=torch.float32)
     else:
         raise ValueError(f"{path} is neither a model directory (config.json) nor an adapter ({CONFIG_NAME})")
     check_finite_weights(model, str(path))
-    tokenizer = ErnieZooTokenizerFast.from_pretrained(str(path))
+    # a decoder's tokenizer is whatever its directory holds (the zoo's, or ERNIE 4.5's own)
+    load = (
+        AutoTokenizer.from_pretrained
+        if is_decoder_config(model.config)
+        else ErnieZooTokenizerFast.from_pretrained
+    )
+    tokenizer = load(str(path))
     return model.to(device).eval(), tokenizer
+
+
+def load_config(path: str | Path):
+    """The config of a model directory: transformers' ERNIE 4.5 config for a decoder, an `ErnieZooConfig`
+    otherwise."""
+    model_type = PretrainedConfig.get_config_dict(str(path))[0].get("model_type")
+    if model_type in DECODER_MODEL_TYPES:
+        return AutoConfig.from_pretrained(str(path))
+    return ErnieZooConfig.from_pretrained(str(path))
 
 
 def _set_labels(config, config_updates: dict[str, Any], task: str) -> None:
@@ -134,7 +152,9 @@ def _save_adapter(model: nn.Module, tokenizer, directory: Path, meta: dict[str, 
     tokenizer.save_pretrained(str(directory))
     # what a full save keeps next to the weights (a lexicon, confusion sets, an n-gram LM): the base directory
     # holds none of it when it came with this fine-tuning; load_finetuned reads it back (load_saved_files)
-    unwrap(model).save_saved_files(directory)
+    base = unwrap(model)
+    if hasattr(base, "save_saved_files"):  # ErnieZoo models (not the ERNIE 4.5 decoders)
+        base.save_saved_files(directory)
     atomic_write_text(directory / META_NAME, json.dumps(meta, indent=2, ensure_ascii=False))
 
 

@@ -33,10 +33,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers import AutoTokenizer
 
-from ernie_zoo.models import ErnieZooConfig
+from ernie_zoo.models.decoder import DECODER_CLASSES, begin_end_tokens, is_decoder_config
 from ernie_zoo.models.directory import check_model_dir
-from ernie_zoo.models.presets import preset_config
+from ernie_zoo.models.presets import DECODER_PRESETS, preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.training.checkpoint import (
     list_checkpoints,
@@ -65,7 +66,7 @@ from ernie_zoo.zoo import SHIPPED_MODELS
 
 from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
-from .export import export
+from .export import export, load_config
 from .methods import MethodInfo, apply_method, default_learning_rate
 from .tasks import Task, collate, drop_tokens, make_task
 
@@ -130,7 +131,9 @@ def build_tokenizer(args: FinetuneArgs, task: Task, saved: Path | None) -> Ernie
         source = str(saved)
     if source is not None:
         key = "tokenizer" if m.tokenizer else "model_name_or_path"
-        return _from_source(ErnieZooTokenizerFast.from_pretrained, key, source)
+        # a decoder's tokenizer is whatever its directory holds (the zoo's, or ERNIE 4.5's own)
+        load = AutoTokenizer.from_pretrained if task.decoder else ErnieZooTokenizerFast.from_pretrained
+        return _from_source(load, key, source)
     logger.info("training a %d-token vocabulary on the training texts", m.vocab_size)
     return ErnieZooTokenizerFast.train_vocab(
         task.vocab_texts(), vocab_size=m.vocab_size, min_frequency=1, show_progress=False
@@ -175,13 +178,14 @@ def build_model(
     the ranks, no rank ever holding it whole: from_pretrained loads each checkpoint tensor into its partition,
     and newly initialised weights (a task head, a preset) are those of the same build in one process."""
     m = args.model
-    cls = task.model_class()
     updates = task.config_updates()
     source = m.model_name_or_path
     if source is None and saved is not None and (saved / "model.safetensors").is_file():
         source = str(saved)  # resuming an adapter run on a preset: the same random base
     if source is not None:
-        config = _from_source(ErnieZooConfig.from_pretrained, "model_name_or_path", source)
+        config = _from_source(load_config, "model_name_or_path", source)
+        _check_family(args, task, is_decoder_config(config), f"{source} holds {_described(config)}")
+        cls = DECODER_CLASSES[type(config)] if task.decoder else task.model_class()
         arch = sorted(set(m.config_overrides) & ARCH_FIELDS)
         if arch and source != str(saved):
             raise ValueError(
@@ -205,13 +209,55 @@ def build_model(
         if fresh:
             logger.info("newly initialised (trained fully under adapter methods): %s", ", ".join(fresh))
     else:
-        config = preset_config(m.preset, vocab_size=len(tokenizer), **{**m.config_overrides, **updates})
+        _check_family(
+            args, task, m.preset in DECODER_PRESETS, f"model.preset {m.preset!r} is {_preset_kind(m.preset)}"
+        )
+        fields = {**m.config_overrides, **updates}
+        if task.decoder:  # begin / end / padding ids of the tokenizer, as decoder pretraining sets them
+            bos, eos = begin_end_tokens(tokenizer)
+            ids = {"bos_token_id": bos, "eos_token_id": eos, "pad_token_id": tokenizer.pad_token}
+            fields = {**{k: tokenizer.convert_tokens_to_ids(t) for k, t in ids.items() if t}, **fields}
+        config = preset_config(m.preset, vocab_size=len(tokenizer), **fields)
+        cls = DECODER_CLASSES[type(config)] if task.decoder else task.model_class()
         seed_everything(args.train.seed)
         model = new_model(cls, config)  # inside zero3_building: born partitioned, the same weights
-        model.load_char_tables(tokenizer)
+        if not task.decoder:
+            model.load_char_tables(tokenizer)
         base_path = None
         fresh = []
     return model, base_path, fresh
+
+
+def _described(config) -> str:
+    if is_decoder_config(config):
+        return f"an ERNIE 4.5 decoder ({DECODER_CLASSES[type(config)].__name__})"
+    return (
+        "an ErnieZoo encoder"
+        if getattr(config, "architectures", None) is None
+        or any(a.startswith("ErnieZoo") for a in config.architectures)
+        else f"a {', '.join(config.architectures)}"
+    )
+
+
+def _preset_kind(name: str) -> str:
+    return "an ERNIE 4.5 decoder preset" if name in DECODER_PRESETS else "an ErnieZoo encoder preset"
+
+
+def _check_family(args: FinetuneArgs, task: Task, is_decoder: bool, what: str) -> None:
+    """A decoder base only for task instruction, and task instruction only on a decoder; a ValueError names the
+    recipe key."""
+    if task.decoder and not is_decoder:
+        raise ValueError(
+            f"recipe key 'task' = {args.task!r} fine-tunes an ERNIE 4.5 decoder (Ernie4_5ForCausalLM / "
+            f"Ernie4_5_MoeForCausalLM), but {what}; give a decoder directory or a decoder preset "
+            f"({', '.join(sorted(DECODER_PRESETS))})"
+        )
+    if is_decoder and not task.decoder:
+        raise ValueError(
+            f"recipe key 'task' = {args.task!r}: {what}; a decoder has no {args.task.replace('_', ' ')} head "
+            "(classification, CRF tagging, correction and the zoo's generation are ErnieZoo encoder tasks); "
+            "fine-tune a decoder with task instruction"
+        )
 
 
 def _save_base(

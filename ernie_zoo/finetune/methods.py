@@ -33,6 +33,7 @@ from typing import Any
 
 from torch import nn
 
+from ernie_zoo.models.decoder import is_decoder_config
 from ernie_zoo.training.core import numel
 
 from .bottleneck import BottleneckConfig, BottleneckModel
@@ -43,6 +44,7 @@ PEFT_TASK_TYPES = {
     "sequence_classification": "SEQ_CLS",
     "token_classification": "TOKEN_CLS",
     "generation": "CAUSAL_LM",
+    "instruction": "CAUSAL_LM",
     # peft has no task type for a masked-LM correction head with a detector: its plain PeftModel passes every
     # argument through to the model
     "text_correction": None,
@@ -155,10 +157,18 @@ def default_learning_rate(method: str) -> float:
     return get_method(method).learning_rate
 
 
+#: LoRA's default targets on an ERNIE 4.5 decoder: the attention projections and the SwiGLU MLPs. On an MoE model
+#: peft 0.21 maps the MLP names onto transformers' fused routed-expert weights (`mlp.experts`, LoRA on parameters).
+DECODER_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
 def default_target_modules(model: nn.Module) -> list[str]:
-    """query, key, value and every `dense` (attention output, FFN in/out, pooler), plus the concat-fusion Linear."""
-    targets = ["query", "key", "value", "dense"]
+    """query, key, value and every `dense` (attention output, FFN in/out, pooler), plus the concat-fusion Linear;
+    on an ERNIE 4.5 decoder `DECODER_TARGETS`."""
     config = getattr(model, "config", None)
+    if is_decoder_config(config):
+        return list(DECODER_TARGETS)
+    targets = ["query", "key", "value", "dense"]
     if (
         config is not None
         and getattr(config, "feature_fusion", "add") == "concat"
@@ -169,8 +179,8 @@ def default_target_modules(model: nn.Module) -> list[str]:
 
 
 def default_modules_to_save(task: str, model: nn.Module) -> list[str]:
-    if task == "generation":
-        return []  # the LM head is tied to the (frozen) word embeddings
+    if task in ("generation", "instruction"):
+        return []  # the LM head is tied to the (frozen) word embeddings (a decoder's untied one stays frozen)
     if task == "text_correction":
         return ["detector"]  # the correction head is the (tied) MLM head, as for generation
     modules = ["classifier"]

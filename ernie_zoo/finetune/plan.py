@@ -77,6 +77,11 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
     from .tasks import make_task
 
     args = build_args(path).resolved()
+    if make_task(args).decoder:
+        raise ValueError(
+            f"{path}: recipe key 'task' = {args.task!r} fine-tunes an ERNIE 4.5 decoder, which this planner (ErnieZoo "
+            "encoders) does not plan yet"
+        )
     config = _base_config(args)
     t, d = args.train, args.distributed
     total_steps = t.max_steps or 1000  # AdaLoRA's budget schedule needs a number; it does not change counts

@@ -5,6 +5,12 @@
 | sequence_classification | ErnieZooForSequenceClassification               | accuracy (micro_f1 multi-label)|
 | token_classification    | ErnieZooForTokenClassification (or ...CRF)      | entity f1 (exact spans)       |
 | generation              | ErnieZooForCausalLM                             | loss (lower is better)        |
+| text_correction         | ErnieZooForSpellingCorrection                   | sentence_f1                   |
+| instruction             | Ernie4_5ForCausalLM / Ernie4_5_MoeForCausalLM   | loss (lower is better)        |
+
+`generation` continues a text with the zoo's encoder-style causal LM (`[CLS] prompt continuation [SEP]`, no
+template); `instruction` teaches an ERNIE 4.5 decoder to answer prompts in a chat format that is saved with the
+tokenizer (`chat_template`), so plain transformers' `apply_chat_template` gives the prompts it was trained on.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from torch import nn
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import LEXICON_FILE
+from ernie_zoo.models.decoder import begin_end_tokens, chat_prompt_ids, chat_template_for
 from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, saved_file, sentiment_lexicon_ids, token_texts
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
@@ -28,11 +35,13 @@ from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
+from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
 from .data import (
     ClassificationExample,
     CorrectionExample,
     GenerationExample,
+    InstructionExample,
     NerExample,
     check_labels,
     load_split,
@@ -103,6 +112,7 @@ class Task:
 
     name = ""
     default_metric = "loss"
+    decoder = False  # fine-tunes an ERNIE 4.5 decoder (transformers' classes), not an ErnieZoo model
 
     def __init__(self, args):
         self.args = args
@@ -518,6 +528,121 @@ class GenerationTask(Task):
         }
 
 
+# ===================================================================== instruction (decoders)
+
+
+class InstructionTask(Task):
+    """Prompt / response pairs on an ERNIE 4.5 decoder (transformers' `Ernie4_5ForCausalLM` or
+    `Ernie4_5_MoeForCausalLM`, as they are): the prompt in the chat template, then the response and the end
+    token; the loss on the response and the end token only (labels -100 on the prompt and on padding).
+
+    The template (`chat_template_for`) is set on the tokenizer, so it is saved with the model
+    (tokenizer_config.json) and `apply_chat_template` in plain transformers reproduces the training prompts.
+    Truncation: a templated prompt that leaves no room for a response token within data.max_length is an error
+    naming the row; a response is cut at the end (losing its end token: counted in a warning)."""
+
+    name = "instruction"
+    default_metric = "loss"
+    decoder = True
+    n_samples = 8  # dev prompts answered greedily at each evaluation for the char_f1 score
+
+    def vocab_texts(self) -> Iterator[str]:
+        yield "User: Assistant: "  # the template's words, for a vocabulary trained on the data
+        for ex in self.splits["train"]:
+            yield ex.prompt
+            yield ex.response
+
+    def encode(self, examples: Sequence[InstructionExample], tokenizer) -> list[dict[str, Any]]:
+        tokenizer.chat_template = chat_template_for(tokenizer)
+        max_len = self.data_args.max_length
+        eos = tokenizer.convert_tokens_to_ids(begin_end_tokens(tokenizer)[1])
+        responses = tokenizer([ex.response for ex in examples], add_special_tokens=False)["input_ids"]
+        features, cut = [], 0
+        split = next((s for s, exs in self.splits.items() if exs is examples), None)
+        where = self.where.get(split, "data") if split else "data"
+        for i, ex in enumerate(examples):
+            p = chat_prompt_ids(tokenizer, ex.prompt)
+            if len(p) >= max_len:
+                raise ValueError(
+                    f"{where} row {i + 1}: the prompt is {len(p)} tokens in the chat template, leaving no room "
+                    f"for the response within data.max_length = {max_len}; shorten it or raise data.max_length"
+                )
+            full = responses[i] + [eos]
+            r = full[: max_len - len(p)]
+            cut += len(r) < len(full)
+            features.append(
+                {
+                    "input_ids": p + r,
+                    "attention_mask": [1] * (len(p) + len(r)),
+                    "labels": [IGNORE] * len(p) + r,
+                    "_index": i,
+                }
+            )
+        if cut:
+            logger.warning(
+                "%d of %d responses were cut to fit data.max_length = %d (they lose their end token)",
+                cut,
+                len(examples),
+                max_len,
+            )
+        return features
+
+    def model_class(self) -> type:
+        raise TypeError(
+            "an instruction model's class follows its config: ernie_zoo.models.decoder.DECODER_CLASSES"
+        )
+
+    @torch.no_grad()
+    def generate(
+        self, model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64, device="cpu"
+    ) -> list[str]:
+        """Greedy answers to `prompts` in the chat template (stopping at the end token)."""
+        eos = tokenizer.convert_tokens_to_ids(begin_end_tokens(tokenizer)[1])
+        was_training = model.training
+        model.eval()
+        outs = []
+        try:
+            for prompt in prompts:
+                ids = torch.tensor([chat_prompt_ids(tokenizer, prompt)], device=device)
+                gen = model.generate(
+                    input_ids=ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    eos_token_id=eos,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                new = gen[0, ids.shape[1] :].tolist()
+                if eos in new:
+                    new = new[: new.index(eos)]
+                text = tokenizer.decode(new, skip_special_tokens=True)
+                # the zoo's character tokenizer spaces its tokens when decoding
+                outs.append(text.replace(" ", "") if isinstance(tokenizer, ErnieZooTokenizerFast) else text)
+        finally:
+            model.train(was_training)
+        return outs
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        loss_sum, tokens = 0.0, 0
+        for _, inputs, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
+            n_tok = int((inputs["labels"][:, 1:] != IGNORE).sum())  # the loss is a mean over these
+            loss_sum += float(out.loss) * n_tok
+            tokens += n_tok
+        loss = loss_sum / max(tokens, 1)
+        sample = [examples[f["_index"]] for f in features[: self.n_samples]]
+        max_new = min(64, max(len(ex.response) for ex in sample) + 1) if sample else 1
+        hyps = self.generate(model, tokenizer, [ex.prompt for ex in sample], max_new, device)
+        return {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "char_f1": sum(char_f1(ex.response, h) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
+            "samples": [
+                {"prompt": ex.prompt, "reference": ex.response, "generated": h}
+                for ex, h in zip(sample[:4], hyps[:4])
+            ],
+        }
+
+
 # ===================================================================== text correction
 
 
@@ -628,6 +753,7 @@ TASK_CLASSES: dict[str, type[Task]] = {
     "token_classification": TokenClassificationTask,
     "generation": GenerationTask,
     "text_correction": TextCorrectionTask,
+    "instruction": InstructionTask,
 }
 
 
@@ -637,6 +763,7 @@ def make_task(args) -> Task:
 
 __all__ = [
     "GenerationTask",
+    "InstructionTask",
     "SequenceClassificationTask",
     "TASK_CLASSES",
     "Task",

@@ -10,6 +10,10 @@ with `architectures: ["Ernie4_5ForCausalLM"]`, safetensors) loads unchanged, wit
 
 Presets (0.3B, 21B-A3B, 300B-A47B shapes and smaller/larger ones) are in `presets.DECODER_PRESETS`. The
 pinyin/radical/stroke character features are an encoder option only (docs/decoders.md).
+
+Chat format: `chat_template_for(tokenizer)` is the template instruction fine-tuning (`ernie-finetune --task
+instruction`) saves with the tokenizer -- the tokenizer's own if it has one, else ERNIE 4.5's `User: ... /
+Assistant: ...` turns between the tokenizer's begin and end tokens; `chat_prompt_ids` is what a prompt becomes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ DECODER_CLASSES: dict[type, type] = {
     Ernie4_5Config: Ernie4_5ForCausalLM,
     Ernie4_5_MoeConfig: Ernie4_5_MoeForCausalLM,
 }
+
+#: config.json `model_type`s of the decoders
+DECODER_MODEL_TYPES = frozenset(config.model_type for config in DECODER_CLASSES)
 
 
 def is_decoder_config(config: Any) -> bool:
@@ -55,6 +62,55 @@ def build_decoder(config: Any, device: str | None = None):
         return cls(config)
     with torch.device(device):
         return cls(config)
+
+
+#: ERNIE 4.5's chat format (`User: ` / `Assistant: ` turns after the begin token, each answer closed by the end
+#: token), as a Jinja template with the tokenizer's begin / end token texts in place of BOS / EOS: the zoo's
+#: character tokenizer has [CLS] / [SEP] and no bos_token / eos_token for a template to refer to.
+CHAT_TEMPLATE = (
+    "{{- 'BOS' -}}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}{{ message['content'] + '\n' }}"
+    "{%- elif message['role'] == 'user' -%}{{ 'User: ' + message['content'] + '\n' }}"
+    "{%- elif message['role'] == 'assistant' -%}{{ 'Assistant: ' + message['content'] + 'EOS' }}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ 'Assistant: ' }}{%- endif -%}"
+)
+
+
+def begin_end_tokens(tokenizer) -> tuple[str, str]:
+    """(begin, end) token texts of a decoder's sequences: bos / eos, else [CLS] / [SEP] (the zoo's tokenizer, as
+    decoder pretraining uses them)."""
+    bos = tokenizer.bos_token or tokenizer.cls_token
+    eos = tokenizer.eos_token or tokenizer.sep_token
+    if bos is None or eos is None:
+        raise ValueError(
+            "a decoder's chat format needs a tokenizer with begin and end tokens (bos/eos or [CLS]/[SEP])"
+        )
+    return bos, eos
+
+
+def chat_template_for(tokenizer) -> str:
+    """The tokenizer's own chat template if it has one (an instruction-tuned model keeps its format), else
+    `CHAT_TEMPLATE` with its begin / end tokens."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.chat_template
+    bos, eos = begin_end_tokens(tokenizer)
+    for token in (bos, eos):
+        if "'" in token or "\\" in token:
+            raise ValueError(f"cannot write the token {token!r} into a chat template")
+    return CHAT_TEMPLATE.replace("'BOS'", f"'{bos}'").replace("'EOS'", f"'{eos}'")
+
+
+def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """The ids a decoder fine-tuned by `InstructionTask` answers `prompt` from: the chat template applied to one
+    user turn with the generation prompt, tokenized without adding special tokens -- what
+    `tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)` gives."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def moe_blocks(model) -> list[Ernie4_5_MoeSparseMoeBlock]:
@@ -93,7 +149,12 @@ def decoder_counts(model) -> dict[str, int]:
 
 __all__ = [
     "DECODER_CLASSES",
+    "DECODER_MODEL_TYPES",
+    "CHAT_TEMPLATE",
+    "begin_end_tokens",
     "build_decoder",
+    "chat_prompt_ids",
+    "chat_template_for",
     "decoder_config",
     "decoder_counts",
     "is_decoder_config",

@@ -23,6 +23,10 @@ BERT-style tokenizer the prompt is `[CLS] text` (no `[SEP]`), generation stops a
 joined without spaces between Chinese characters (ErnieZoo/BERT vocabularies are NFKC-normalised and lower-cased,
 so full-width punctuation such as "，" comes back as "," and Latin letters lower-case). A prompt longer than `max_seq_len - max_new_tokens` tokens keeps its last tokens (logged).
 
+A tokenizer with a chat template (a decoder fine-tuned by `ernie-finetune` with task instruction saves one) turns
+each text into one user turn with the template's generation prompt, as `tokenizer.apply_chat_template(...,
+add_generation_prompt=True)` does, and the answer is generated from there.
+
 Determinism: greedy and beam search are deterministic; prompts of equal token length are batched together, so
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
 prompt alone with the RNG seeded to `seed`, so a prompt gets the same continuation whatever else is in the call.
@@ -55,6 +59,7 @@ import torch
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from ..models.decoder import chat_prompt_ids
 from ..models.generation import EosMinProb, PoemFormat, VerseState, token_classes
 from .task import Result, Task, register_task, require, without_onednn
 from .text import clean_surrogates, join_wordpieces
@@ -260,6 +265,8 @@ class TextGeneration(Task):
     # -- preprocess: token ids per prompt (no trailing [SEP]; left-truncated to the budget)
     def preprocess(self, texts: list[str]) -> Prompts:
         tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            return self._chat_prompts(texts)
         with self.loaded.lock:
             enc = tok(
                 [clean_surrogates(t) for t in texts],
@@ -269,9 +276,22 @@ class TextGeneration(Task):
                 split_special_tokens=True,
                 verbose=False,
             )
+        return self._budgeted(texts, [list(ids) for ids in enc["input_ids"]], enc["special_tokens_mask"])
+
+    def _chat_prompts(self, texts: list[str]) -> Prompts:
+        """A tokenizer with a chat template (an instruction-tuned decoder, `ernie-finetune --task instruction`):
+        each text is one user turn, with the template's generation prompt, as `apply_chat_template` gives it."""
+        tok = self.tokenizer
+        with self.loaded.lock:
+            ids = [chat_prompt_ids(tok, clean_surrogates(t)) for t in texts]
+        special_ids = set(tok.all_special_ids)
+        return self._budgeted(texts, ids, [[int(t in special_ids) for t in row] for row in ids])
+
+    def _budgeted(self, texts: list[str], all_ids: list[list[int]], all_special: Any) -> Prompts:
+        tok = self.tokenizer
         prompts = []
         for i in range(len(texts)):
-            ids, special = list(enc["input_ids"][i]), list(enc["special_tokens_mask"][i])
+            ids, special = list(all_ids[i]), list(all_special[i])
             while self.wordpiece and len(ids) > 1 and special[-1] and ids[-1] == tok.sep_token_id:
                 ids.pop()  # BERT-style prompt: [CLS] text, without the closing [SEP]
                 special.pop()
