@@ -61,6 +61,7 @@ MASK_TEXTS = [
     "这家餐厅的菜很好[MASK]。",
 ]
 PROMPTS = ["春", "明月", "秋风", "江南", "故乡"]
+GENERAL_PROMPTS = ["今天天气很好，", "据新华社报道，", "这家酒店的服务", "成语“画蛇添足”是什么意思？答："]
 
 
 def _round(value: Any, digits: int = 6) -> Any:
@@ -100,9 +101,10 @@ def record() -> dict[str, Any]:
         for r in Taskflow("feature_extraction", device="cpu", pooling="cls", normalize=True)(TEXTS[:5])
     ]
     runs["text_correction"] = Taskflow("text_correction", device="cpu")(CORRECTION_TEXTS + TEXTS[:4])
-    runs["text_generation/greedy"] = Taskflow("text_generation", device="cpu", decode_strategy="greedy")(
-        PROMPTS
-    )
+    runs["text_generation/greedy"] = Taskflow(
+        "text_generation", device="cpu", mode="poetry", decode_strategy="greedy"
+    )(PROMPTS)
+    runs["text_generation/general"] = Taskflow("text_generation", device="cpu")(PROMPTS + GENERAL_PROMPTS)
     clear_model_cache()
     return _round(runs)
 

@@ -242,7 +242,7 @@ def test_generate_and_pipeline_decode_as_taskflow(tmp_path):
     from ernie_zoo.taskflow.models import ZOO_DIR
 
     directory = ZOO_DIR / "ernie-zoo-mini-poetry"
-    flow = Taskflow("text_generation")
+    flow = Taskflow("text_generation", mode="poetry")
     expected = [r["generated"][0] for r in flow(POEM_PROMPTS)]
     generator = pipeline("text-generation", model=str(directory))
     tok = generator.tokenizer
@@ -404,7 +404,7 @@ def test_parity_text_generation(zoo):
     from ernie_zoo import Taskflow
 
     prompts = [t[:5] + "，" for t in _texts()][:20] + POEM_PROMPTS
-    ours = [r["generated"][0] for r in Taskflow("text_generation")(prompts)]
+    ours = [r["generated"][0] for r in Taskflow("text_generation", mode="poetry")(prompts)]
     generator = pipeline("text-generation", model=zoo("ernie-zoo-mini-poetry"))
     assert [generator(p)[0]["generated_text"][len(p) :] for p in prompts] == ours
 

@@ -112,7 +112,8 @@ def test_list_tasks_and_aliases():
     assert "named_entity_recognition" in tasks["ner"]["aliases"]
     assert tasks["text_correction"]["default_model"] == "ernie-zoo-mini-csc"
     assert "csc" in tasks["text_correction"]["aliases"]
-    assert tasks["text_generation"]["default_model"] == "ernie-zoo-mini-poetry"
+    assert tasks["text_generation"]["default_model"] == "ernie-zoo-mini-generator"
+    assert tasks["text_generation"]["modes"] == {"general": "ernie-zoo-mini-generator", "poetry": "ernie-zoo-mini-poetry"}
     assert "seed" in tasks["text_generation"]["options"]
 
 

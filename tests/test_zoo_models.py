@@ -79,6 +79,8 @@ def test_card_is_generated_from_the_evaluation(name):
         assert round(r["test"]["micro"]["f1"], 4) in values
     elif r["kind"] == "poetry":
         assert round(r["test"]["perplexity"], 4) in values
+    elif r["kind"] == "generator":
+        assert round(r["perplexity_per_char"]["generator"]["all"], 4) in values
 
 
 def test_the_sentiment_card_quotes_the_error_audit_of_its_own_weights():
@@ -127,6 +129,53 @@ def test_poetry_reproduces_its_sample_perplexity():
     sums, counts = poetry_token_logprobs(model, tokenizer, sample["texts"])
     assert counts == sample["tokens"]
     assert math.exp(-sum(sums) / sum(counts)) == pytest.approx(sample["perplexity"], rel=1e-4)
+
+
+def test_generator_reproduces_its_sample_perplexity():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ernie_zoo.evaluation.generation import char_perplexity
+
+    sample = EVAL["models"]["ernie-zoo-mini-generator"]["sample"]
+    directory = ZOO_DIR / "ernie-zoo-mini-generator"
+    model = AutoModelForCausalLM.from_pretrained(directory).eval()
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    assert type(model).__name__ == "Ernie4_5ForCausalLM"
+    got = char_perplexity(model, tokenizer, sample["texts"])
+    assert got == pytest.approx(sample["perplexity_per_char"], rel=1e-4)
+
+
+def test_generator_beats_the_ngram_lm_and_continues_in_register():
+    """#37: per-character perplexity on held-out modern text below the n-gram LM fitted on the same text (and the
+    poetry model), and the default Taskflow continues held-out news, review and everyday prefixes in prose, not
+    verse (a sample of the card's prefixes, checked by form)."""
+    from ernie_zoo.evaluation.generation import looks_like_verse
+
+    r = EVAL["models"]["ernie-zoo-mini-generator"]
+    ppl = r["perplexity_per_char"]
+    assert ppl["generator"]["all"] < ppl["char_4gram_kn"]["all"] < ppl["poetry_model"]["all"]
+    prefixes = [c["prefix"] for c in r["continuations"]][::8]
+    assert {c["domain"] for c in r["continuations"][::8]} == {"news", "review", "everyday"}
+    flow = Taskflow("text_generation")
+    assert flow.model_path.endswith("ernie-zoo-mini-generator")
+    generated = [g["generated"][0] for g in flow(prefixes)]
+    assert sum(map(bool, generated)) >= 0.9 * len(generated)
+    assert sum(map(looks_like_verse, generated)) <= 1, generated
+    # the poetry model, one call away, still writes verse from the same prefixes' kind of opening
+    poem = Taskflow("text_generation", mode="poetry")("春眠不觉晓，")["generated"][0]
+    assert looks_like_verse("春眠不觉晓，" + poem)
+
+
+def test_generator_decoding_default_is_the_one_chosen_on_dev():
+    chosen = json.loads((REPO / "bench/results/generator_decoding_dev.json").read_text(encoding="utf-8"))[
+        "chosen"
+    ]
+    config = json.loads(
+        (ZOO_DIR / "ernie-zoo-mini-generator/generation_config.json").read_text(encoding="utf-8")
+    )
+    assert config["repetition_penalty"] == chosen["repetition_penalty"]
+    assert config["poem_format"] is False
+    assert Taskflow("text_generation")._task.repetition_penalty == chosen["repetition_penalty"]
 
 
 def test_base_model_reproduces_its_sample_mlm_scores():
@@ -212,13 +261,15 @@ def test_ner_default_on_new_sentences():
 
 
 def test_poetry_default_continues_a_first_line():
-    flow = Taskflow("text_generation")
+    flow = Taskflow("text_generation", mode="poetry")
     gen = flow("春眠不觉晓，")["generated"][0]
     han = sum("\u4e00" <= c <= "\u9fff" for c in gen)
     assert gen and han >= 0.7 * len(gen) and gen[-1] in "。!！?？"
     # With the model's eos_min_prob the poem goes on past its first couplet; plain greedy closes it there.
     assert sum(gen.count(m) for m in "。!！?？") >= 2
-    plain = Taskflow("text_generation", eos_min_prob=0.0, poem_format=False)("春眠不觉晓，")["generated"][0]
+    plain = Taskflow("text_generation", mode="poetry", eos_min_prob=0.0, poem_format=False)("春眠不觉晓，")[
+        "generated"
+    ][0]
     assert sum(plain.count(m) for m in "。!！?？") == 1 and len(plain) < len(gen)
     # poem_format (on by default): the prompt's line and the continuation form regulated verse
     from ernie_zoo.evaluation.poetry import check_poem_format
@@ -235,7 +286,7 @@ def test_poetry_decoding_defaults_are_the_ones_chosen_on_dev():
     )
     assert {k: config[k] for k in chosen} == chosen
     assert config["poem_format"] is True
-    task = Taskflow("text_generation")._task
+    task = Taskflow("text_generation", mode="poetry")._task
     assert (task.repetition_penalty, task.eos_min_prob, task.poem_format) == (
         chosen["repetition_penalty"],
         chosen["eos_min_prob"],

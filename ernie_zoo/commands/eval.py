@@ -183,6 +183,22 @@ def summary_table(results: dict) -> str:
                     f"{best[1]['test_perplexity']:.2f} ({best[0]})",
                 )
             )
+        elif r["kind"] == "generator":
+            ppl = r["perplexity_per_char"]
+            ngram = next(k for k in ppl if k.endswith("gram_kn"))
+            rows.append(
+                (
+                    name,
+                    "held-out modern text",
+                    "ppl/char",
+                    f"{ppl['generator']['all']:.2f}",
+                    f"{ppl[ngram]['all']:.2f} ({ngram})",
+                )
+            )
+            g, b = r["idioms"]["generator"], r["idioms"]["retrieval_baseline"]
+            rows.append(
+                (name, "held-out idioms", "char F1", f"{g['char_f1']:.4f}", f"{b['char_f1']:.4f} (retrieval)")
+            )
         else:
             for dom, d in r["domains"].items():
                 rows.append((name, dom, "masked acc", f"{d['accuracy']:.4f}", "-"))

@@ -15,11 +15,13 @@ the same way (as plain lines). Output: one JSON object per line (the task's resu
 Corpus-scale jobs: `--input big.jsonl -o out.jsonl --resume` appends to out.jsonl as it goes (memory stays flat:
 texts are read and written a block at a time) and adds the input line number to each result ("line"). Started
 again after a crash or kill, it keeps the complete lines already in out.jsonl, drops a partial last line, skips
-that many inputs and carries on, so the finished file equals an uninterrupted run's byte for byte.
+that many inputs and carries on, so the finished file equals an uninterrupted run's byte for byte. `--engine ray
+--workers N` runs the blocks on N Ray actors, one Taskflow each, in input order (ernie_zoo/taskflow/ray_engine.py).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import json
@@ -79,6 +81,16 @@ class Args:
     resume: bool = False
     """With --input FILE and --output FILE: append as results come, each with its input "line" number, and on a
     restart continue after the complete lines already in the output."""
+    engine: Literal["local", "ray"] = "local"
+    """local: this process; ray: Ray actors, one Taskflow each (--workers), blocks in input order, so --output and
+    --resume work the same (needs `pip install ray`; ernie_zoo/taskflow/ray_engine.py)."""
+    workers: int = 2
+    """--engine ray: Ray actors (model copies)."""
+    threads_per_worker: int = 1
+    """--engine ray: torch threads per actor."""
+    ray_address: str | None = None
+    """--engine ray: the address of a running Ray cluster (auto: the one this machine joined); null: start a
+    local one for the job."""
 
 
 ALIASES = {"i": "input", "o": "output", "O": "option", "list": "list_tasks"}
@@ -314,6 +326,9 @@ def _run(args: Args, stdout: TextIO) -> int:
 
     if options.get("stream") is True:
         return _stream(flow, args, stdout)
+    if args.engine == "ray" and not (args.input and args.input != "-"):
+        print("error: --engine ray reads --input FILE", file=sys.stderr)
+        return 2
 
     total: int | None
     source: BinaryIO | None = None
@@ -351,13 +366,40 @@ def _run(args: Args, stdout: TextIO) -> int:
         out = os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
     else:
         out = stdout
+    pool = None
     try:
+        blocks = _blocks(texts, args.batch_size * BLOCK)
+        if args.engine == "ray":
+            from ernie_zoo.taskflow.ray_engine import RayTaskflowPool
+
+            kwargs = dict(
+                model=args.model, task_path=args.task_path, device=args.device, batch_size=args.batch_size,
+                max_seq_len=args.max_seq_len, precision=args.precision, mode=args.mode, backend=args.backend,
+                user_dict=args.user_dict, **options,
+            )  # fmt: skip
+            pool = RayTaskflowPool(
+                flow.task,
+                kwargs,
+                workers=args.workers,
+                threads_per_worker=args.threads_per_worker,
+                address=args.ray_address,
+            )
+            held: collections.deque = collections.deque()
+
+            def texts_of(blocks):
+                for block in blocks:
+                    held.append(block)
+                    yield [text for _, text in block]
+
+            results = ((held.popleft(), r) for r in pool.map(texts_of(blocks)))
+        else:
+            results = ((block, flow([text for _, text in block])) for block in blocks)
         bar = tqdm(
             total=total, initial=done, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task
         )
         with bar:
-            for block in _blocks(texts, args.batch_size * BLOCK):
-                for (number, _), result in zip(block, flow([text for _, text in block]), strict=True):
+            for block, block_results in results:
+                for (number, _), result in zip(block, block_results, strict=True):
                     row = _jsonable(result, args.digits)
                     if args.resume:
                         row["line"] = number
@@ -375,6 +417,8 @@ def _run(args: Args, stdout: TextIO) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
+        if pool is not None:
+            pool.close()
         if source is not None:
             source.close()
         if tmp is not None:

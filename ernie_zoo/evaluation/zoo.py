@@ -67,8 +67,12 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-ner": "ner",
     "ernie-zoo-mini-ner-fast": "ner",
     "ernie-zoo-mini-poetry": "poetry",
+    "ernie-zoo-mini-generator": "generator",
     "ernie-zoo-mini-csc": "csc",
 }
+#: recipes/zoo/generator_data.py's output (the generator's training text, held-out text and prefixes): the
+#: generator's card compares it with a character n-gram LM fitted on the same training text.
+GENERATOR_DATA = Path("runs/zoo/data")
 #: Synthetic spelling-error data (dev split) and the committed n-gram corrector results for the csc card.
 CSC_DATA = DEFAULT_CACHE / "csc"
 CSC_BASELINES = Path("bench/results/correction_baselines.json")
@@ -434,6 +438,20 @@ def _weights_info(path: Path) -> dict[str, Any]:
     return {"weights_format": fmt or names[largest[1]], "parameters": count}
 
 
+def _generator_sample(model_dir: Path, data_dir: Path) -> dict[str, Any]:
+    """The first SAMPLE_SIZE held-out texts and their perplexity per character: `tests/test_zoo_models.py`
+    recomputes it on the shipped weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .generation import char_perplexity
+
+    rows = (data_dir / "generator_heldout.jsonl").read_text(encoding="utf-8").splitlines()
+    texts = [json.loads(line)["text"][:500] for line in rows if line.strip()][:SAMPLE_SIZE]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return {"texts": texts, "perplexity_per_char": char_perplexity(model, tokenizer, texts)}
+
+
 def _dir_info(model_dir: Path) -> dict[str, Any]:
     from ernie_zoo.utils import MANIFEST, read_manifest
 
@@ -456,9 +474,11 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
         k: config.get(k)
         for k in (
             "architectures",
+            "model_type",
             "num_hidden_layers",
             "hidden_size",
             "num_attention_heads",
+            "num_key_value_heads",
             "intermediate_size",
             "vocab_size",
             "max_position_embeddings",
@@ -584,6 +604,20 @@ def evaluate_zoo(
                 k: {"test_perplexity_per_char": v["test_perplexity"]}
                 for k, v in base["poetry"]["systems"].items()
             }
+        elif kind == "generator":
+            from ernie_zoo.zoo import ZOO_DIR
+
+            from .generation import evaluate_generator
+
+            decoding = json.loads((model_dir / "generation_config.json").read_text(encoding="utf-8"))
+            out = evaluate_generator(
+                model_dir,
+                GENERATOR_DATA,
+                datasets,
+                repetition_penalty=decoding.get("repetition_penalty", 1.0),
+                poetry_dir=ZOO_DIR / "ernie-zoo-mini-poetry",
+            )
+            out["sample"] = _generator_sample(model_dir, GENERATOR_DATA)
         elif kind == "csc":
             from .correction import evaluate_correction_model
 

@@ -40,8 +40,9 @@ class Taskflow:
             names in config.json `taskflow_cpu_precision` (both shipped NER models: int8, measured lossless on dev
             at over twice the speed; README, "NER: accurate and fast modes").
         mode: for tasks that ship several models, which one: ner has "accurate" (the default,
-            ernie-zoo-mini-ner) and "fast" (ernie-zoo-mini-ner-fast, a smaller distilled tagger). Exclusive with
-            `model` and `task_path`.
+            ernie-zoo-mini-ner) and "fast" (ernie-zoo-mini-ner-fast, a smaller distilled tagger); text_generation
+            has "general" (the default, ernie-zoo-mini-generator: continues modern text) and "poetry"
+            (ernie-zoo-mini-poetry: classical verse). Exclusive with `model` and `task_path`.
         backend: "torch" (default) or "onnxruntime": run a directory written by `ernie-zoo export --onnx`
             (task_path=) with ONNX Runtime on CPU, fp32 only; same results, options and errors. On one thread it
             measured 1.1-1.4x torch fp32 but 0.6-0.8x the NER models' default torch int8

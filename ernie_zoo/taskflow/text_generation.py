@@ -1,10 +1,18 @@
 """Text generation: continue each prompt with a causal language model (greedy, sampling or beam search).
 
-Usage with the shipped default model, ernie-zoo-mini-poetry (a 4-layer toy poet; real output, greedy with the
-model's own defaults: repetition_penalty 1.2, eos_min_prob 0.1, poem_format on):
+Usage with the shipped default model, ernie-zoo-mini-generator (a 7M-parameter ERNIE 4.5 decoder pretrained here on
+news, reviews, dictionary and idiom text; it continues text in its register, and invents facts; greedy with the
+model's repetition_penalty 1.1):
 
 >>> from ernie_zoo.taskflow import Taskflow
->>> Taskflow("text_generation")(["春眠不觉晓，", "登高"])  # doctest: +NORMALIZE_WHITESPACE
+>>> Taskflow("text_generation")(["今天天气很好，", "成语“画蛇添足”是什么意思？答："])  # doctest: +NORMALIZE_WHITESPACE
+[{'text': '今天天气很好，', 'generated': ['我们还是不错的。']},
+ {'text': '成语“画蛇添足”是什么意思？答：', 'generated': ['形容人的声音。']}]
+
+Classical verse is `mode="poetry"` (ernie-zoo-mini-poetry, a 4-layer toy poet; its outputs are those it gave as the
+default before the generator shipped: repetition_penalty 1.2, eos_min_prob 0.1, poem_format on):
+
+>>> Taskflow("text_generation", mode="poetry")(["春眠不觉晓，", "登高"])  # doctest: +NORMALIZE_WHITESPACE
 [{'text': '春眠不觉晓，', 'generated': ['春色已成秋。不是春风里,无人不见愁。']},
  {'text': '登高', 'generated': ['一日一江东,一片云间万。山色不可见,山色无人见。']}]
 
@@ -181,9 +189,10 @@ class GenerationResult(Result):
     generated: list[str] = field(default_factory=list)
 
 
-@register_task("text_generation", aliases=("generation",), default_model="ernie-zoo-mini-poetry")
+@register_task("text_generation", aliases=("generation",), default_model="ernie-zoo-mini-generator")
 class TextGeneration(Task):
     auto_class = "AutoModelForCausalLM"
+    modes = {"general": "ernie-zoo-mini-generator", "poetry": "ernie-zoo-mini-poetry"}
     Options = GenerationOptions
 
     def __init__(self, *args: Any, **kwargs: Any):

@@ -27,6 +27,7 @@ SHIPPED_MODELS = (
     "ernie-zoo-mini-ner",
     "ernie-zoo-mini-ner-fast",
     "ernie-zoo-mini-poetry",
+    "ernie-zoo-mini-generator",
     "ernie-zoo-mini-zh",
     "ernie-zoo-mini-csc",
 )

@@ -7,6 +7,7 @@
 #   4. fine-tune sentiment (from stage 7, with the permissive sentiment lexicon), the two NER taggers of the
 #      shipped ensemble (A from stage 5, B from stage 7, both with the entity lexicon; B's last stage distilled)
 #      and train the poetry LM                                          -> runs/zoo/{sentiment-permissive-seed7,ner-lex-3,ner-s7-kd,poetry-s5}
+#      and pretrain the general generator (a decoder, from scratch)      -> runs/zoo/generator
 #   5. copy them into the package as fp16 (the NER ensemble: int8) + manifest -> ernie_zoo/zoo/<name>; then
 #      distil the fast NER tagger (1 layer) from the shipped ensemble, ship it (int8) -> ernie_zoo/zoo/ernie-zoo-mini-ner-fast
 #   6. ablation (masking, char features) for the base model's card    -> bench/results/zoo_ablation.json
@@ -84,7 +85,16 @@ $PY recipes/zoo/skep_mix.py --src $C
 $PY recipes/zoo/sentiment_silver.py --out ~/.cache/ernie_zoo/datasets/sentiment_silver3 --frames 3000
 $PY -m ernie_zoo.finetune.cli recipes/zoo/sentiment-permissive-seed7.yaml
 
+# The general generator (ernie-zoo-mini-generator, an ERNIE 4.5 decoder pretrained from scratch): its mixture
+# (idiom question/answer pairs, THUCNews headlines, the other modern sources, poetry one domain among several) and
+# held-out prefixes/text, then causal-LM pretraining (1,000 steps, ~70-90 min on 2 cores).
+$PY recipes/zoo/generator_data.py
+$PY -m ernie_zoo.training.pretrain recipes/zoo/pretrain-generator.yaml
+
 echo "== 5. ship"
+# The generator's decoding default (repetition_penalty), chosen on dev idioms and dev prefixes.
+$PY recipes/zoo/generator_decoding.py --model runs/zoo/generator/checkpoint-1000
+$PY recipes/zoo/ship.py ernie-zoo-mini-generator
 # The poetry model's decoding defaults (generation_config.json), chosen on dev titles.
 $PY recipes/zoo/poetry_decoding.py --model runs/zoo/poetry-s5
 $PY recipes/zoo/ship.py ernie-zoo-mini-zh ernie-zoo-mini-sentiment ernie-zoo-mini-ner ernie-zoo-mini-poetry \

@@ -83,6 +83,14 @@ PRETRAIN_STAGES = {
         1,
         "other training jobs used the other core; resumed once from step 1500",
     ),
+    "generator": (
+        "causal-LM pretraining of the general generator (ERNIE 4.5 decoder from scratch; packed documents with "
+        "per-document attention)",
+        "recipes/zoo/pretrain-generator.yaml",
+        "runs/zoo/generator",
+        2,
+        "tests of other work ran on the same cores at times",
+    ),
 }
 # The fine-tuning stages of NER tagger A: the first member of ernie-zoo-mini-ner, and the start of the fast tagger.
 TAGGER_A = [
@@ -142,6 +150,14 @@ MODELS = {
         ["stage1", "stage2", "stage3", "stage4", "stage5"],
         [("recipes/zoo/poetry-s5.yaml", "runs/zoo/poetry-s5")],
     ),
+    # The general-domain generator (#37): an ERNIE 4.5 decoder (transformers' Ernie4_5ForCausalLM) pretrained from
+    # scratch; its last checkpoint (the run's cosine schedule ends there; the recipe's held-out loss is logged).
+    "ernie-zoo-mini-generator": (
+        "runs/zoo/generator/checkpoint-1000",
+        "runs/zoo/generator/tokenizer",
+        ["generator"],
+        [],
+    ),
     "ernie-zoo-mini-csc": (
         "runs/zoo/csc-stage3",
         None,
@@ -164,7 +180,10 @@ TRAINED_LENGTH = {"ernie-zoo-mini-ner": 128, "ernie-zoo-mini-ner-fast": 128}
 # the held-out half, 0.6526 with fp16 storage; bench/csc_fusion.py --model on each).
 INT8_STORED = {"ernie-zoo-mini-ner-fast", "ernie-zoo-mini-csc"}
 # name: results file of the decoding defaults chosen on dev, written into the shipped generation_config.json.
-DECODING = {"ernie-zoo-mini-poetry": "bench/results/poetry_decoding_dev.json"}
+DECODING = {
+    "ernie-zoo-mini-poetry": "bench/results/poetry_decoding_dev.json",
+    "ernie-zoo-mini-generator": "bench/results/generator_decoding_dev.json",  # recipes/zoo/generator_decoding.py
+}
 # name: Taskflow's poem_format default. A product choice, not a dev-tuned one: the model is a classical-verse model,
 # and the constraint only rules out malformed verse (the model still picks every character). `ernie-zoo eval`
 # reports the format checks with and without it.
@@ -209,6 +228,16 @@ DATA = {
     "realistic rates, by one of its confusion set (same / other tone, fuzzy pinyin, same radical with strokes within 1, "
     "pycorrector's sets); stages 2 and 3 train on denser errors (0-4 per sentence). Best checkpoint and decoding "
     "margin by dev sentence F1; SIGHAN-2015 scored once at the end.",
+    "ernie-zoo-mini-generator": "Pretrained from scratch as a causal LM (an ERNIE 4.5 decoder, transformers' "
+    "Ernie4_5ForCausalLM) on the generator mixture of recipes/zoo/generator_data.py (230,975 lines, 9.49M characters): "
+    "MSRA train news sentences, THUCNews train headlines (9,000), review train split, Xinhua dictionary words and "
+    "explanations, 29,659 idiom question/answer pairs (成语X是什么意思？ -> the dictionary's explanation; split by "
+    "idiom, 618 held out for dev and 618 for test), man pages, LibreOffice help, fortunes, and Tang/Song poems as one "
+    "domain among several. Documents are packed into rows of 256 characters with per-document attention; one run "
+    "of 1,000 steps of 32 rows (8.2M tokens, about 0.9 of an epoch), cosine schedule, no checkpoint selection (the "
+    "last step ships). The tokenizer is ernie-zoo-mini-zh's, so the generator and the encoders read the same "
+    "characters. Decoding default (repetition_penalty) chosen on dev idioms and dev prefixes "
+    "(recipes/zoo/generator_decoding.py).",
     "ernie-zoo-mini-poetry": "Initialised from ernie-zoo-mini-zh (stage 5) and trained as a causal LM on our seeded "
     "split of chinese-poetry Tang and Song poems (295,760 train): one run of 4,000 steps of 32 poems (about 128k poem "
     "examples), best checkpoint by dev loss. Half the examples have the title as prompt, half start from the first "
@@ -401,7 +430,7 @@ def write_decoding_defaults(path: Path, results_file: str, tokenizer, poem_forma
 
 
 def ship(name: str, out_root: Path) -> Path:
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, Ernie4_5ForCausalLM
 
     import ernie_zoo.auto  # noqa: F401
     from ernie_zoo.finetune.export import ensemble_of
@@ -426,6 +455,7 @@ def ship(name: str, out_root: Path) -> Path:
             ErnieZooForTokenClassification,
             ErnieZooForTokenClassificationCRF,
             ErnieZooForCausalLM,
+            Ernie4_5ForCausalLM,
         )
     }
     src, tok, _, _ = MODELS[name]
@@ -438,10 +468,12 @@ def ship(name: str, out_root: Path) -> Path:
         arch = type(model).__name__
     else:
         config = json.loads((Path(src) / "config.json").read_text(encoding="utf-8"))
+        if config.get("model_type") == "ernie4_5":  # pretraining checkpoints of a decoder name no architectures
+            config["architectures"] = ["Ernie4_5ForCausalLM"]
         arch = (config.get("architectures") or ["ErnieZooForMaskedLM"])[0]
         model = classes[arch].from_pretrained(src, dtype=torch.float32)
         # A causal LM's prompt is `[CLS] text`: its tokenizer does not end the text with `[SEP]` (the end token).
-        causal = {"add_sep_token": False} if arch == "ErnieZooForCausalLM" else {}
+        causal = {"add_sep_token": False} if arch in ("ErnieZooForCausalLM", "Ernie4_5ForCausalLM") else {}
         tokenizer = AutoTokenizer.from_pretrained(tok or src, **causal)
         if arch == "ErnieZooForSpellingCorrection":  # the decoding margin chosen on dev by the last stage
             dev = json.loads((Path(src) / "eval_results.json").read_text(encoding="utf-8"))["dev"]
