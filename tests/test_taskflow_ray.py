@@ -23,9 +23,14 @@ def _cli(src, out, *extra):
 
 @pytest.fixture
 def env(tmp_path):
-    yield {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "RAY_TMPDIR": str(tmp_path / "ray")}
+    import shutil
+    import tempfile
+
+    short = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
+    yield {**os.environ, "PYTHONPATH": os.getcwd(), "OMP_NUM_THREADS": "1", "RAY_TMPDIR": short}
     # a SIGKILLed driver may leave its local Ray processes behind
     subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True)
+    shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.mark.slow
