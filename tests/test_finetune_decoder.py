@@ -389,3 +389,46 @@ def _worker(spec: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         _worker(sys.argv[2])
+
+
+@pytest.mark.slow
+def test_lora_on_a_full_size_ernie45_03b_replica(data, tmp_path):
+    """#37: the real ERNIE-4.5-0.3B configuration, unshrunk (18 layers, hidden 1024, 103,424-row embedding, 360.7M
+    random weights), LoRA-fine-tuned by `ernie-finetune`'s instruction task for 2 steps: the adapter holds only the
+    LoRA factors of the real shapes, the loss moves, and the adapter through plain peft gives the fine-tuned logits."""
+    import peft
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    root = tmp_path / "base"
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
+    bpe.decoder = decoders.Metaspace()
+    texts = [f"User: {r['prompt']}\nAssistant: {r['response']}" for r in _rows()]
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"]))
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>",
+                                               eos_token="</s>", pad_token="<unk>")  # fmt: skip
+    config = preset_config("ernie4.5-0.3b", bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                           pad_token_id=tok.pad_token_id)  # fmt: skip
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (18, 1024, 103424)
+    torch.manual_seed(0)
+    model = transformers.Ernie4_5ForCausalLM(config)
+    assert sum(p.numel() for p in model.parameters()) == 360_748_032
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    del model
+    args = _args(data, {"model": str(root), "tokenizer": None}, tmp_path / "out", "lora", max_steps=2,
+                 eval_every=2, batch_size=4, num_threads=2)  # fmt: skip
+    result = run_finetune(args)
+    out = tmp_path / "out"
+    losses = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())["state"][
+        "train_losses"
+    ]
+    assert len(losses) == 2 and losses[0] != losses[1]
+    adapter = load_file(str(out / "adapter/adapter_model.safetensors"))
+    assert adapter and all("lora_" in k for k in adapter)
+    assert adapter[next(k for k in adapter if "layers.17.self_attn.q_proj.lora_A" in k)].shape == (4, 1024)
+    ids = _chat_ids(transformers.AutoTokenizer.from_pretrained(out), "大的反义词是什么？")  # the saved template
+    tuned = result["model"].eval()
+    base_model = transformers.AutoModelForCausalLM.from_pretrained(root, dtype=torch.float32)
+    merged = peft.PeftModel.from_pretrained(base_model, str(out / "adapter")).merge_and_unload().eval()
+    torch.testing.assert_close(_logits(merged, ids), _logits(tuned, ids), atol=1e-4, rtol=1e-4)
