@@ -12,8 +12,8 @@ plain transformers' `apply_chat_template` gives the training prompts; the run le
 plain transformers (and the adapter through peft onto the base) with the fine-tuned model's logits; Taskflow's
 text_generation on the output directory answers as `model.generate` does on the templated prompt; DeepSpeed
 ZeRO-3 LoRA on 2 gloo ranks matches one process with every parameter partitioned -- asserted: losses 1e-5 relative,
-grad norms 1e-5 relative, adapter weights 2e-5 absolute (see WEIGHT_ATOL), merged logits 1e-4; measured: 9.1e-8,
-1.4e-7, 9.1e-6 --; wrong pairings are clear errors.
+grad norms 2e-4 relative (see NORM_RTOL), adapter weights 2e-5 absolute (see WEIGHT_ATOL), merged logits 1e-4;
+measured: 9.2e-8, 4.6e-5, 1.1e-5 --; wrong pairings are clear errors.
 """
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ REPO = Path(__file__).resolve().parents[1]
 ANTONYMS = ["大小", "多少", "上下", "左右", "前后", "高低", "长短", "冷热", "快慢", "早晚", "新旧", "开关", "来去",
             "买卖", "黑白", "正反"]  # fmt: skip
 LOSS_RTOL = 1e-5
-NORM_RTOL = 1e-5
+#: The pretrained base comes in one of two versions (the tokenizers library's WordPiece trainer breaks frequency ties
+#: at the vocabulary budget differently in each process, so the tiny recipe's 368-token vocabulary varies by a few
+#: word pieces). On one of them the last step's grad norm (0.4995, at the 0.5 clip) differs by 4.6e-5 relative
+#: (1.4e-7 on the other) while the losses agree to 9.2e-8: the AdamW-amplified lora_A rounding (WEIGHT_ATOL) shows
+#: in the gradients first. A missing or doubled shard moves the norm by tens of percent.
+NORM_RTOL = 2e-4
 #: lora_A's gradient is exactly zero at the first step (lora_B starts at zero) and tiny while lora_B is small;
 #: AdamW normalises it, so rounding differences of the ranks' partial sums show at the learning rate's scale
-#: (measured 9.1e-6 at lr 2e-2, on layers.0.mlp.up_proj.lora_A; every other weight within 4.5e-6)
+#: (measured 9.1e-6 and 1.1e-5 on the two bases at lr 2e-2, on layers.0.mlp.up_proj.lora_A)
 WEIGHT_ATOL = 2e-5
 
 
