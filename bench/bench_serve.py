@@ -223,7 +223,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def free_port() -> int:
-    from ernie_zoo.serving.server import free_port
+    from ernie_zoo.utils import free_port
 
     return free_port()
 

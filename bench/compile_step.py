@@ -39,7 +39,8 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
 
     from ernie_zoo.models import ErnieZooConfig
     from ernie_zoo.models.presets import PRESETS
-    from ernie_zoo.training.engine import SingleDeviceEngine, build_model
+    from ernie_zoo.training.build import build_model
+    from ernie_zoo.training.engine import SingleDeviceEngine
     from ernie_zoo.training.recipe import OptimArgs, PretrainRecipe
 
     torch.set_num_threads(threads)

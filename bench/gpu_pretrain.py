@@ -66,7 +66,7 @@ def make_recipe(args, compiled: bool = False):
 
 def make_model(preset: str, seq_len: int):
     from ernie_zoo.models.presets import preset_config
-    from ernie_zoo.training.engine import build_model
+    from ernie_zoo.training.build import build_model
 
     config = preset_config(preset, max_position_embeddings=max(seq_len, 512))
     g = torch.Generator().manual_seed(1)

@@ -200,6 +200,15 @@ def verify_manifest(
     return {rel: entry["sha256"] for rel, entry in table.items()}
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listened on a moment ago on `host` (a rendezvous port for local ranks, a test server's)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def tied_names(module) -> set[str]:
     """State-dict names of `module` whose tensor is shared with an earlier name (tied weights): what
     `save_pretrained` stores once."""

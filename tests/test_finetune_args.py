@@ -49,10 +49,10 @@ def test_recipe_loads_and_repeats_every_help_text(path):
 
 
 def test_the_task_help_names_every_task():
-    from ernie_zoo.finetune.args import TASKS
+    from ernie_zoo.finetune.args import FINETUNE_TASKS
     from ernie_zoo.recipe_cli import field_help
 
-    assert all(task in field_help(FinetuneArgs)["task"] for task in TASKS)
+    assert all(task in field_help(FinetuneArgs)["task"] for task in FINETUNE_TASKS)
 
 
 def test_flat_names_are_unique_and_map_to_sections():

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 import inspect
+from pathlib import Path
 
 import pytest
 import torch

@@ -361,7 +361,7 @@ def test_polarity_head_saves_loads_and_stays_out_of_other_heads(tmp_path, make_c
     from safetensors.torch import load_file
 
     from ernie_zoo import ErnieZooForMaskedLM, ErnieZooForSequenceClassification
-    from ernie_zoo.training.engine import init_weights_from, save_model_weights
+    from ernie_zoo.training.build import init_weights_from, save_model_weights
 
     torch.manual_seed(0)
     model = ErnieZooForMaskedLM(make_config(num_word_polarities=2))

@@ -61,7 +61,7 @@ def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
 
 def _model():
     from ernie_zoo import ErnieZooConfig
-    from ernie_zoo.training.engine import build_model
+    from ernie_zoo.training.build import build_model
 
     config = ErnieZooConfig(
         vocab_size=VOCAB,

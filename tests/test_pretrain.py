@@ -590,7 +590,7 @@ def test_init_from_continues_from_a_checkpoint(tiny_run, tmp_path, tokenizer_dir
     architecture is refused naming the field."""
     from safetensors.torch import load_file
 
-    from ernie_zoo.training.engine import build_model, build_model_config, init_weights_from
+    from ernie_zoo.training.build import build_model, build_model_config, init_weights_from
 
     out, _ = tiny_run
     ckpt = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))[-1]

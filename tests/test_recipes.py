@@ -31,8 +31,8 @@ def test_recipes_exist():
 def test_every_recipe_loads_against_the_schema(path):
     from ernie_zoo.masking import MaskingSchedule
     from ernie_zoo.models.presets import count_parameters
+    from ernie_zoo.training.build import build_model_config
     from ernie_zoo.training.causal_lm import decoder_config_for, is_decoder_preset
-    from ernie_zoo.training.engine import build_model_config
 
     recipe = load_recipe(path, cls=PretrainRecipe)
     assert isinstance(recipe, PretrainRecipe)

@@ -577,7 +577,7 @@ sys.exit(serve(ServeConfig(tasks=[test_serve.ECHO], **json.loads({options!r}))))
 @contextmanager
 def uvicorn_server(tmp_path: Path, **options: Any):
     """A real `serve(ServeConfig(tasks=[echo], **options))` process on a free port; yields (url, process, log)."""
-    from ernie_zoo.serving.server import free_port
+    from ernie_zoo.utils import free_port
 
     port = free_port()
     script = tmp_path / f"server_{port}.py"

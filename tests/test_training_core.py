@@ -60,7 +60,7 @@ def test_fine_tunings_behaviour_change_is_the_embedding_block(make_config):
 
     model = ErnieZooForSequenceClassification(make_config(feature_fusion="concat"))
 
-    def old_rule(name, p):  # finetune/loop.py before the shared rule
+    def old_rule(name, p):  # finetune's run before the shared rule
         return not (p.dim() < 2 or "LayerNorm" in name or "layer_norm" in name)
 
     changed = {n for n, p in model.named_parameters() if old_rule(n, p) != decays(n, p)}
@@ -164,7 +164,7 @@ def test_device_resolution_checks_cuda():
 def test_fine_tuning_trains_with_the_shared_groups_and_schedule(tmp_path, monkeypatch):
     """`run_finetune` (full fine-tuning) hands AdamW the shared groups: the embedding block is not decayed."""
     from ernie_zoo.finetune import build_args, run_finetune
-    from ernie_zoo.finetune.loop import Trainer
+    from ernie_zoo.finetune.run import FinetuneTask
 
     data = Path(__file__).parent / "data/finetune/sentiment.jsonl"
     rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
@@ -181,7 +181,7 @@ def test_fine_tuning_trains_with_the_shared_groups_and_schedule(tmp_path, monkey
         seen["lambda"] = [self.scheduler.lr_lambdas[0](s) for s in range(self.total_steps + 1)]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Trainer, "train", capture)
+    monkeypatch.setattr(FinetuneTask, "train", capture)
     args = build_args(
         {
             "data": {"train_file": str(train)},

@@ -13,24 +13,24 @@ from ernie_zoo.models import (  # re-exported: the model classes live in ernie_z
 )
 
 from .args import (
-    DataArgs,
     FinetuneArgs,
+    FinetuneDataArgs,
+    FinetuneModelArgs,
     MethodArgs,
-    ModelArgs,
     TrainArgs,
     build_args,
     dump_recipe,
 )
 from .bottleneck import BottleneckConfig, BottleneckModel
 from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
-from .loop import run_finetune
 from .methods import METHODS, Method, apply_method, check_supported, register_method
 from .metrics import classification_scores, entity_scores, multilabel_scores
+from .run import run_finetune
 
 __all__ = [
     "BottleneckConfig",
     "BottleneckModel",
-    "DataArgs",
+    "FinetuneDataArgs",
     "ErnieZooEnsembleForTokenClassificationCRF",
     "ErnieZooForTokenClassificationCRF",
     "FinetuneArgs",
@@ -38,7 +38,7 @@ __all__ = [
     "METHODS",
     "Method",
     "MethodArgs",
-    "ModelArgs",
+    "FinetuneModelArgs",
     "TrainArgs",
     "apply_method",
     "build_args",

@@ -29,11 +29,11 @@ from .methods import METHODS, check_supported
 
 #: the methods the instruction task runs (tested on the decoders; the others target ErnieZoo module names)
 INSTRUCTION_METHODS = ("full", "lora")
-TASKS = ("sequence_classification", "token_classification", "generation", "text_correction", "instruction")
+FINETUNE_TASKS = ("sequence_classification", "token_classification", "generation", "text_correction", "instruction")
 
 
 @dataclass
-class DataArgs:
+class FinetuneDataArgs:
     """Where the examples come from and how they are read."""
 
     train_file: str | None = None
@@ -109,7 +109,7 @@ class DataArgs:
 
 
 @dataclass
-class ModelArgs:
+class FinetuneModelArgs:
     """The base model and tokenizer."""
 
     model_name_or_path: str | None = None
@@ -237,8 +237,8 @@ class FinetuneArgs:
     task: str = "sequence_classification"
     """One of sequence_classification, token_classification, generation, text_correction, instruction (prompt /
     response pairs on an ERNIE 4.5 decoder, with a chat template)."""
-    data: DataArgs = field(default_factory=DataArgs)
-    model: ModelArgs = field(default_factory=ModelArgs)
+    data: FinetuneDataArgs = field(default_factory=FinetuneDataArgs)
+    model: FinetuneModelArgs = field(default_factory=FinetuneModelArgs)
     method: MethodArgs = field(default_factory=MethodArgs)
     train: TrainArgs = field(default_factory=TrainArgs)
     distributed: DistributedArgs = field(default_factory=DistributedArgs)
@@ -251,7 +251,7 @@ class FinetuneArgs:
             if not ok:
                 raise ValueError(f"recipe key {key!r} = {value!r}: {message}")
 
-        check(self.task in TASKS, "task", self.task, f"must be one of {TASKS}")
+        check(self.task in FINETUNE_TASKS, "task", self.task, f"must be one of {FINETUNE_TASKS}")
         check(
             self.data.tag_scheme in ("bio", "bioes"),
             "data.tag_scheme",
@@ -429,12 +429,12 @@ def dump_recipe(args: FinetuneArgs) -> str:
 
 
 __all__ = [
-    "DataArgs",
+    "FinetuneDataArgs",
     "DistributedArgs",
     "FinetuneArgs",
     "MethodArgs",
-    "ModelArgs",
-    "TASKS",
+    "FinetuneModelArgs",
+    "FINETUNE_TASKS",
     "TrainArgs",
     "build_args",
     "dump_recipe",

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(args, int):  # --help, --print_config or an error
         return args
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .loop import run_finetune
+    from .run import run_finetune
 
     try:
         result = run_finetune(args)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 MODEL_CLASSES: dict[str, type] = {}  # architecture name -> class
-TASKS: dict[type, str] = {}  # class -> the task it serves
+TASK_OF: dict[type, str] = {}  # class -> the task it serves
 TASK_DEFAULTS: dict[str, type] = {}  # task -> the class its transformers Auto class builds
 _FLAGS: dict[str, tuple[str, type]] = {}  # task -> (config flag, the class the flag picks)
 _EXCLUSIVE: set[type] = set()  # classes whose weights load into no other class (nothing under its names)
@@ -28,7 +28,7 @@ def register(task: str, *, default=False, flag: str | None = None, exclusive=Fal
     field that picks it over the task's default; `exclusive`: its weights load into no other class."""
 
     def add(cls: type) -> type:
-        MODEL_CLASSES[cls.__name__], TASKS[cls], _WHAT[cls] = cls, task, what or f"a {cls.__name__}"
+        MODEL_CLASSES[cls.__name__], TASK_OF[cls], _WHAT[cls] = cls, task, what or f"a {cls.__name__}"
         TASK_DEFAULTS.update({task: cls} if default else {})
         _FLAGS.update({task: (flag, cls)} if flag else {})
         _EXCLUSIVE.update({cls} if exclusive else ())
@@ -44,13 +44,13 @@ def model_class_for(config: Any, task: str | None = None, default: type | None =
     field = config.get if isinstance(config, Mapping) else lambda name: getattr(config, name, None)
     names = list(field("architectures") or [])
     found = [MODEL_CLASSES[n] for n in names if n in MODEL_CLASSES]
-    cls = next((c for c in found if task in (None, TASKS[c])), None)
-    flag, variant = _FLAGS.get(TASKS[cls] if cls else task, (None, None))
+    cls = next((c for c in found if task in (None, TASK_OF[c])), None)
+    flag, variant = _FLAGS.get(TASK_OF[cls] if cls else task, (None, None))
     value = field(flag) if flag else None
     if cls is None:
         cls = variant if value else default or TASK_DEFAULTS.get(task)
-    elif value is not None and cls in (variant, TASK_DEFAULTS.get(TASKS[cls])):
-        cls = variant if value else TASK_DEFAULTS[TASKS[cls]]
+    elif value is not None and cls in (variant, TASK_DEFAULTS.get(TASK_OF[cls])):
+        cls = variant if value else TASK_DEFAULTS[TASK_OF[cls]]
     if cls is None:
         raise ValueError(f"config.architectures {names} names none of {sorted(MODEL_CLASSES)}")
     return cls
@@ -68,7 +68,7 @@ def check_loadable(cls: type, directory: str | os.PathLike, config: Any = None) 
     if config is not None:  # the caller's flags
         saved.update({flag: getattr(config, flag, False) for flag, _ in _FLAGS.values()})
     target = model_class_for(saved, default=cls)  # no registered class: transformers names what is missing
-    dropped = target in {v for _, v in _FLAGS.values()} and cls is TASK_DEFAULTS.get(TASKS[target])
+    dropped = target in {v for _, v in _FLAGS.values()} and cls is TASK_DEFAULTS.get(TASK_OF[target])
     if target is cls or not (target in _EXCLUSIVE or dropped):
         return
     # Only token classification has variants (the CRF tagger, the ensemble): hence the CRF and Taskflow('ner').

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from ernie_zoo.utils import CACHE_ROOT
+from ernie_zoo.utils import CACHE_ROOT, free_port
 
 logger = logging.getLogger(__name__)
 
@@ -69,15 +69,6 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     return dist.get_rank(), dist.get_world_size(), local_rank
 
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago on localhost."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def local_ranks_command(
     args: list[str], nproc: int, env: dict[str, str] | None = None, max_restarts: int = 0
 ) -> tuple[list[str], dict[str, str]]:
@@ -126,7 +117,6 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "TORCH_EXTENSIONS_DIR",
     "default_backend",
-    "free_port",
     "init_from_env",
     "local_ranks_command",
     "run_local_ranks",

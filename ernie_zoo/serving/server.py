@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -114,11 +113,4 @@ def serve(config: ServeConfig) -> int:
     return 0
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (tests and benchmarks)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-__all__ = ["CONFIG_ENV", "app_from_env", "free_port", "serve", "uvicorn_config"]
+__all__ = ["CONFIG_ENV", "app_from_env", "serve", "uvicorn_config"]

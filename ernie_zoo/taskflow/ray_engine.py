@@ -69,7 +69,6 @@ class RayTaskflowPool:
         self.actors = [actor.remote(task, kwargs, threads_per_worker) for _ in range(workers)]
 
     def map(self, blocks: Iterable[list[str]]) -> Iterator[list[Any]]:
-        ray = self.ray
         pending: collections.deque = collections.deque()
         depth = 2 * len(self.actors)
         for i, texts in enumerate(blocks):

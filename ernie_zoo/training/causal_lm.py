@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 IGNORE = -100
-#: ModelArgs fields a decoder recipe may override over its preset
+#: PretrainModelArgs fields a decoder recipe may override over its preset
 _OVERRIDES = (
     "hidden_size",
     "num_hidden_layers",

@@ -79,7 +79,7 @@ class _MaskedLMStep(nn.Module):
 
 
 def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
-    """`MODEL_BUILDERS["deepspeed"]` of `ernie_zoo.training.engine`: under ZeRO-3 the model is built already
+    """`MODEL_BUILDERS["deepspeed"]` of `ernie_zoo.training.backends`: under ZeRO-3 the model is built already
     partitioned (`build_model_zero3`: at 100B no rank could hold the fp32 model); stages 0-2 keep full
     parameters on every rank anyway, so it is built whole (`build_model`)."""
     from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
@@ -92,7 +92,7 @@ def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
         return build_decoder_model(model_config, recipe.seed)
     if recipe_zero_stage(recipe) == 3:
         return build_model_zero3(model_config, recipe, tokenizer)
-    from ernie_zoo.training.engine import build_model
+    from ernie_zoo.training.build import build_model
 
     return build_model(model_config, tokenizer, recipe.seed)
 
@@ -109,7 +109,7 @@ def build_model_zero3(
     """An `ErnieZooForMaskedLM` (or `cls`: an ERNIE 4.5 decoder class) built already partitioned (`new_model` under transformers' ZeRO-3 integration):
     no rank ever holds the full model, which is how a 100B model is created.
 
-    Seeded by `recipe.seed`, its weights are those of `training.engine.build_model` in one process (in fp32 bit
+    Seeded by `recipe.seed`, its weights are those of `training.build.build_model` in one process (in fp32 bit
     for bit: the same random draws in the same order).
     `config` / `tp_size` default to the recipe's `distributed` section, as in `DeepSpeedEngine`.
     """
@@ -439,7 +439,7 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         import torch.distributed as dist
         from deepspeed.utils import groups
 
-        from ernie_zoo.training.engine import optimizer_and_schedule
+        from ernie_zoo.training.build import optimizer_and_schedule
 
         dist_args = getattr(recipe, "distributed", None)
         config = config if config is not None else recipe_config(recipe)

@@ -58,8 +58,8 @@ from ernie_zoo.parallel.pipeline import (
     tied_weights,
 )
 
+from .build import optimizer_and_schedule
 from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
-from .engine import optimizer_and_schedule
 
 logger = logging.getLogger(__name__)
 

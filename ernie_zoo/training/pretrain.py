@@ -44,6 +44,8 @@ from ernie_zoo.recipe_cli import recipe_from_cli, recipe_to_yaml, to_dict
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
+from .backends import build_model_for, make_engine
+from .build import build_model_config, init_weights_from
 from .causal_lm import (
     CausalCollator,
     build_decoder_model,
@@ -54,7 +56,6 @@ from .causal_lm import (
 )
 from .core import seed_everything
 from .data import DataPosition, ShardedBatchSampler, load_dataset, load_tokenizer, rows
-from .engine import build_model_config, build_model_for, init_weights_from, make_engine
 from .logging_utils import MetricsLogger, format_count, write_json_atomic
 from .loop import KILL_ENV, TrainLoop  # noqa: F401  (KILL_ENV re-exported for the resume tests)
 from .mfu import mfu, peak_flops_for, training_flops

@@ -20,7 +20,7 @@ from ernie_zoo.parallel.distributed import DEFAULT_TIMEOUT_S
 
 # --------------------------------------------------------------------------------------------- the recipe
 @dataclass
-class ModelArgs:
+class PretrainModelArgs:
     """The encoder: a size preset plus optional overrides, and the character features."""
 
     preset: str | None = "tiny"
@@ -78,7 +78,7 @@ class TokenizerArgs:
 
 
 @dataclass
-class DataArgs:
+class PretrainDataArgs:
     """Training text and the held-out split."""
 
     files: list[str] = field(default_factory=list)
@@ -412,9 +412,9 @@ class PretrainRecipe:
     """auto: continue from the newest valid checkpoint in output_dir if there is one; latest: the same but one
     must exist; never: start fresh (output_dir must hold no checkpoints); or the path of a checkpoint
     directory."""
-    model: ModelArgs = field(default_factory=ModelArgs)
+    model: PretrainModelArgs = field(default_factory=PretrainModelArgs)
     tokenizer: TokenizerArgs = field(default_factory=TokenizerArgs)
-    data: DataArgs = field(default_factory=DataArgs)
+    data: PretrainDataArgs = field(default_factory=PretrainDataArgs)
     masking: MaskingArgs = field(default_factory=MaskingArgs)
     optim: OptimArgs = field(default_factory=OptimArgs)
     checkpoint: CheckpointArgs = field(default_factory=CheckpointArgs)
@@ -570,7 +570,7 @@ class PretrainRecipe:
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DECAYS = ("cosine", "linear", "constant")
-BACKENDS = ("single", "deepspeed", "pipeline")  # the names of ernie_zoo.training.engine.ENGINES
+BACKENDS = ("single", "deepspeed", "pipeline")  # the names of ernie_zoo.training.backends.ENGINES
 PP_SCHEDULES = ("1f1b", "interleaved")  # ernie_zoo.parallel.pipeline.SCHEDULES
 ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -585,12 +585,12 @@ __all__ = [
     "BACKENDS",
     "CheckpointArgs",
     "DECAYS",
-    "DataArgs",
+    "PretrainDataArgs",
     "DistributedArgs",
     "EvalArgs",
     "LoggingArgs",
     "MaskingArgs",
-    "ModelArgs",
+    "PretrainModelArgs",
     "OptimArgs",
     "PRECISIONS",
     "PretrainRecipe",

@@ -16,8 +16,8 @@ import yaml
 
 from ernie_zoo.recipe_cli import load_recipe
 
+from .build import build_model_config
 from .causal_lm import decoder_config_for, is_decoder_preset
-from .engine import build_model_config
 from .recipe import PretrainRecipe
 
 #: distributed-section keys the planner understands -> ParallelSettings fields

@@ -1,5 +1,5 @@
 """Engines for models whose forward returns their own loss (the fine-tuning tasks' models, peft-wrapped or not):
-what the training loop (`loop.TrainLoop`, driving `ernie_zoo.finetune.loop.Trainer`) calls, so that neither touches
+what the training loop (`loop.TrainLoop`, driving `ernie_zoo.finetune.run.FinetuneTask`) calls, so that neither touches
 the optimizer or torch.distributed.
 
     engine.shard(batch)              this data-parallel rank's rows of the global batch (contiguous split)
@@ -148,7 +148,7 @@ class PlainEngine:
 class DeepSpeedTaskEngine(ZeroPartitionIO, DataParallelRanks, PlainEngine):
     """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
     started. `config` is the run's DeepSpeed config (`parallel.deepspeed_backend.make_config`'s, as
-    `finetune.loop.deepspeed_config` makes it: its micro batch is the rows one data-parallel rank reads, its
+    `backends.task_deepspeed_config` makes it: its micro batch is the rows one data-parallel rank reads, its
     clipping the run's). With `tensor_parallel.autotp_size` > 1, AutoTP splits the Linear layers of the TP plan
     (`parallel.tp_plan`, as `ernie-pretrain` does; through peft's LoRA wrappers: `lora_tp_plan`) over groups of
     that many ranks, which read the same rows.

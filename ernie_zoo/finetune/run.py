@@ -2,9 +2,9 @@
 
     read splits ─ tokenizer (given, or trained on the training texts) ─ encode
         ─ model (from_pretrained, or a seeded preset) ─ apply_method (full / peft / bottleneck)
-        ─ train: `Trainer`, the fine-tuning task on the one training loop (training.loop.TrainLoop, shared with
+        ─ train: `FinetuneTask`, the fine-tuning task on the one training loop (training.loop.TrainLoop, shared with
              pretraining: grad accumulation, the step, cadences); AdamW + linear warm-up/decay (training.core),
-             clipping (+ distillation from teachers), on an engine (training.task_engine): one process, or
+             clipping (+ distillation from teachers), on the engine training.backends chooses: one process, or
              DeepSpeed ZeRO (+ AutoTP) over the launched ranks (distributed.backend, tp_size)
              every eval_every steps: dev metric → best checkpoint? → last checkpoint → early stop?
         ─ restore best ─ dev/test scores ─ export (merged or full model dir / adapter) ─ eval_results.json
@@ -39,6 +39,7 @@ from ernie_zoo.models.decoder import DECODER_CLASSES, begin_end_tokens, is_decod
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.presets import DECODER_PRESETS, preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.training.backends import make_task_engine, task_deepspeed_config, zero3_build_context
 from ernie_zoo.training.checkpoint import (
     list_checkpoints,
     load_json_state,
@@ -53,14 +54,9 @@ from ernie_zoo.training.checkpoint import (
     write_json,
 )
 from ernie_zoo.training.core import adamw, seed_everything, warmup_decay
-from ernie_zoo.training.deepspeed_engine import (
-    is_partitioned,
-    new_model,
-    save_partitioned_weights,
-    zero3_building,
-)
+from ernie_zoo.training.deepspeed_engine import is_partitioned, new_model, save_partitioned_weights
 from ernie_zoo.training.loop import TrainLoop
-from ernie_zoo.training.task_engine import DeepSpeedTaskEngine, PlainEngine, load_trainable_state
+from ernie_zoo.training.task_engine import load_trainable_state
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path, resolve_device
 from ernie_zoo.zoo import SHIPPED_MODELS
 
@@ -75,7 +71,8 @@ logger = logging.getLogger(__name__)
 TRAINABLE = "trainable.safetensors"
 #: Files every fine-tuning checkpoint has (checked before resuming from one and before counting it in rotation).
 CHECKPOINT_FILES = (TRAINABLE, "trainer_state.json")
-ARCH_FIELDS = {
+#: Config fields that change a pretrained model's architecture: model.config_overrides may set them on presets only.
+ARCHITECTURE_OVERRIDES = {
     "hidden_size",
     "num_hidden_layers",
     "num_attention_heads",
@@ -174,7 +171,7 @@ def build_model(
     `FinetuneArgs.resolved` has turned its name into its directory), the random base an interrupted adapter run
     saved in `saved`, or a seeded preset (saved to base_model/ by the caller).
 
-    Inside `training.deepspeed_engine.zero3_building` (ZeRO-3 runs) the model is built already partitioned over
+    Inside `training.backends.zero3_build_context` (ZeRO-3 runs) the model is built already partitioned over
     the ranks, no rank ever holding it whole: from_pretrained loads each checkpoint tensor into its partition,
     and newly initialised weights (a task head, a preset) are those of the same build in one process."""
     m = args.model
@@ -186,7 +183,7 @@ def build_model(
         config = _from_source(load_config, "model_name_or_path", source)
         _check_family(args, task, is_decoder_config(config), f"{source} holds {_described(config)}")
         cls = DECODER_CLASSES[type(config)] if task.decoder else task.model_class()
-        arch = sorted(set(m.config_overrides) & ARCH_FIELDS)
+        arch = sorted(set(m.config_overrides) & ARCHITECTURE_OVERRIDES)
         if arch and source != str(saved):
             raise ValueError(
                 f"model.config_overrides {arch} change the architecture of the pretrained "
@@ -220,7 +217,7 @@ def build_model(
         config = preset_config(m.preset, vocab_size=len(tokenizer), **fields)
         cls = DECODER_CLASSES[type(config)] if task.decoder else task.model_class()
         seed_everything(args.train.seed)
-        model = new_model(cls, config)  # inside zero3_building: born partitioned, the same weights
+        model = new_model(cls, config)  # inside zero3_build_context: born partitioned, the same weights
         if not task.decoder:
             model.load_char_tables(tokenizer)
         base_path = None
@@ -286,70 +283,21 @@ def _cpu(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in state.items()}
 
 
-def make_engine(
-    args: FinetuneArgs,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    device: torch.device,
-    n_train: int,
-) -> PlainEngine:
-    """The engine of `distributed.backend`: one process (`PlainEngine`), or DeepSpeed ZeRO (+ AutoTP) over the
-    launched ranks, each data-parallel group reading its contiguous share of every batch of `train.batch_size`
-    examples."""
-    t = args.train
-    if args.distributed.backend == "single":
-        return PlainEngine(model, optimizer, scheduler, t.max_grad_norm, device)
-    import torch.distributed as dist
-
-    config = deepspeed_config(args)
-    dp = dist.get_world_size() // int((config.get("tensor_parallel") or {}).get("autotp_size") or 1)
-    last = n_train % t.batch_size
-    if t.batch_size < dp or 0 < last < dp:
-        raise ValueError(
-            f"recipe key 'train.batch_size' = {t.batch_size}: with {n_train} training examples an epoch's last "
-            f"batch has {last or t.batch_size} examples, fewer than the {dp} data-parallel ranks that share "
-            "every batch; choose a batch size (or data.max_train_samples) that leaves none or at least that many"
-        )
-    return DeepSpeedTaskEngine(model, optimizer, scheduler, config)
-
-
 def deepspeed_config(args: FinetuneArgs) -> dict[str, Any]:
-    """The DeepSpeed config of a `distributed.backend: deepspeed` run on the started process group: the json's
-    ZeRO and communication settings with the run's micro batch (`train.batch_size` over the data-parallel
-    ranks: the ranks over the TP size), accumulation, clipping and TP size written over them. The engine trains
-    with it (adding the AutoTP layer specs of its model); under ZeRO-3 the model is built by it
-    (`zero3_building`). Raises ValueError if the TP size does not divide the ranks."""
-    import torch.distributed as dist
-
-    from ernie_zoo.parallel.deepspeed_backend import (
-        check_nvme_runtime,
-        load_config,
-        make_config,
-        offload_kwargs,
-    )
+    """`training.backends.task_deepspeed_config` with the recipe's DeepSpeed json, TP size, ZeRO stage, batch,
+    accumulation, clipping and offload settings (a `distributed.backend: deepspeed` run, process group started)."""
+    from ernie_zoo.parallel.deepspeed_backend import offload_kwargs
 
     t, d = args.train, args.distributed
-    base = load_config(d.deepspeed_config)
-    tp = d.tp_size or int((base.get("tensor_parallel") or {}).get("autotp_size") or 1)
-    world = dist.get_world_size()
-    if world % tp:
-        raise ValueError(
-            f"distributed.tp_size {tp} (null: the DeepSpeed json's autotp_size) does not divide the {world} "
-            "launched ranks; every group of tp_size ranks holds one copy of the model"
-        )
-    config = make_config(
-        base,
-        micro_batch_size=math.ceil(t.batch_size / (world // tp)),
-        grad_accum_steps=t.grad_accum,
-        grad_clip=t.max_grad_norm,
-        precision="fp32",
-        tp_size=tp,
+    return task_deepspeed_config(
+        d.deepspeed_config,
+        tp_size=d.tp_size,
         zero_stage=d.zero_stage,
-        **offload_kwargs(args),
+        batch_size=t.batch_size,
+        grad_accum=t.grad_accum,
+        max_grad_norm=t.max_grad_norm,
+        offload=offload_kwargs(args),
     )
-    check_nvme_runtime(config)
-    return config
 
 
 def offloads_optimizer(args: FinetuneArgs) -> bool:
@@ -367,7 +315,7 @@ def _steps(t, n_train: int) -> tuple[int, int]:
     return per_epoch, t.max_steps or max(1, math.ceil(t.epochs * per_epoch))
 
 
-class Trainer:
+class FinetuneTask:
     """Fine-tuning as a task on `training.loop.TrainLoop` (`TrainTask`): an adapted model on encoded features; see
     the module docstring."""
 
@@ -398,7 +346,18 @@ class Trainer:
             total_steps=self.total_steps,
             decay="linear",
         )
-        self.engine = make_engine(args, model, optimizer, scheduler, device, len(features["train"]))
+        distributed = args.distributed.backend != "single"
+        self.engine = make_task_engine(
+            args.distributed.backend,
+            model,
+            optimizer,
+            scheduler,
+            max_grad_norm=self.t.max_grad_norm,
+            device=device,
+            ds_config=deepspeed_config(args) if distributed else None,
+            batch_size=self.t.batch_size,
+            n_train=len(features["train"]),
+        )
         # the engine's: under DeepSpeed the wrapped optimizer / scheduler and each rank's own device
         e = self.engine
         self.model, self.optimizer, self.scheduler, self.device = e.model, e.optimizer, e.scheduler, e.device
@@ -810,7 +769,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     resume_from, wipe = _resume_point(output_dir, t)
     distributed = args.distributed.backend != "single"
     is_main = True
-    if resume_from is not None:  # the full layout (ranks, ZeRO stage) is checked by Trainer.resume
+    if resume_from is not None:  # the full layout (ranks, ZeRO stage) is checked by FinetuneTask.resume
         layout = read_json(resume_from / "trainer_state.json").get("layout", {"backend": "single"})
         if layout.get("backend") != args.distributed.backend:
             raise ValueError(
@@ -830,16 +789,12 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     saved_base = None if wipe else output_dir / "base_model"
     tokenizer = build_tokenizer(args, task, saved_base)
     features = {split: task.encode(examples, tokenizer) for split, examples in task.splits.items()}
-    # Under ZeRO-3 the model is built already partitioned, from build_model to apply_method (zero3_building);
+    # Under ZeRO-3 the model is built already partitioned, from build_model to apply_method (zero3_build_context);
     # closed on any failure, and before rank 0 rebuilds the model whole after training.
     building = contextlib.ExitStack()
     out = None
     try:
-        if distributed and (ds_config := deepspeed_config(args))["zero_optimization"].get("stage") == 3:
-            # without the TP section: AutoTP splits the model when the engine starts, and transformers'
-            # ZeRO-3 loader refuses to load checkpoints under a TP config
-            ds_config.pop("tensor_parallel", None)
-            building.enter_context(zero3_building(ds_config))
+        building.enter_context(zero3_build_context(deepspeed_config(args) if distributed else None))
         model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
         fresh += [name for name in task.attach(model, tokenizer) if name not in fresh]
         teachers = (
@@ -872,7 +827,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(recipe))
         logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
 
-        trainer = Trainer(args, task, model, tokenizer, features, output_dir, device, info, teachers)
+        trainer = FinetuneTask(args, task, model, tokenizer, features, output_dir, device, info, teachers)
         if resume_from is not None:
             trainer.resume(resume_from)
         state = trainer.train()
@@ -943,10 +898,10 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
 
 
 __all__ = [
-    "Trainer",
+    "FinetuneTask",
     "build_model",
     "build_tokenizer",
+    "deepspeed_config",
     "load_trainable_state",
-    "make_engine",
     "run_finetune",
 ]
