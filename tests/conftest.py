@@ -54,3 +54,26 @@ def tiny_config(tokenizer, **overrides):
 def make_config(tiny_tokenizer):
     """`make_config(**overrides)` -> a tiny ErnieZooConfig matching `tiny_tokenizer`."""
     return lambda **overrides: tiny_config(tiny_tokenizer, **overrides)
+
+
+@pytest.fixture(scope="session")
+def decoder_dir(tmp_path_factory):
+    """A random-weight ERNIE 4.5 decoder (transformers' Ernie4_5ForCausalLM, 2 layers of hidden 64) with the zoo's
+    character tokenizer, saved as a from_pretrained directory (Taskflow, streaming and serving tests)."""
+    import transformers
+
+    from ernie_zoo.models.decoder import build_decoder, decoder_config
+    from ernie_zoo.taskflow.models import ZOO_DIR
+
+    tok = transformers.AutoTokenizer.from_pretrained(ZOO_DIR / "ernie-zoo-mini-zh")
+    config = decoder_config(
+        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, vocab_size=len(tok), bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id,
+        pad_token_id=tok.pad_token_id, max_position_embeddings=256,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = build_decoder(config)
+    path = tmp_path_factory.mktemp("decoder") / "model"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path

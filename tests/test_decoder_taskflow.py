@@ -9,27 +9,10 @@ import pytest
 import torch
 import transformers
 
-from ernie_zoo.models.decoder import build_decoder, decoder_config
+from ernie_zoo.models.decoder import build_decoder
 from ernie_zoo.taskflow import Taskflow
-from ernie_zoo.taskflow.models import ZOO_DIR
 
 PROMPTS = ["今天天气很好，", "据新华社报道，", "这家酒店的服务"]
-
-
-@pytest.fixture(scope="module")
-def decoder_dir(tmp_path_factory):
-    tok = transformers.AutoTokenizer.from_pretrained(ZOO_DIR / "ernie-zoo-mini-zh")
-    config = decoder_config(
-        num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, vocab_size=len(tok), bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id,
-        pad_token_id=tok.pad_token_id, max_position_embeddings=256,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = build_decoder(config)
-    path = tmp_path_factory.mktemp("decoder") / "model"
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
 
 
 def _generate(model, tok, prompt: str, n: int, use_cache: bool = True) -> str:

@@ -233,7 +233,9 @@ def test_poetry_decoding_choice_rule():
     spec = importlib.util.spec_from_file_location("poetry_decoding", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.distinct2("春风春风") == 2 / 3 and mod.distinct2("春") == 1.0
+    from ernie_zoo.evaluation.generation import distinct2
+
+    assert distinct2("春风春风") == 2 / 3 and distinct2("春") == 1.0
 
     def row(penalty, min_prob, mean, d2):
         return {"repetition_penalty": penalty, "eos_min_prob": min_prob, "format_mean": mean, "distinct2": d2}
@@ -247,6 +249,19 @@ def test_poetry_decoding_choice_rule():
     # The repetitive setting is skipped despite its better format score; a tie goes to the smaller eos_min_prob.
     assert mod.choose(rows) == rows[2]
     assert mod.choose([rows[1]]) == rows[1]  # nothing passes the repetition check: the best of all
+
+
+def test_generator_decoding_choice_rule():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "recipes/zoo/generator_decoding.py"
+    spec = importlib.util.spec_from_file_location("generator_decoding", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [{"repetition_penalty": p, "idiom_char_f1": f1, "distinct2": d2}
+            for p, f1, d2 in [(1.0, 0.184, 0.60), (1.1, 0.175, 0.92), (1.2, 0.175, 0.95), (1.3, 0.150, 0.97)]]  # fmt: skip
+    # 1.0 repeats itself (distinct-2 under 0.8) despite the best F1; 1.1 and 1.2 tie: the smaller penalty
+    assert mod.choose(rows) == rows[1]
 
 
 def test_ship_counts_thread_seconds_per_segment(tmp_path):

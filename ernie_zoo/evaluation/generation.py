@@ -18,10 +18,14 @@ from collections.abc import Sequence
 
 import torch
 
+from ernie_zoo.models.generation import greedy_continuations
+
 from .poetry import LINE_LENGTHS, poem_lines
 
 __all__ = [
     "char_f1",
+    "choose_decoding",
+    "distinct2",
     "char_perplexity",
     "explanation_scores",
     "looks_like_verse",
@@ -30,6 +34,19 @@ __all__ = [
     "start_token_id",
     "token_logprobs",
 ]
+
+
+def distinct2(text: str) -> float:
+    """Distinct character bigrams / bigrams (1.0 for texts under two characters): a repetition check."""
+    grams = [text[i : i + 2] for i in range(len(text) - 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def choose_decoding(rows: Sequence[dict], score: str, min_distinct2: float, smaller: Sequence[str]) -> dict:
+    """The decoding setting (a row of dev results) with the best `score` among the rows whose "distinct2" is at
+    least `min_distinct2` (all rows if none is), ties going to the smaller values of the `smaller` keys in order."""
+    ok = [r for r in rows if r["distinct2"] >= min_distinct2] or list(rows)
+    return max(ok, key=lambda r: (round(r[score], 6), *(-r[k] for k in smaller)))
 
 
 def start_token_id(tokenizer) -> int:
@@ -162,31 +179,16 @@ def _continue(
     start = start_token_id(tokenizer)
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    encoded = [[start, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
-    by_length: dict[int, list[int]] = {}
-    for i, ids in enumerate(encoded):
-        by_length.setdefault(len(ids), []).append(i)
-    outs: list[str] = [""] * len(prompts)
-    for length, group in sorted(by_length.items()):
-        for k in range(0, len(group), batch_size):
-            rows = group[k : k + batch_size]
-            ids = torch.tensor([encoded[i] for i in rows])
-            with torch.inference_mode():
-                gen = model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    repetition_penalty=repetition_penalty,
-                    eos_token_id=eos,
-                    pad_token_id=pad,
-                )
-            for j, i in enumerate(rows):
-                new = gen[j, length:].tolist()
-                if eos in new:
-                    new = new[: new.index(eos)]
-                outs[i] = tokenizer.decode(new, skip_special_tokens=True).replace(" ", "")
-    return outs
+    return greedy_continuations(
+        model,
+        [[start, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts],
+        eos_token_id=eos,
+        pad_token_id=pad,
+        max_new_tokens=max_new_tokens,
+        decode=lambda new: tokenizer.decode(new, skip_special_tokens=True).replace(" ", ""),
+        batch_size=batch_size,
+        repetition_penalty=repetition_penalty,
+    )
 
 
 def evaluate_generator(

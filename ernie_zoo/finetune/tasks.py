@@ -28,6 +28,7 @@ from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassificat
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import LEXICON_FILE
 from ernie_zoo.models.decoder import begin_end_tokens, chat_prompt_ids, chat_template_for
+from ernie_zoo.models.generation import greedy_continuations
 from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, saved_file, sentiment_lexicon_ids, token_texts
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
@@ -480,31 +481,27 @@ class GenerationTask(Task):
     def generate(
         self, model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64, device="cpu"
     ) -> list[str]:
-        """Greedy continuations of `prompts` (stopping at [SEP]), decoded without spaces."""
+        """Greedy continuations of `prompts` (stopping at [SEP]), decoded without spaces, one prompt at a time."""
+        limit = max(1, self.data_args.max_length // 2 - 1)
+        encoded = [
+            [tokenizer.cls_token_id, *tokenizer(p, add_special_tokens=False)["input_ids"][:limit]]
+            for p in prompts
+        ]
         was_training = model.training
         model.eval()
-        outs = []
         try:
-            for prompt in prompts:
-                ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][
-                    : max(1, self.data_args.max_length // 2 - 1)
-                ]
-                ids = torch.tensor([[tokenizer.cls_token_id, *ids]], device=device)
-                gen = model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=tokenizer.sep_token_id,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                new = gen[0, ids.shape[1] :].tolist()
-                if tokenizer.sep_token_id in new:
-                    new = new[: new.index(tokenizer.sep_token_id)]
-                outs.append(tokenizer.decode(new, skip_special_tokens=True).replace(" ", ""))
+            return greedy_continuations(
+                model,
+                encoded,
+                eos_token_id=tokenizer.sep_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+                max_new_tokens=max_new_tokens,
+                decode=lambda new: tokenizer.decode(new, skip_special_tokens=True).replace(" ", ""),
+                batch_size=1,
+                device=device,
+            )
         finally:
             model.train(was_training)
-        return outs
 
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
         loss_sum, tokens = 0.0, 0
@@ -596,31 +593,31 @@ class InstructionTask(Task):
     def generate(
         self, model, tokenizer, prompts: Sequence[str], max_new_tokens: int = 64, device="cpu"
     ) -> list[str]:
-        """Greedy answers to `prompts` in the chat template (stopping at the end token)."""
+        """Greedy answers to `prompts` in the chat template (stopping at the end token), one prompt at a time."""
         eos = tokenizer.convert_tokens_to_ids(begin_end_tokens(tokenizer)[1])
+        spaced = isinstance(
+            tokenizer, ErnieZooTokenizerFast
+        )  # the zoo's tokenizer spaces its tokens when decoding
+
+        def decode(new: list[int]) -> str:
+            text = tokenizer.decode(new, skip_special_tokens=True)
+            return text.replace(" ", "") if spaced else text
+
         was_training = model.training
         model.eval()
-        outs = []
         try:
-            for prompt in prompts:
-                ids = torch.tensor([chat_prompt_ids(tokenizer, prompt)], device=device)
-                gen = model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    eos_token_id=eos,
-                    pad_token_id=tokenizer.pad_token_id,
-                )
-                new = gen[0, ids.shape[1] :].tolist()
-                if eos in new:
-                    new = new[: new.index(eos)]
-                text = tokenizer.decode(new, skip_special_tokens=True)
-                # the zoo's character tokenizer spaces its tokens when decoding
-                outs.append(text.replace(" ", "") if isinstance(tokenizer, ErnieZooTokenizerFast) else text)
+            return greedy_continuations(
+                model,
+                [chat_prompt_ids(tokenizer, prompt) for prompt in prompts],
+                eos_token_id=eos,
+                pad_token_id=tokenizer.pad_token_id,
+                max_new_tokens=max_new_tokens,
+                decode=decode,
+                batch_size=1,
+                device=device,
+            )
         finally:
             model.train(was_training)
-        return outs
 
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
         loss_sum, tokens = 0.0, 0

@@ -211,7 +211,50 @@ def decoding_processors(
     return out
 
 
+@torch.no_grad()  # not inference_mode: fine-tuning's dev generation runs on weights it trains afterwards (ZeRO-3)
+def greedy_continuations(
+    model,
+    encoded: list[list[int]],
+    *,
+    eos_token_id: int,
+    pad_token_id: int | None,
+    max_new_tokens: int,
+    decode,
+    batch_size: int = 32,
+    device: str | torch.device = "cpu",
+    **generate_kwargs,
+) -> list[str]:
+    """Greedy continuations of the token-id prompts `encoded` by `model.generate`, cut before the end token and
+    turned into text by `decode(new_ids)`. Prompts of equal length are generated together, up to `batch_size` at a
+    time (no padding, so a prompt's continuation does not depend on the others beyond floating-point summation
+    order; batch_size 1 generates each alone)."""
+    by_length: dict[int, list[int]] = {}
+    for i, ids in enumerate(encoded):
+        by_length.setdefault(len(ids), []).append(i)
+    outs: list[str] = [""] * len(encoded)
+    for length, group in sorted(by_length.items()):
+        for k in range(0, len(group), batch_size):
+            rows = group[k : k + batch_size]
+            ids = torch.tensor([encoded[i] for i in rows], device=device)
+            gen = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos_token_id,
+                pad_token_id=pad_token_id,
+                **generate_kwargs,
+            )
+            for j, i in enumerate(rows):
+                new = gen[j, length:].tolist()
+                if eos_token_id in new:
+                    new = new[: new.index(eos_token_id)]
+                outs[i] = decode(new)
+    return outs
+
+
 __all__ = [
+    "greedy_continuations",
     "EosMinProb",
     "causal_lm_generation_fields",
     "PoemFormat",

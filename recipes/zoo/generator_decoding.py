@@ -26,14 +26,11 @@ PENALTIES = (1.0, 1.1, 1.2, 1.3)
 MIN_DISTINCT2 = 0.8
 
 
-def distinct2(text: str) -> float:
-    grams = [text[i : i + 2] for i in range(len(text) - 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
-
-
 def choose(rows: list[dict]) -> dict:
-    ok = [r for r in rows if r["distinct2"] >= MIN_DISTINCT2] or rows
-    return max(ok, key=lambda r: (round(r["idiom_char_f1"], 6), -r["repetition_penalty"]))
+    """The penalty with the best dev idiom F1 among those with enough distinct bigrams (the smaller on ties)."""
+    from ernie_zoo.evaluation.generation import choose_decoding
+
+    return choose_decoding(rows, "idiom_char_f1", MIN_DISTINCT2, smaller=("repetition_penalty",))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ernie_zoo.data.generation import _prefix, idiom_prompt
-    from ernie_zoo.evaluation.generation import _continue, explanation_scores
     from ernie_zoo.data.labelled import DEFAULT_DATASETS
+    from ernie_zoo.evaluation.generation import _continue, distinct2, explanation_scores
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="the generator's checkpoint directory")

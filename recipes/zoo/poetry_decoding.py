@@ -25,22 +25,18 @@ MIN_PROBS = (0.0, 0.1, 0.2, 0.3, 0.5)
 MIN_DISTINCT2 = 0.9
 
 
-def distinct2(text: str) -> float:
-    """Distinct character bigrams / bigrams (1.0 for texts under two characters)."""
-    grams = [text[i : i + 2] for i in range(len(text) - 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
-
-
 def choose(rows: list[dict]) -> dict:
     """The row with the best mean format score among rows with enough distinct bigrams (smaller values on ties)."""
-    ok = [r for r in rows if r["distinct2"] >= MIN_DISTINCT2] or rows
-    return max(ok, key=lambda r: (round(r["format_mean"], 6), -r["eos_min_prob"], -r["repetition_penalty"]))
+    from ernie_zoo.evaluation.generation import choose_decoding
+
+    return choose_decoding(rows, "format_mean", MIN_DISTINCT2, smaller=("eos_min_prob", "repetition_penalty"))
 
 
 def main(argv: list[str] | None = None) -> None:
     import torch
 
     from ernie_zoo.data.labelled import load_split
+    from ernie_zoo.evaluation.generation import distinct2
     from ernie_zoo.evaluation.poetry import format_rates
     from ernie_zoo.taskflow import Taskflow
     from ernie_zoo.utils import atomic_write_json
