@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     import ernie_zoo.auto  # noqa: F401
-    from ernie_zoo.finetune.tasks import make_task
+    from ernie_zoo.finetune.tasks import make_objective
 
     torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in NER_TRAIN.read_text(encoding="utf-8").splitlines()[: args.sentences]]
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8"
             )
         # The training features, encoded once by ernie-finetune's NER task: the Trainer runs train on them.
-        task = make_task(finetune_args(data_dir, data_dir / "unused", False, args))
+        task = make_objective(finetune_args(data_dir, data_dir / "unused", False, args))
         task.read()
         tokenizer = AutoTokenizer.from_pretrained(MODEL)
         features = [

@@ -55,6 +55,14 @@ def test_the_task_help_names_every_task():
     assert all(task in field_help(FinetuneArgs)["task"] for task in FINETUNE_TASKS)
 
 
+def test_every_recipe_task_has_an_objective():
+    from ernie_zoo.finetune.args import FINETUNE_TASKS
+    from ernie_zoo.finetune.tasks import OBJECTIVES
+
+    assert sorted(FINETUNE_TASKS) == sorted(OBJECTIVES)
+    assert all(cls.name == name for name, cls in OBJECTIVES.items())
+
+
 def test_flat_names_are_unique_and_map_to_sections():
     aliases = flat_aliases()
     assert aliases["learning_rate"] == "train.learning_rate"

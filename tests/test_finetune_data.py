@@ -10,7 +10,7 @@ import pytest
 
 from ernie_zoo.finetune import build_args
 from ernie_zoo.finetune.data import detect_format, read_tagged_file
-from ernie_zoo.finetune.tasks import make_task
+from ernie_zoo.finetune.tasks import make_objective
 from ernie_zoo.text.tags import Span
 
 DATA = Path(__file__).parent / "data" / "finetune"
@@ -26,7 +26,7 @@ def _jsonl(path: Path, rows) -> str:
 
 
 def _task(task="sequence_classification", **data):
-    task_obj = make_task(build_args({"task": task, "data": data}))
+    task_obj = make_objective(build_args({"task": task, "data": data}))
     task_obj.read()
     return task_obj
 

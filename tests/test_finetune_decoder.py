@@ -29,7 +29,7 @@ import transformers
 from safetensors.torch import load_file
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
-from ernie_zoo.finetune.tasks import IGNORE, collate, make_task
+from ernie_zoo.finetune.tasks import IGNORE, collate, make_objective
 from ernie_zoo.models.decoder import chat_prompt_ids
 from ernie_zoo.models.presets import preset_config
 
@@ -146,7 +146,7 @@ def _chat_ids(tok, prompt: str) -> list[int]:
 def test_the_loss_is_on_the_response_and_the_template_gives_the_training_prompt(request, data, base_name):
     base = request.getfixturevalue(base_name)
     args = _args(data, base, Path(data["root"]) / "unused", "lora")
-    task = make_task(args)
+    task = make_objective(args)
     task.read()
     tok = transformers.AutoTokenizer.from_pretrained(base["tokenizer"] or base["model"])
     features = task.encode(task.splits["train"], tok)
@@ -324,7 +324,7 @@ def test_bad_instruction_data_and_methods_are_named(data, pretrained, tmp_path):
 def test_a_long_response_is_cut_at_the_end(data, pretrained, caplog):
     args = _args(data, pretrained, Path(data["root"]) / "unused", "lora")
     args.data.max_length = 15
-    task = make_task(args)
+    task = make_objective(args)
     task.read()
     tok = transformers.AutoTokenizer.from_pretrained(pretrained["tokenizer"])
     features = task.encode(task.splits["train"], tok)

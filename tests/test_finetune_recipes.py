@@ -15,7 +15,7 @@ from ernie_zoo.finetune import build_args, run_finetune
 from ernie_zoo.finetune.cli import main as cli_main
 from ernie_zoo.finetune.export import META_NAME
 from ernie_zoo.finetune.run import build_model, build_tokenizer
-from ernie_zoo.finetune.tasks import make_task
+from ernie_zoo.finetune.tasks import make_objective
 from ernie_zoo.taskflow.models import resolve_model
 from ernie_zoo.zoo import BASE_ENCODER, SHIPPED_MODELS, ZOO_DIR, resolve_model_source
 
@@ -113,7 +113,7 @@ def _small_args(tmp_path, **train):
 
 def test_the_run_starts_from_the_shipped_weights(tmp_path):
     args = _small_args(tmp_path).resolved()
-    task = make_task(args)
+    task = make_objective(args)
     task.read()
     tokenizer = build_tokenizer(args, task, None)
     assert len(tokenizer) == json.loads((ENCODER_DIR / "config.json").read_text())["vocab_size"]

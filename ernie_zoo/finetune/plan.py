@@ -74,10 +74,10 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
 
     from .args import build_args
     from .methods import apply_method
-    from .tasks import make_task
+    from .tasks import make_objective
 
     args = build_args(path).resolved()
-    if make_task(args).decoder:
+    if make_objective(args).decoder:
         raise ValueError(
             f"{path}: recipe key 'task' = {args.task!r} fine-tunes an ERNIE 4.5 decoder, which this planner (ErnieZoo "
             "encoders) does not plan yet"
@@ -86,7 +86,7 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
     t, d = args.train, args.distributed
     total_steps = t.max_steps or 1000  # AdaLoRA's budget schedule needs a number; it does not change counts
     with torch.device("meta"):
-        model = make_task(args).model_class()(config)
+        model = make_objective(args).model_class()(config)
         _, info = apply_method(model, args.method, args.task, total_steps)
     settings: dict[str, Any] = {
         "seq_len": args.data.max_length,

@@ -64,7 +64,7 @@ from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
 from .export import export, load_config
 from .methods import MethodInfo, apply_method, default_learning_rate
-from .tasks import Task, collate, drop_tokens, make_task
+from .tasks import Objective, collate, drop_tokens, make_objective
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def _from_source(load, key: str, source: str, **kwargs):
         ) from e
 
 
-def build_tokenizer(args: FinetuneArgs, task: Task, saved: Path | None) -> ErnieZooTokenizerFast:
+def build_tokenizer(args: FinetuneArgs, task: Objective, saved: Path | None) -> ErnieZooTokenizerFast:
     """The given tokenizer, the model's, the one an interrupted run saved in `saved` (its base_model/), or one
     trained on the train texts. `args` as `FinetuneArgs.resolved` returns them (shipped names resolved)."""
     m = args.model
@@ -165,7 +165,7 @@ def fresh_modules(model: nn.Module, missing_keys: list[str]) -> list[str]:
 
 
 def build_model(
-    args: FinetuneArgs, task: Task, tokenizer, saved: Path | None
+    args: FinetuneArgs, task: Objective, tokenizer, saved: Path | None
 ) -> tuple[nn.Module, str | None, list[str]]:
     """(model, path of its base weights, newly initialised modules): a pretrained directory (a shipped model once
     `FinetuneArgs.resolved` has turned its name into its directory), the random base an interrupted adapter run
@@ -240,7 +240,7 @@ def _preset_kind(name: str) -> str:
     return "an ERNIE 4.5 decoder preset" if name in DECODER_PRESETS else "an ErnieZoo encoder preset"
 
 
-def _check_family(args: FinetuneArgs, task: Task, is_decoder: bool, what: str) -> None:
+def _check_family(args: FinetuneArgs, task: Objective, is_decoder: bool, what: str) -> None:
     """A decoder base only for task instruction, and task instruction only on a decoder; a ValueError names the
     recipe key."""
     if task.decoder and not is_decoder:
@@ -322,7 +322,7 @@ class FinetuneTask:
     def __init__(
         self,
         args: FinetuneArgs,
-        task: Task,
+        task: Objective,
         model: nn.Module,
         tokenizer,
         features: dict[str, list],
@@ -784,7 +784,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     seed_everything(t.seed)
     device = resolve_device(t.device, key="train.device")
 
-    task = make_task(args)
+    task = make_objective(args)
     task.read()
     saved_base = None if wipe else output_dir / "base_model"
     tokenizer = build_tokenizer(args, task, saved_base)

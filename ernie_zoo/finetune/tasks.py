@@ -1,4 +1,6 @@
-"""The three fine-tuning tasks: read examples, encode them, pick the model head, evaluate predictions.
+"""The fine-tuning tasks (the recipe's `task:` values), each an `Objective`: read examples, encode them, pick the
+model head, evaluate predictions. (`run.FinetuneTask` is the run that trains an objective on the training loop;
+a Taskflow task is inference, in ernie_zoo.taskflow.)
 
 | task                    | head                                            | default dev metric            |
 |-------------------------|-------------------------------------------------|-------------------------------|
@@ -108,7 +110,7 @@ def batches(features: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[
         yield features[i : i + size]
 
 
-class Task:
+class Objective:
     """Base class: reads the splits named in `args.data`; subclasses encode, pick heads and score."""
 
     name = ""
@@ -189,7 +191,7 @@ class Task:
 # ===================================================================== sequence classification
 
 
-class SequenceClassificationTask(Task):
+class SequenceClassificationObjective(Objective):
     name = "sequence_classification"
 
     @property
@@ -305,7 +307,7 @@ class SequenceClassificationTask(Task):
 # ===================================================================== token classification
 
 
-class TokenClassificationTask(Task):
+class TokenClassificationObjective(Objective):
     name = "token_classification"
     default_metric = "f1"
 
@@ -436,7 +438,7 @@ class TokenClassificationTask(Task):
 # ===================================================================== generation
 
 
-class GenerationTask(Task):
+class GenerationObjective(Objective):
     name = "generation"
     default_metric = "loss"
     n_samples = 16  # dev prompts decoded greedily at each evaluation for the char_f1 score
@@ -528,7 +530,7 @@ class GenerationTask(Task):
 # ===================================================================== instruction (decoders)
 
 
-class InstructionTask(Task):
+class InstructionObjective(Objective):
     """Prompt / response pairs on an ERNIE 4.5 decoder (transformers' `Ernie4_5ForCausalLM` or
     `Ernie4_5_MoeForCausalLM`, as they are): the prompt in the chat template, then the response and the end
     token; the loss on the response and the end token only (labels -100 on the prompt and on padding).
@@ -643,7 +645,7 @@ class InstructionTask(Task):
 # ===================================================================== text correction
 
 
-class TextCorrectionTask(Task):
+class TextCorrectionObjective(Objective):
     """Chinese spelling correction: (text as written, corrected text) pairs of the same length; the model
     (`ErnieZooForSpellingCorrection`) learns the right character at every Chinese character and whether it was
     wrong. Dev score: sentence-level correction F1 as pycorrector defines it (`ernie_zoo.text.correction`)."""
@@ -745,27 +747,27 @@ class TextCorrectionTask(Task):
         return scores
 
 
-TASK_CLASSES: dict[str, type[Task]] = {
-    "sequence_classification": SequenceClassificationTask,
-    "token_classification": TokenClassificationTask,
-    "generation": GenerationTask,
-    "text_correction": TextCorrectionTask,
-    "instruction": InstructionTask,
+OBJECTIVES: dict[str, type[Objective]] = {
+    "sequence_classification": SequenceClassificationObjective,
+    "token_classification": TokenClassificationObjective,
+    "generation": GenerationObjective,
+    "text_correction": TextCorrectionObjective,
+    "instruction": InstructionObjective,
 }
 
 
-def make_task(args) -> Task:
-    return TASK_CLASSES[args.task](args)
+def make_objective(args) -> Objective:
+    return OBJECTIVES[args.task](args)
 
 
 __all__ = [
-    "GenerationTask",
-    "InstructionTask",
-    "SequenceClassificationTask",
-    "TASK_CLASSES",
-    "Task",
-    "TextCorrectionTask",
-    "TokenClassificationTask",
+    "GenerationObjective",
+    "InstructionObjective",
+    "SequenceClassificationObjective",
+    "OBJECTIVES",
+    "Objective",
+    "TextCorrectionObjective",
+    "TokenClassificationObjective",
     "collate",
-    "make_task",
+    "make_objective",
 ]

@@ -104,7 +104,7 @@ def chat_template_for(tokenizer) -> str:
 
 
 def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
-    """The ids a decoder fine-tuned by `InstructionTask` answers `prompt` from: the chat template applied to one
+    """The ids a decoder fine-tuned by `InstructionObjective` answers `prompt` from: the chat template applied to one
     user turn with the generation prompt, tokenized without adding special tokens -- what
     `tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)` gives."""
     text = tokenizer.apply_chat_template(

@@ -63,7 +63,7 @@ class MeanOfReplays(nn.Module):
 def main(argv: list[str] | None = None) -> None:
     from ernie_zoo.finetune import build_args, load_finetuned
     from ernie_zoo.finetune.distill import check_teacher
-    from ernie_zoo.finetune.tasks import make_task
+    from ernie_zoo.finetune.tasks import make_objective
     from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(args.models) < 2:
         ap.error("an ensemble needs at least two models")
     torch.set_num_threads(args.threads)
-    task = make_task(build_args(args.recipe, {}))
+    task = make_objective(build_args(args.recipe, {}))
     task.read()
     loaded = [load_finetuned(path) for path in args.models]
     tokenizer = loaded[0][1]

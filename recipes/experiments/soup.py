@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from ernie_zoo.finetune import build_args, load_finetuned
-    from ernie_zoo.finetune.tasks import make_task
+    from ernie_zoo.finetune.tasks import make_objective
     from ernie_zoo.utils import atomic_directory
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             "the runs start from random preset weights (no model.model_name_or_path): not one soup"
         )
 
-    task = make_task(first)
+    task = make_objective(first)
     task.read()
     if "dev" not in task.splits:
         raise SystemExit(f"{args.recipes[0]}: a soup is chosen on dev, and the recipe has no dev_file")
