@@ -338,7 +338,8 @@ def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
                 out.append(f"{indent}{f.name}:")
                 emit(value, indent + "  ")
                 continue
-            for wrapped in textwrap.wrap(helps.get(f.name, ""), 100 - len(indent)):
+            # no break after a hyphen: the comment lines joined by spaces must give the help back
+            for wrapped in textwrap.wrap(helps.get(f.name, ""), 100 - len(indent), break_on_hyphens=False):
                 out.append(f"{indent}# {wrapped}")
             if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
                 out.append(f"{indent}{f.name}:")  # a list of mappings: one per line

@@ -8,6 +8,11 @@ so stages are rebuilt for new shapes and the padding mask travels with the activ
 - PP 2 x TP 2 (4 ranks, each stage's TP plan layers DTensor-sharded), activation recompute on;
 - PP 2 x DP 2 (4 ranks, gradients averaged over the two pipelines).
 
+The same for an ERNIE 4.5 dense decoder (transformers' Ernie4_5ForCausalLM, tied embeddings, GQA, RoPE) on packed
+rows of two documents each (position ids restart inside every row, so each stage must rebuild the per-document
+causal mask and the rotary embeddings from the positions that travel with the activations): PP 2 (1F1B, grad
+accumulation 2), PP 2 x TP 2 (transformers' TP plan) and PP 2 x DP 2 with ZeRO-1 and recompute; clipping at 0.5.
+
 Every run: the same per-step losses and grad norms (clipping at 1.0 active), the same LR, final weights joined
 from the stage shards equal to the reference's; each rank holds only its stage's layers (and TP halves); the
 checkpoint the engine writes is a from_pretrained directory `AutoModelForMaskedLM` loads; a checkpoint written
@@ -22,6 +27,7 @@ are printed by the tests (`-s`) and recorded in docs/scale.md. The worker is thi
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -40,10 +46,13 @@ LAYOUTS = {
     "pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "full"}, 8, 1),
     "pp2-dp2": (4, {"pp_size": 2, "pp_microbatches": 2}, 2, 2),
     "pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1}, 2, 2),
+    "decoder-pp2": (2, {"pp_size": 2}, 4, 2),
+    "decoder-pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4}, 8, 1),
+    "decoder-pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1, "recompute": "full"}, 2, 2),
 }
 
 
-def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
+def _recipe(micro_batch_size: int, grad_accum_steps: int, clip: float = 1.0, **distributed):
     from ernie_zoo.training.recipe import DistributedArgs, OptimArgs, PretrainRecipe
 
     backend = "pipeline" if distributed else "single"
@@ -54,7 +63,7 @@ def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
         grad_accum_steps=grad_accum_steps,
         precision="fp32",
         seed=0,
-        optim=OptimArgs(lr=1e-2, warmup_steps=1, decay="linear", grad_clip=1.0, weight_decay=0.01),
+        optim=OptimArgs(lr=1e-2, warmup_steps=1, decay="linear", grad_clip=clip, weight_decay=0.01),
         distributed=DistributedArgs(backend=backend, **distributed),
     )
 
@@ -84,6 +93,34 @@ def _model():
     return build_model(config, tables, seed=0)
 
 
+def _decoder():
+    """A 4-layer ERNIE 4.5 dense decoder (the 0.3B's layout shrunk: tied embeddings, 4 query / 2 key-value heads)."""
+    from ernie_zoo.models.decoder import decoder_config
+    from ernie_zoo.training.causal_lm import build_decoder_model
+
+    config = decoder_config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=64,
+                            tie_word_embeddings=True)  # fmt: skip
+    return build_decoder_model(config, seed=0)
+
+
+def _decoder_batch(step: int) -> dict[str, torch.Tensor]:
+    """The step's 8 packed rows, each two document pieces (the second starting at a row-dependent position); the
+    first token of each piece has no target, so every row predicts seq - 2 tokens (a mean over any split of the
+    rows weighs tokens as the mean over all of them)."""
+    g = torch.Generator().manual_seed(2000 + step)
+    seq = SEQS[step]
+    ids = torch.randint(5, VOCAB, (GLOBAL_BATCH, seq), generator=g)
+    positions = torch.zeros_like(ids)
+    labels = ids.clone()
+    for row in range(GLOBAL_BATCH):
+        cut = 3 + row % (seq - 5)
+        positions[row, :cut] = torch.arange(cut)
+        positions[row, cut:] = torch.arange(seq - cut)
+        labels[row, [0, cut]] = -100
+    return {"input_ids": ids, "position_ids": positions, "labels": labels}
+
+
 def _global_batch(step: int) -> dict[str, torch.Tensor]:
     """The step's 8 rows; every row has 3 masked positions (so a mean over any split of the rows weighs tokens
     as the mean over all of them), odd rows end in padding."""
@@ -108,27 +145,34 @@ def _rows(batch, rows):
     return {k: v[rows] for k, v in batch.items()}
 
 
-def _reference() -> dict:
+def _kind(layout: str) -> tuple:
+    """(model builder, batch of a step, grad clip: below the first step's norm) of a layout: the decoder's or the
+    encoder's."""
+    return (_decoder, _decoder_batch, 0.5) if layout.startswith("decoder") else (_model, _global_batch, 1.0)
+
+
+def _reference(layout: str = "pp2") -> dict:
     from ernie_zoo.training.engine import SingleDeviceEngine
 
-    engine = SingleDeviceEngine(_recipe(GLOBAL_BATCH, 1), _model(), torch.device("cpu"))
+    make_model, batch_of, clip = _kind(layout)
+    engine = SingleDeviceEngine(_recipe(GLOBAL_BATCH, 1, clip), make_model(), torch.device("cpu"))
     losses, norms, lrs = [], [], []
     for step in range(STEPS):
-        loss, _, _ = engine.loss(_global_batch(step))
+        loss, _, _ = engine.loss(batch_of(step))
         engine.backward(loss)
         norms.append(engine.step())
         losses.append(loss.item())
         lrs.append(engine.lr)
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
-    return {"losses": losses, "norms": norms, "lrs": lrs, "params": params, "eval": _eval_loss(engine)}
+    return {"losses": losses, "norms": norms, "lrs": lrs, "params": params, "eval": _eval_loss(engine, batch_of)}
 
 
-def _eval_loss(engine) -> float:
+def _eval_loss(engine, batch_of=_global_batch) -> float:
     """The trained model's loss on step 0's batch, forward only (the pipeline: stage after stage, no micro
     batches)."""
     engine.model.eval()
     with torch.no_grad():
-        loss, _, _ = engine.loss(_global_batch(0))
+        loss, _, _ = engine.loss(batch_of(0))
     engine.model.train()
     return loss.item()
 
@@ -136,6 +180,11 @@ def _eval_loss(engine) -> float:
 @pytest.fixture(scope="module")
 def reference():
     return _reference()
+
+
+@pytest.fixture(scope="module")
+def decoder_reference():
+    return _reference("decoder")
 
 
 def _run(tmp_path: Path, layout: str) -> list[dict]:
@@ -150,15 +199,16 @@ def _check(tmp_path: Path, results: list[dict], reference: dict, layout: str) ->
     """Losses, norms, LR and the joined final weights against the reference; the checkpoint loads in
     transformers; the resumed last step is bit-exact. Returns the measured maxima."""
     from safetensors.torch import load_file
-    from transformers import AutoModelForMaskedLM
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     from ernie_zoo.utils import tied_names
 
+    make_model, _, clip = _kind(layout)
     loss_diff = norm_diff = 0.0
     for res in results:
         assert res["losses"] == pytest.approx(reference["losses"], rel=LOSS_RTOL)
         assert res["norms"] == pytest.approx(reference["norms"], rel=LOSS_RTOL)
-        assert res["norms"][0] > 1.0  # clipping at 1.0 was active, on the norm over every stage
+        assert res["norms"][0] > clip  # clipping was active, on the norm over every stage
         assert res["lrs"] == pytest.approx(reference["lrs"], rel=1e-12)
         loss_diff = max(loss_diff, *(abs(a - b) for a, b in zip(res["losses"], reference["losses"])))
         norm_diff = max(norm_diff, *(abs(a - b) / b for a, b in zip(res["norms"], reference["norms"])))
@@ -167,27 +217,32 @@ def _check(tmp_path: Path, results: list[dict], reference: dict, layout: str) ->
     ckpt = tmp_path / "final"
     final = load_file(str(ckpt / "model.safetensors"))
     ref = reference["params"]
-    tied = tied_names(_model())  # the MLM decoder's weight and bias, stored once (as save_pretrained does)
+    tied = tied_names(make_model())  # the MLM decoder's weight and bias / lm_head, stored once (as save_pretrained)
     assert tied and set(final) == set(ref) - tied
     weight_diff = max((final[k] - ref[k]).abs().max().item() for k in final)
     assert weight_diff < WEIGHT_ATOL, weight_diff
-    moved = max((ref[k] - _model().state_dict()[k]).abs().max().item() for k in final)
+    moved = max((ref[k] - make_model().state_dict()[k]).abs().max().item() for k in final)
     assert moved > 1e-3  # training moved the weights, so agreeing with the reference means something
     # the checkpoint is a from_pretrained directory: transformers' Auto class loads the reference's weights
-    model = AutoModelForMaskedLM.from_pretrained(str(ckpt), dtype=torch.float32)
+    decoder = layout.startswith("decoder")
+    model = (AutoModelForCausalLM if decoder else AutoModelForMaskedLM).from_pretrained(str(ckpt), dtype=torch.float32)
     loaded = model.state_dict()
     assert max((loaded[k] - ref[k]).abs().max().item() for k in ref) < WEIGHT_ATOL
-    assert (
-        loaded["cls.predictions.decoder.weight"].data_ptr()
-        == loaded["ernie.embeddings.word_embeddings.weight"].data_ptr()
+    head, embedding = (
+        ("lm_head.weight", "model.embed_tokens.weight")
+        if decoder
+        else ("cls.predictions.decoder.weight", "ernie.embeddings.word_embeddings.weight")
     )
+    assert loaded[head].data_ptr() == loaded[embedding].data_ptr()
     measured = {"layout": layout, "loss_abs": loss_diff, "norm_rel": norm_diff, "weight_abs": weight_diff}
     print(measured)
     return measured
 
 
 def _held_layers(res: dict) -> set[int]:
-    return {int(n.split(".")[3]) for n in res["shapes"] if n.startswith("ernie.encoder.layer.")}
+    return {int(n.split(".")[3]) for n in res["shapes"] if n.startswith("ernie.encoder.layer.")} | {
+        int(n.split(".")[2]) for n in res["shapes"] if n.startswith("model.layers.")
+    }
 
 
 @pytest.mark.distributed
@@ -261,6 +316,59 @@ def test_pp2_dp2_zero1_matches_one_process_and_shards_the_optimizer(tmp_path, re
         assert all(0 < h < 2 * pair[0]["param_numel"] for h in held)  # really split
     shards = sorted(p.name for p in (tmp_path / "final" / "pipeline").glob("optimizer-*.safetensors"))
     assert shards == [f"optimizer-pp{p:03d}-tp000-dp{d}.safetensors" for p in (0, 1) for d in (0, 1)]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_decoder_pp2_and_pp2_dp2_zero1_match_one_process(tmp_path, decoder_reference):
+    """An ERNIE 4.5 dense decoder on packed rows: PP 2 (1F1B, grad accumulation 2) on 2 ranks, then PP 2 x DP 2
+    with ZeRO-1 and recompute on 4 ranks: the same losses, grad norms, weights and eval loss as one process, a
+    bit-exact resume, a checkpoint AutoModelForCausalLM loads with lm_head tied; each rank holds its half of the
+    layers, the token embeddings on the first stage and (the tied copy) on the last, the final norm on the last."""
+    results = _run(tmp_path, "decoder-pp2")
+    _check(tmp_path, results, decoder_reference, "decoder-pp2")
+    first, last = results
+    assert _held_layers(first) == {0, 1} and _held_layers(last) == {2, 3}
+    assert "model.embed_tokens.weight" in first["shapes"] and "model.embed_tokens.weight" in last["shapes"]
+    assert "model.norm.weight" in last["shapes"] and "model.norm.weight" not in first["shapes"]
+    assert first["tied_copies_equal"] and last["tied_copies_equal"]
+
+    results = _run(tmp_path / "zero1", "decoder-pp2-dp2-zero1")
+    _check(tmp_path / "zero1", results, decoder_reference, "decoder-pp2-dp2-zero1")
+    for pp_rank in (0, 1):
+        pair = [r for r in results if r["pp_rank"] == pp_rank]
+        assert all(_held_layers(r) == ({0, 1} if pp_rank == 0 else {2, 3}) for r in pair)
+        held = [r["optimizer_numel"] for r in pair]
+        assert sum(held) == 2 * pair[0]["param_numel"] and all(0 < h < 2 * pair[0]["param_numel"] for h in held)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_decoder_pp2_tp2_matches_one_process(tmp_path, decoder_reference):
+    """The decoder under PP 2 x TP 2 on 4 ranks: transformers' own TP plan (q/k/v, gate/up colwise; o, down
+    rowwise) on each stage's layers, whole key-value heads per rank, norms and embeddings replicated."""
+    results = _run(tmp_path, "decoder-pp2-tp2")
+    _check(tmp_path, results, decoder_reference, "decoder-pp2-tp2")
+    for res in results:
+        i = min(_held_layers(res))
+        assert _held_layers(res) == ({0, 1} if res["pp_rank"] == 0 else {2, 3})
+        shapes = {k.split(f"layers.{i}.")[1]: v for k, v in res["shapes"].items() if f"layers.{i}." in k}
+        assert shapes["self_attn.q_proj.weight"] == [16, 32] and shapes["self_attn.k_proj.weight"] == [8, 32]
+        assert shapes["self_attn.o_proj.weight"] == [32, 16] and shapes["mlp.up_proj.weight"] == [32, 32]
+        assert shapes["mlp.down_proj.weight"] == [32, 32] and shapes["input_layernorm.weight"] == [32]
+        assert res["shapes"]["model.embed_tokens.weight"] == [VOCAB, 32]
+
+
+def test_an_moe_decoder_is_refused_by_the_pipeline_backend():
+    from ernie_zoo.models.decoder import decoder_config
+    from ernie_zoo.training.causal_lm import build_decoder_model
+    from ernie_zoo.training.pipeline_engine import PipelineEngine
+
+    moe = build_decoder_model(decoder_config(True, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                             moe_num_experts=4, moe_intermediate_size=32), seed=0)  # fmt: skip
+    with pytest.raises(ValueError, match="MoE decoder trains on distributed.backend deepspeed"):
+        PipelineEngine(_recipe(4, 1, pp_size=2), moe, torch.device("cpu"))
 
 
 # ------------------------------------------------------------------ the ernie-pretrain loop on 2 ranks
@@ -345,6 +453,41 @@ def test_ernie_pretrain_pipeline_resumes_exactly_and_consolidates(tmp_path, tiny
     assert (out / "tokenizer_config.json").is_file()
     # loaded with AutoModelForMaskedLM and checked against the checkpoint's own export
     assert "logits match" in capsys.readouterr().out
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ernie_pretrain_runs_a_decoder_recipe_on_the_pipeline_backend(tmp_path):
+    """`ernie-pretrain recipes/pretrain/ernie4.5-tiny-cpu.yaml` (causal-LM on packed documents) with the pipeline
+    backend on 2 ranks: it trains and evaluates through the stages, and `ernie-zoo consolidate` turns a checkpoint
+    into a from_pretrained directory that plain transformers loads as Ernie4_5ForCausalLM with the checkpoint's
+    weights."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from ernie_zoo.cli import main as cli
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.taskflow.models import ZOO_DIR
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    out = tmp_path / "run"
+    run_local_ranks(
+        ["-m", "ernie_zoo.training.pretrain", str(REPO / "recipes/pretrain/ernie4.5-tiny-cpu.yaml"), "--output_dir",
+         str(out), "--max_steps", "4", "--checkpoint.interval", "4", "--eval.interval", "2", "--data.files",
+         f"[{SENTENCES}]", "--tokenizer.path", str(ZOO_DIR / "ernie-zoo-mini-zh"), "--distributed.backend",
+         "pipeline", "--distributed.pp_size", "2", "--logging.progress_bar", "false", "--logging.tensorboard",
+         "false"],
+        nproc=2, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    metrics = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in metrics if "eval/loss" in r] == [2, 4]
+    assert all(math.isfinite(r["train/loss"]) for r in metrics if "train/loss" in r)
+    assert cli(["consolidate", str(out / "checkpoint-4"), str(tmp_path / "model")]) == 0
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "model"), dtype=torch.float32)
+    assert type(model).__name__ == "Ernie4_5ForCausalLM"
+    saved = load_file(str(out / "checkpoint-4" / "model.safetensors"))
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], saved[k]) for k in saved)
 
 
 # ------------------------------------------------------------------------------ splitting, no ranks
@@ -472,16 +615,17 @@ def _worker(out_dir: str, layout: str) -> None:
     torch.set_num_threads(1)
     out = Path(out_dir)
     _, keys, micro, accum = LAYOUTS[layout]
-    recipe = _recipe(micro, accum, **keys)
+    make_model, batch_of, clip = _kind(layout)
+    recipe = _recipe(micro, accum, clip, **keys)
 
     def make_engine():
-        return PipelineEngine(recipe, _model(), torch.device("cpu"))
+        return PipelineEngine(recipe, make_model(), torch.device("cpu"))
 
     engine = make_engine()
     rank = dist.get_rank()
 
     def train_step(step: int) -> tuple[float, float]:
-        batch = _global_batch(step)
+        batch = batch_of(step)
         per_replica = GLOBAL_BATCH // engine.dp_world_size
         total = 0.0
         for m in range(accum):
@@ -502,13 +646,13 @@ def _worker(out_dir: str, layout: str) -> None:
         norms.append(norm)
         lrs.append(engine.lr)
     engine.save(out / "final")
-    evaluated = _eval_loss(engine)
+    evaluated = _eval_loss(engine, batch_of)
     final = {k: v.clone() for k, v in engine.local_state().items()}
     shapes = {
         n: list((p.to_local() if isinstance(p, DTensor) else p).shape)
         for n, p in engine.model.named_parameters()
     }
-    emb = "ernie.embeddings.word_embeddings.weight"
+    emb = "model.embed_tokens.weight" if layout.startswith("decoder") else "ernie.embeddings.word_embeddings.weight"
     params = dict(engine.model.named_parameters())
     tied_equal = True
     if emb in params and (engine.first != engine.last):

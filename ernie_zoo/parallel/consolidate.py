@@ -211,7 +211,8 @@ PIPELINE_DIR = "pipeline"
 
 
 def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[str, torch.Tensor]]:
-    """(ErnieZooConfig, {name: full tensor}) from a checkpoint of `distributed.backend: pipeline`: the weights and
+    """(config, {name: full tensor}) from a checkpoint of `distributed.backend: pipeline` (an encoder's ErnieZooConfig
+    or an ERNIE 4.5 decoder's, by config.json's model_type): the weights and
     buffers of every stage (`pipeline/pp<P>-tp<T>.safetensors`, written by data-parallel replica 0) joined by name,
     TP shards concatenated along their split dimension (`_merge_tp`); tied copies once (as `save_pretrained`).
 
@@ -223,6 +224,7 @@ def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, di
     from safetensors import safe_open
 
     from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+    from ernie_zoo.models.decoder import DECODER_CLASSES
     from ernie_zoo.utils import tied_names
 
     path = Path(checkpoint_dir)
@@ -247,9 +249,13 @@ def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, di
         raise ValueError(
             f"{path}: the pipeline checkpoint of {pp} x {tp} ranks is missing {', '.join(missing)}"
         )
-    config = ErnieZooConfig.from_pretrained(str(path))
+    model_type = (
+        _read_json(path / "config.json").get("model_type") if (path / "config.json").is_file() else None
+    )
+    decoder = next((c for c in DECODER_CLASSES if c.model_type == model_type), None)  # an ERNIE 4.5 decoder
+    config = (decoder or ErnieZooConfig).from_pretrained(str(path))
     with torch.device("meta"):
-        skeleton = ErnieZooForMaskedLM(config)
+        skeleton = DECODER_CLASSES[decoder](config) if decoder else ErnieZooForMaskedLM(config)
     tied = tied_names(skeleton)
     full = {k: list(v.shape) for k, v in skeleton.state_dict().items() if k not in tied}
     state: dict[str, torch.Tensor] = {}
@@ -305,6 +311,7 @@ def consolidate_checkpoint(
     from safetensors.torch import save_file
 
     from ernie_zoo.models import ErnieZooForMaskedLM
+    from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
     from ernie_zoo.utils import atomic_directory, tied_names
 
     if dtype not in DTYPES:
@@ -328,11 +335,16 @@ def consolidate_checkpoint(
         tok_dir = Path(tokenizer)
         if not (tok_dir / "tokenizer_config.json").is_file():
             raise ValueError(f"{tok_dir} is not a tokenizer directory (no tokenizer_config.json)")
+    decoder = is_decoder_config(
+        config
+    )  # an ERNIE 4.5 decoder (a pipeline checkpoint of causal-LM pretraining)
     tok = None
     if tok_dir is not None:
+        from transformers import AutoTokenizer
+
         from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
-        tok = ErnieZooTokenizerFast.from_pretrained(str(tok_dir))
+        tok = (AutoTokenizer if decoder else ErnieZooTokenizerFast).from_pretrained(str(tok_dir))
         if len(tok) > config.vocab_size:
             raise ValueError(
                 f"the tokenizer in {tok_dir} has {len(tok)} tokens, the model only {config.vocab_size} rows"
@@ -340,7 +352,7 @@ def consolidate_checkpoint(
 
     # Buffers (the character tables): the run's own, from rank 0's export; else from the tokenizer.
     with torch.device("meta"):
-        skeleton = ErnieZooForMaskedLM(config)
+        skeleton = DECODER_CLASSES[type(config)](config) if decoder else ErnieZooForMaskedLM(config)
     tied = tied_names(skeleton)
     param_names = {name for name, _ in skeleton.named_parameters()}
     buffer_names = [k for k in skeleton.state_dict() if k not in param_names and k not in tied]
@@ -391,15 +403,19 @@ def consolidate_checkpoint(
 
 @torch.no_grad()
 def _verify(directory: Path, export: Path | None, config: Any, dtype: str) -> dict[str, Any]:
-    """Load `directory` with AutoModelForMaskedLM and compare its logits on a fixed batch with the run's
-    export (`export`, same architecture); raises ValueError if they disagree beyond the precision's tolerance."""
-    from transformers import AutoModelForMaskedLM
+    """Load `directory` with AutoModelForMaskedLM (a decoder: AutoModelForCausalLM) and compare its logits on a
+    fixed batch with the run's export (`export`, same architecture); raises ValueError if they disagree beyond the
+    precision's tolerance."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
     from ernie_zoo.models import ErnieZooForMaskedLM  # importing ernie_zoo registers the Auto classes
+    from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
 
-    model = AutoModelForMaskedLM.from_pretrained(str(directory), dtype=torch.float32).eval()
-    if not isinstance(model, ErnieZooForMaskedLM):
-        raise ValueError(f"{directory} loads as {type(model).__name__}, not ErnieZooForMaskedLM")
+    expected_cls = DECODER_CLASSES[type(config)] if is_decoder_config(config) else ErnieZooForMaskedLM
+    auto = AutoModelForCausalLM if is_decoder_config(config) else AutoModelForMaskedLM
+    model = auto.from_pretrained(str(directory), dtype=torch.float32).eval()
+    if not isinstance(model, expected_cls):
+        raise ValueError(f"{directory} loads as {type(model).__name__}, not {expected_cls.__name__}")
     g = torch.Generator().manual_seed(0)
     seq = min(16, config.max_position_embeddings)
     ids = torch.randint(1, config.vocab_size, (2, seq), generator=g)
@@ -408,7 +424,7 @@ def _verify(directory: Path, export: Path | None, config: Any, dtype: str) -> di
         raise ValueError(f"{directory}: the consolidated model produces non-finite logits")
     if export is None:
         return {"compared_with": None, "max_logit_diff": None}
-    reference = ErnieZooForMaskedLM.from_pretrained(str(export.parent), dtype=torch.float32).eval()
+    reference = expected_cls.from_pretrained(str(export.parent), dtype=torch.float32).eval()
     expected = reference(input_ids=ids).logits
     diff = float((logits - expected).abs().max())
     # fp32 masters vs a 16-bit export (or a 16-bit output) differ by 16-bit rounding of the weights

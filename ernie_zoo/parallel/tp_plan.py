@@ -159,8 +159,9 @@ def _decoder_plan(model: nn.Module, names: list[str]) -> dict[str, str]:
     down rowwise), with the keys as paths in `model`. The routed MoE experts are fused 3-D tensors whose TP styles
     (packed_colwise, moe_tp_experts) neither DeepSpeed AutoTP nor `apply_tp` takes: they are left out, and
     `check_tp_divisibility` refuses TP > 1 for a MoE model."""
-    anchor = "layers.0.self_attn.q_proj"
-    prefixes = [name[: -len(anchor)] for name in names if name == anchor or name.endswith("." + anchor)]
+    # any layer's q_proj (a pipeline stage holds layers k.. only, `parallel.pipeline`)
+    anchor = re.compile(r"(^|.*\.)layers\.\d+\.self_attn\.q_proj$")
+    prefixes = [m.group(1) for m in map(anchor.match, names) if m]
     if not prefixes:
         raise ValueError(f"{type(model).__name__}: no decoder layer found for its TP plan")
     plan = {}

@@ -1,6 +1,6 @@
 """Pipeline-parallel pretraining engine (`distributed.backend: pipeline`), composed with tensor and data
-parallelism: the encoder's layers split into stages (`parallel.pipeline`) run by `torch.distributed.pipelining`'s
-1F1B or interleaved 1F1B schedule, each stage optionally TP-sharded by the TP plan (DTensor, `parallel.tp_plan`),
+parallelism: the layers of an encoder or a dense ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by
+`torch.distributed.pipelining`'s 1F1B or interleaved 1F1B schedule, each stage optionally TP-sharded by the TP plan (DTensor, `parallel.tp_plan`),
 whole pipelines replicated over data-parallel ranks.
 
     ranks = dp x pp x tp, a device mesh ("dp", "pp", "tp"); 4 ranks as PP 2 x TP 2:   pp 0: ranks 0 1 (TP pair)
@@ -50,7 +50,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ernie_zoo.models.decoder import is_decoder_config, is_moe
 from ernie_zoo.parallel.pipeline import (
+    DECODER_SPLIT,
     ENCODER_SPLIT,
     build_schedule,
     prune_to_stages,
@@ -67,6 +69,8 @@ PIPELINE_DIR = "pipeline"
 META_FILE = "layout.json"
 #: Batch keys the first stage reads, in this order (those the batch has).
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")
+#: ... of a decoder's packed rows (training/causal_lm.py): the position ids mark where each document starts
+DECODER_INPUT_KEYS = ("input_ids", "position_ids")
 
 
 def shard_name(pp_rank: int, tp_rank: int) -> str:
@@ -117,6 +121,57 @@ class EncoderStage(nn.Module):
         return h if self.last else (h, mask.detach())
 
 
+class DecoderStage(nn.Module):
+    """One pipeline stage of an ERNIE 4.5 dense decoder (transformers' Ernie4_5ForCausalLM): [token embeddings] ->
+    its layers -> (the last: the final norm; the LM head is applied by the loss).
+
+    First stage: `forward(input_ids, position_ids)`; the others: `forward(hidden, positions)`. Every stage but the
+    last returns (hidden (B, T, H), the position ids as float): the positions travel with the activations, and
+    each stage rebuilds from them what `Ernie4_5Model.forward` builds once, the same way: the causal mask of the
+    packed rows (transformers reads each row's documents from where the positions restart) and the rotary
+    embeddings. recompute "full": each layer recomputed in backward (non-reentrant activation checkpointing).
+    """
+
+    def __init__(self, model: nn.Module, layers: list[int], first: bool, last: bool, recompute: str):
+        super().__init__()
+        self.config = model.config
+        self.first, self.last, self.recompute = first, last, recompute == "full"
+        stack = model.get_submodule(DECODER_SPLIT.layers)
+        self.layers = nn.ModuleList([stack[str(i)] for i in layers])
+        self.embed_tokens = model.model.embed_tokens if first else None
+        self.rotary_emb = model.model.rotary_emb  # no parameters: every stage has it
+        self.norm = model.model.norm if last else None
+        self.head = model.lm_head if last else None
+        self.keys: tuple[str, ...] = ()
+
+    def forward(self, *args: torch.Tensor):
+        from transformers.masking_utils import create_causal_mask
+
+        if self.first:
+            inputs = dict(zip(self.keys, args))
+            positions = inputs["position_ids"]
+            h = self.embed_tokens(inputs["input_ids"])
+        else:
+            h, carried = args
+            positions = carried.long()
+        mask = create_causal_mask(
+            config=self.config, inputs_embeds=h, attention_mask=None, cache=None, position_ids=positions
+        )
+        rotary = self.rotary_emb(h, position_ids=positions)
+        settings = {
+            "attention_mask": mask,
+            "position_embeddings": rotary,
+            "position_ids": positions,
+            "use_cache": False,
+        }
+        for layer in self.layers:
+            if self.recompute and torch.is_grad_enabled():
+                h = torch.utils.checkpoint.checkpoint(layer, h, use_reentrant=False, **settings)
+            else:
+                h = layer(h, **settings)
+        return self.norm(h) if self.last else (h, positions.to(h.dtype).detach())
+
+
 class PipelineEngine:
     """`distributed.backend: pipeline` (see the module docstring): the engine contract of `engine.py` over a
     dp x pp x tp mesh of the ranks the launcher started."""
@@ -143,6 +198,15 @@ class PipelineEngine:
                 f"{self.n_microbatches} equal pipeline micro batches; make it a multiple"
             )
         check_tp_divisibility(model.config, self.tp)
+        self.decoder = is_decoder_config(model.config)
+        if self.decoder and is_moe(model.config):
+            raise ValueError(
+                "the pipeline backend runs the encoders and the dense ERNIE 4.5 decoders; an MoE decoder trains on "
+                "distributed.backend deepspeed (its router's load-balancing loss is not carried between stages)"
+            )
+        self.split = DECODER_SPLIT if self.decoder else ENCODER_SPLIT
+        #: the input every stage needs besides the hidden states: the padding mask, or a decoder's positions
+        self.carry = "position_ids" if self.decoder else "attention_mask"
         self.rank, self.world_size, _ = init_from_env(timeout_s=d.timeout_s)
         if self.world_size % (self.pp * self.tp):
             raise ValueError(
@@ -165,8 +229,8 @@ class PipelineEngine:
         self.stage_ids = rank_stages(self.pp_rank, self.pp, self.virtual)
         self.first, self.last = 0 in self.stage_ids, self.num_stages - 1 in self.stage_ids
 
-        tied = tied_weights(ENCODER_SPLIT, model)  # the word embeddings, kept by the first and the last stage
-        self.layers = prune_to_stages(model, ENCODER_SPLIT, self.stage_ids, self.num_stages)
+        tied = tied_weights(self.split, model)  # the word embeddings, kept by the first and the last stage
+        self.layers = prune_to_stages(model, self.split, self.stage_ids, self.num_stages)
         self.model = model.to(device)
         self.tp_plan: dict[str, str] = {}
         if self.tp > 1:
@@ -176,8 +240,9 @@ class PipelineEngine:
         self.tied = [name for name in tied if name in params and (self.first or self.last)]
         self.tied_group = self._tied_group()
         self.replica_group = self._replica_group()
+        stage_class = DecoderStage if self.decoder else EncoderStage
         self.stages = [
-            EncoderStage(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)
+            stage_class(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)
             for s in self.stage_ids
         ]
         # fused AdamW: one kernel over the stage's parameters (as the single-device engine); DTensor shards: foreach
@@ -255,6 +320,11 @@ class PipelineEngine:
 
     # ------------------------------------------------------------------------------------- forward
     def _inputs(self, batch: dict[str, torch.Tensor]) -> tuple[tuple[str, ...], tuple[torch.Tensor, ...]]:
+        if self.decoder:
+            missing = [k for k in DECODER_INPUT_KEYS if batch.get(k) is None]
+            if missing:
+                raise ValueError(f"a decoder's pipeline batch needs {', '.join(missing)} (packed rows)")
+            return DECODER_INPUT_KEYS, tuple(batch[k].to(self.device) for k in DECODER_INPUT_KEYS)
         if (
             batch.get("polarity_labels") is not None
             and getattr(self.model, "word_polarity", None) is not None
@@ -266,8 +336,22 @@ class PipelineEngine:
         keys = tuple(k for k in INPUT_KEYS if batch.get(k) is not None)
         return keys, tuple(batch[k].to(self.device) for k in keys)
 
+    def _targets(self, labels: torch.Tensor) -> torch.Tensor:
+        """The labels the loss predicts: a decoder's next tokens (each position predicts the following label, as
+        `causal_lm_loss` shifts them), the encoder's masked positions."""
+        return labels[:, 1:] if self.decoder else labels
+
     def _head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(summed cross-entropy, correct) of the MLM head at the masked positions of `hidden` (B, T, H)."""
+        """(summed cross-entropy, correct) of the MLM head at the masked positions of `hidden` (B, T, H); a
+        decoder's: the LM head's next-token cross-entropy over every predicted position."""
+        if self.decoder:
+            logits = self.stages[-1].head(hidden[:, :-1]).float()
+            target = labels[:, 1:]
+            ce = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum"
+            )
+            correct = ((logits.argmax(-1) == target) & (target != -100)).sum()
+            return ce, correct.to(ce.dtype)
         selected = labels != -100
         if not bool(selected.any()):
             zero = hidden.sum() * 0.0
@@ -285,7 +369,7 @@ class PipelineEngine:
 
         keys, inputs = self._inputs(batch)
         labels = batch["labels"].to(self.device)
-        n = int((labels != -100).sum())
+        n = int((self._targets(labels) != -100).sum())
         sums = torch.zeros(
             2, dtype=torch.float64, device=self.device
         )  # summed cross-entropy, correct (the last stage's)
@@ -359,8 +443,8 @@ class PipelineEngine:
         states from the rank of the stage before it; the padding mask every rank has already."""
         import torch.distributed as dist
 
-        mask = inputs[keys.index("attention_mask")]
-        shape = (*mask.shape, self.model.config.hidden_size)
+        carried = inputs[keys.index(self.carry)]
+        shape = (*carried.shape, self.model.config.hidden_size)
         for stage_id, module in zip(self.stage_ids, self.stages):
             if stage_id == 0:
                 module.keys = keys
@@ -368,7 +452,7 @@ class PipelineEngine:
             else:
                 h = torch.empty(shape, dtype=torch.float32, device=self.device)
                 dist.recv(h, src=self.pp_ranks[(stage_id - 1) % self.pp], group=self.pp_group)
-                out = module(h, mask.to(h.dtype))
+                out = module(h, carried.to(h.dtype))
             if stage_id == self.num_stages - 1:
                 ce, correct = self._head_loss(out, labels)
                 sums += torch.tensor([float(ce), float(correct)], dtype=torch.float64, device=self.device)
@@ -578,4 +662,4 @@ def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> Pipel
     return PipelineEngine(recipe, model, device)
 
 
-__all__ = ["EncoderStage", "PipelineEngine", "engine_factory", "shard_name"]
+__all__ = ["DecoderStage", "EncoderStage", "PipelineEngine", "engine_factory", "shard_name"]

@@ -175,7 +175,7 @@ def pretrain(
         if resume_from is None
         else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
     )
-    if decoder and recipe.distributed.backend == "single":
+    if decoder and recipe.distributed.backend in ("single", "pipeline"):  # built whole; the pipeline prunes it
         model = build_decoder_model(config, recipe.seed)
         if build_recipe.model.init_from is not None:
             init_weights_from(model, build_recipe.model.init_from)

@@ -227,9 +227,10 @@ class DistributedArgs:
     accumulation and clipping (and, pretraining, precision) are written over it. null: the built-in ZeRO-3
     default."""
     pp_size: int = 1
-    """pipeline backend: pipeline stages (>= 2): the encoder's layers split into this many contiguous runs, the
-    embeddings on the first, the MLM head on the last (docs/scale.md, Pipeline parallelism). tp_size (each stage's
-    TP plan layers DTensor-sharded; null: 1), recompute and timeout_s apply to this backend as to deepspeed."""
+    """pipeline backend: pipeline stages (>= 2): the model's layers (an encoder's, or a dense ERNIE 4.5 decoder's)
+    split into this many contiguous runs, the embeddings on the first, the MLM or LM head on the last (docs/scale.md,
+    Pipeline parallelism). tp_size (each stage's TP plan layers DTensor-sharded; null: 1), recompute and timeout_s
+    apply to this backend as to deepspeed."""
     pp_schedule: str = "1f1b"
     """pipeline backend: 1f1b (one stage per rank) or interleaved (pp_virtual_stages stages per rank, a smaller
     bubble for more point-to-point traffic)."""
