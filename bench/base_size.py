@@ -17,10 +17,11 @@ Speed: texts/s over ``--n`` texts, the best of ``--rounds`` interleaved rounds (
 ratios against the pipeline. Load: seconds from nothing to the first result (model directory read, weights
 loaded, one text run), per system. Memory (``--rss-calls``, default 5000): each system in a fresh subprocess
 answers that many calls of 1-4 mixed texts; peak RSS and steady RSS (the median of the last quarter's samples),
-sampled every 100 calls. Published context (PaddleNLP, not comparable hardware): ERNIE 3.0-Medium MSRA NER 91 QPS
+sampled about 40 times over the calls (every 100 calls at 4,000 or more). Published context (PaddleNLP, not comparable hardware): ERNIE 3.0-Medium MSRA NER 91 QPS
 fp32 / 141 QPS int8 with 12 CPU threads.
 
-    OMP_NUM_THREADS=1 python bench/base_size.py                  # ~40 min on a shared 2-core machine
+    python bench/base_size.py                  # the full run: many hours on 2 cores at base size (5,000 calls)
+    python bench/base_size.py --n 64 --rss-calls 200      # what bench/results/base_size.json holds: ~70 min
     python bench/base_size.py --sizes medium --threads 1 --n 64 --rss-calls 300 --out /tmp/base.json   # quick
 """
 
@@ -110,14 +111,49 @@ def rss_child(args: argparse.Namespace) -> int:
     pool = make_texts(400, seed=1, lengths="skewed")
     rng = random.Random(0)
     samples = []
+    every = max(5, min(100, args.rss_calls // 40))  # about 40 samples whatever the number of calls
     for i in range(args.rss_calls):
         flow([pool[rng.randrange(len(pool))] for _ in range(rng.randint(1, 4))])
-        if i % 100 == 0 or i == args.rss_calls - 1:
+        if i % every == 0 or i == args.rss_calls - 1:
             samples.append(rss_mib())
     tail = samples[-max(1, len(samples) // 4) :]
     print(json.dumps({"start_mib": round(start, 1), "peak_mib": round(max(samples), 1),
                       "steady_mib": round(statistics.median(tail), 1), "calls": args.rss_calls}))  # fmt: skip
     return 0
+
+
+NAMES = {"taskflow_fp32": "Taskflow fp32", "taskflow_int8": "Taskflow int8", "ort_fp32": "ORT fp32",
+         "ort_int8": "ORT int8", "pipeline": "transformers pipeline"}  # fmt: skip
+
+
+def render_table(report: dict) -> str:
+    """The README's tables of a results file: texts/s (x the pipeline's) per size, task and thread count; load time;
+    RSS of the memory run."""
+    rows = report["rows"]
+    head = " | ".join(NAMES[s] for s in SYSTEMS)
+    out = [f"Texts/s ({rows[0]['texts']} mixed texts of 8-480 characters, batch size {report['batch_size']}, best of "
+           "the rounds; × the pipeline's), random-weight ERNIE 3.0 shapes:", "",
+           f"| size | task | threads | {head} |", "|---|---|---:|" + "---:|" * len(SYSTEMS)]  # fmt: skip
+    for row in rows:
+        for threads, speed in row["texts_per_s"].items():
+            ratio = row["vs_pipeline"][threads]
+            cells = [f"{speed[s]:g}" + (f" ({ratio[s]:.2f}×)" if s in ratio else "") for s in SYSTEMS]
+            out.append(f"| {row['size']} | {row['task']} | {threads.split('_')[0]} | {' | '.join(cells)} |")
+    out += ["", "Seconds from nothing to the first result (model directory read, weights loaded, one text run):", "",
+            f"| size | task | {head} |", "|---|---|" + "---:|" * len(SYSTEMS)]  # fmt: skip
+    for row in rows:
+        out.append(f"| {row['size']} | {row['task']} | " + " | ".join(f"{row['load_s'][s]:g}" for s in SYSTEMS) + " |")
+    rss = [row for row in rows if row.get("rss")]
+    if rss:
+        calls = rss[0]["rss"][SYSTEMS[0]]["calls"]
+        out += ["", f"RSS in MiB over {calls:,} calls of 1-4 mixed texts, 1 thread, each system in a fresh process "
+                "(start / peak / steady = median of the last quarter):", "",
+                f"| size | task | {head} |", "|---|---|" + "---:|" * len(SYSTEMS)]  # fmt: skip
+        for row in rss:
+            cells = [f"{r['start_mib']:.0f} / {r['peak_mib']:.0f} / {r['steady_mib']:.0f}"
+                     for r in (row["rss"][s] for s in SYSTEMS)]  # fmt: skip
+            out.append(f"| {row['size']} | {row['task']} | {' | '.join(cells)} |")
+    return "\n".join(out)
 
 
 def main() -> int:
@@ -132,6 +168,7 @@ def main() -> int:
         "--rss-calls", type=int, default=5000, help="calls per system in the memory run; 0: skip"
     )
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--table", action="store_true", help="print the markdown tables of --out and exit")
     parser.add_argument("--system", help=argparse.SUPPRESS)  # the memory run's child process
     parser.add_argument("--task", help=argparse.SUPPRESS)
     parser.add_argument("--model-dir", help=argparse.SUPPRESS)
@@ -141,6 +178,9 @@ def main() -> int:
     warnings.simplefilter("ignore")
     if args.system:
         return rss_child(args)
+    if args.table:
+        print(render_table(json.loads(Path(args.out).read_text(encoding="utf-8"))))
+        return 0
 
     import onnxruntime
     import torch

@@ -77,7 +77,21 @@ def shard_name(pp_rank: int, tp_rank: int) -> str:
     return f"pp{pp_rank:03d}-tp{tp_rank:03d}"
 
 
-class EncoderStage(nn.Module):
+class _Stage(nn.Module):
+    """A stage's forward under the run's autocast (bf16 mixed precision, as `SingleDeviceEngine.autocast` runs the
+    whole model; `dtype` None: fp32). What crosses to the next stage stays fp32: a layer's output is a LayerNorm's
+    (encoder) or a residual sum onto the fp32 stream (decoder), which autocast leaves in fp32."""
+
+    dtype: torch.dtype | None = None
+
+    def forward(self, *args: torch.Tensor):
+        if self.dtype is None:
+            return self._forward(*args)
+        with torch.autocast(args[0].device.type, dtype=self.dtype):
+            return self._forward(*args)
+
+
+class EncoderStage(_Stage):
     """One pipeline stage of ErnieZooForMaskedLM: [embeddings] -> its layers -> (the last: hidden states for the
     MLM head, which the loss applies at the masked positions only).
 
@@ -96,7 +110,7 @@ class EncoderStage(nn.Module):
         self.head = model.cls if last else None
         self.keys: tuple[str, ...] = ()
 
-    def forward(self, *args: torch.Tensor):
+    def _forward(self, *args: torch.Tensor):
         from transformers.masking_utils import create_bidirectional_mask
 
         if self.first:
@@ -121,7 +135,7 @@ class EncoderStage(nn.Module):
         return h if self.last else (h, mask.detach())
 
 
-class DecoderStage(nn.Module):
+class DecoderStage(_Stage):
     """One pipeline stage of an ERNIE 4.5 dense decoder (transformers' Ernie4_5ForCausalLM): [token embeddings] ->
     its layers -> (the last: the final norm; the LM head is applied by the loss).
 
@@ -144,7 +158,7 @@ class DecoderStage(nn.Module):
         self.head = model.lm_head if last else None
         self.keys: tuple[str, ...] = ()
 
-    def forward(self, *args: torch.Tensor):
+    def _forward(self, *args: torch.Tensor):
         from transformers.masking_utils import create_causal_mask
 
         if self.first:
@@ -245,6 +259,14 @@ class PipelineEngine:
             stage_class(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)
             for s in self.stage_ids
         ]
+        if recipe.precision not in ("fp32", "bf16"):
+            raise ValueError(
+                f"recipe key 'precision' = {recipe.precision!r}: the pipeline backend runs fp32 or bf16 (fp16 needs "
+                "loss scaling across the stages, not built)"
+            )
+        self.autocast_dtype = torch.bfloat16 if recipe.precision == "bf16" else None
+        for stage in self.stages:
+            stage.dtype = self.autocast_dtype
         # fused AdamW: one kernel over the stage's parameters (as the single-device engine); DTensor shards: foreach
         self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=self.tp == 1)
         self.zero_stage = int(d.zero_stage or 0)
@@ -343,7 +365,13 @@ class PipelineEngine:
 
     def _head_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed cross-entropy, correct) of the MLM head at the masked positions of `hidden` (B, T, H); a
-        decoder's: the LM head's next-token cross-entropy over every predicted position."""
+        decoder's: the LM head's next-token cross-entropy over every predicted position. Under the run's autocast
+        (bf16: the head's matmuls in bf16, the cross-entropy in fp32), as one process runs it."""
+        with torch.autocast(hidden.device.type, dtype=self.autocast_dtype or torch.float32,
+                            enabled=self.autocast_dtype is not None):  # fmt: skip
+            return self._head_loss_fp(hidden, labels)
+
+    def _head_loss_fp(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.decoder:
             logits = self.stages[-1].head(hidden[:, :-1]).float()
             target = labels[:, 1:]
