@@ -263,3 +263,16 @@ def test_published_model_flops_conversion():
     paper = (72 * s * L * h * h * (1 + s / (6 * h)) + 6 * s * V * h) / s
     assert per_token == pytest.approx(paper, rel=0.001)  # differ by the position embeddings and biases
     assert GIB == 1024**3
+
+
+def test_a_moe_model_on_a_pipeline_is_said_to_be_planned_not_built(capsys):
+    """The pipeline backend runs encoders and dense decoders: a MoE layout with PP says so where it says how to run."""
+    rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
+                             "--pp", "2", "--ep", "8", "--seq-len", "4096")  # fmt: skip
+    assert rc == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("to run it: "))
+    assert "distributed.backend pipeline" in line and "planned, not built" in line and "backend deepspeed" in line
+    rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-0.3b", "--cluster", "nodes=1,gpus_per_node=8,gpu=h100-80gb",
+                             "--pp", "2", "--seq-len", "4096")  # fmt: skip
+    line = next(x for x in out.splitlines() if x.startswith("to run it: "))
+    assert rc == 0 and "distributed.backend pipeline" in line and "planned, not built" not in line  # dense: built

@@ -266,6 +266,11 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f"tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
             f"micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1"
         )
+        if best.model.moe_layers:  # the engine pipelines dense models only
+            how += (
+                " -- planned, not built: the pipeline backend runs encoders and dense decoders; train this MoE "
+                "model with distributed.backend deepspeed (plan with --pp 1)"
+            )
     else:
         how = (
             f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
