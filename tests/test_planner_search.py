@@ -197,8 +197,6 @@ def test_cli_searches_the_100b_recipe_and_says_why(capsys):
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
     keys = dict(item.split(" ", 1) for item in line[len("to run it: distributed.") :].split(";")[0].split(", "))
     assert keys["backend"] == "pipeline" and int(keys["pp_size"]) > 1
-    if keys["recompute"] not in ("none", "full"):  # selective: a planner option the engines do not offer yet
-        keys["recompute"] = "full"
     ints = {"pp_size", "tp_size", "zero_stage", "pp_microbatches", "pp_virtual_stages"}
     DistributedArgs(**{k: int(v) if k in ints else v for k, v in keys.items()}).validate()
     # --pp 8 pins the pipeline; the rest is still searched
