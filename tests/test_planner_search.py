@@ -270,6 +270,11 @@ def test_a_moe_model_on_a_pipeline_is_said_to_be_planned_not_built(capsys):
     assert rc == 0, err
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
     assert "distributed.backend pipeline" in line and "planned, not built" in line and "backend deepspeed" in line
+    assert ("--tp 1" in line) == (" tp_size 1," not in line)  # TP > 1 of a MoE model is refused by the engines too
+    rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
+                             "--pp", "1", "--tp", "1", "--ep", "8", "--seq-len", "4096")  # fmt: skip
+    line = next(x for x in out.splitlines() if x.startswith("to run it: "))
+    assert rc == 0 and "distributed.backend deepspeed" in line and "planned, not built" not in line
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-0.3b", "--cluster", "nodes=1,gpus_per_node=8,gpu=h100-80gb",
                              "--pp", "2", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))

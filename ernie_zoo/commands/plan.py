@@ -274,16 +274,19 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f"tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {recompute}; "
             f"micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1{slower}"
         )
-        if best.model.moe_layers:  # the engine pipelines dense models only
-            how += (
-                " -- planned, not built: the pipeline backend runs encoders and dense decoders; train this MoE "
-                "model with distributed.backend deepspeed (plan with --pp 1)"
-            )
+
     else:
         how = (
             f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {recompute}; "
             f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}{slower}"
         )
+    if best.model.moe_layers and (st.pp > 1 or st.tp > 1):  # what the engines do not build for a MoE model
+        why = []
+        if st.pp > 1:
+            why.append("the pipeline backend runs encoders and dense decoders (plan with --pp 1)")
+        if st.tp > 1:
+            why.append("the engines refuse TP > 1 for a MoE model (plan with --tp 1)")
+        how += f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed"
     print(f"\nto run it: {how}\n")
     print(best.render())
     return 0
