@@ -554,9 +554,10 @@ def test_cli_bad_input_is_one_line_error(tmp_path, capsys, case, message):
 
 
 def test_cli_empty_out_is_a_usage_error_and_out_defaults_to_the_cache(capsys):
-    with pytest.raises(SystemExit) as info:
-        sl.main(["--out", " "])
-    assert info.value.code == 2 and "--out must not be empty" in capsys.readouterr().err
+    assert sl.main(["--out", " "]) == 2
+    assert "--out must not be empty" in capsys.readouterr().err
+    assert sl.main(["--sources", "gpl"]) == 2  # not one of permissive, all
+    assert "sources" in capsys.readouterr().err
     assert sl.DEFAULT_OUT == sl.DEFAULT_CACHE / "lexicons" / "sentiment_lexicon.tsv"
 
 

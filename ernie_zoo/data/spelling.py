@@ -36,7 +36,6 @@ pycorrector's files (``same_pinyin.txt``, ``same_stroke.txt``, Apache-2.0) are r
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
@@ -363,34 +362,39 @@ def build_dataset(
     return manifest
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--corpus",
-        type=Path,
-        nargs="+",
-        required=True,
-        help="clean running text files, one paragraph per line",
-    )
-    p.add_argument("--tokenizer", required=True, help="tokenizer directory (candidates must be in its vocab)")
-    p.add_argument("--out", type=Path, default=DEFAULT_CACHE / "csc", help="output directory")
-    p.add_argument("--train", type=int, default=240_000, help="training sentences")
-    p.add_argument("--dev", type=int, default=3_000, help="dev sentences")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--max-vocab", type=int, default=5000, help="common characters that may be replaced")
-    p.add_argument(
-        "--max-per-corpus", type=int, default=None, help="sample at most this many sentences per file"
-    )
-    p.add_argument(
-        "--train-error-counts",
-        type=float,
-        nargs="+",
-        default=None,
-        help="probability of 0, 1, 2, ... errors per training sentence (default: the dev rates, 0.3 0.45 0.17 0.08)",
-    )
-    args = p.parse_args(argv)
-    if args.train < 1 or args.dev < 0:
-        p.error("--train must be >= 1 and --dev >= 0")
+@dataclass
+class Args:
+    """Build the synthetic spelling-correction data: train/dev pairs and the confusion sets."""
+
+    corpus: list[Path] | None = None
+    """Clean running text files, one paragraph per line (one or more; required)."""
+    tokenizer: str | None = None
+    """Tokenizer directory (candidates must be in its vocabulary; required)."""
+    out: Path = DEFAULT_CACHE / "csc"
+    """Output directory."""
+    train: int = 240_000
+    """Training sentences (>= 1)."""
+    dev: int = 3_000
+    """Dev sentences (>= 0)."""
+    seed: int = 42
+    """Seed of the sampling and of the errors."""
+    max_vocab: int = 5000
+    """Common characters that may be replaced."""
+    max_per_corpus: int | None = None
+    """Sample at most this many sentences per file; null: all."""
+    train_error_counts: list[float] | None = None
+    """Probability of 0, 1, 2, ... errors per training sentence; null: the dev rates, 0.3 0.45 0.17 0.08."""
+
+    def validate(self) -> None:
+        if not self.corpus:
+            raise ValueError("--corpus is required: the clean text files")
+        if self.tokenizer is None:
+            raise ValueError("--tokenizer is required: the tokenizer directory")
+        if self.train < 1 or self.dev < 0:
+            raise ValueError(f"--train must be >= 1 and --dev >= 0, got {self.train} and {self.dev}")
+
+
+def run(args: Args, argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     manifest = build_dataset(
         args.corpus,
@@ -405,6 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(json.dumps(manifest, ensure_ascii=False, indent=2))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ernie_zoo.recipe_cli import command_main
+
+    return command_main(Args, run, "python -m ernie_zoo.data.spelling", __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,12 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -325,32 +325,36 @@ def attach_ngram_lm(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", type=Path, default=None, help="a text_correction model directory")
-    p.add_argument("--csc-data", type=Path, default=DEFAULT_CACHE / "csc", help="synthetic data (dev.jsonl)")
-    p.add_argument("--dev-samples", type=int, default=1000)
-    p.add_argument(
-        "--baseline",
-        action="store_true",
-        help="run the n-gram + confusion-set corrector too (alone without --model: what the csc card quotes, "
-        "bench/results/correction_baselines.json)",
-    )
-    p.add_argument("--out", type=Path, default=None, help="write the results JSON here")
-    p.add_argument(
-        "--attach-lm",
-        type=Path,
-        metavar="MODEL_DIR",
-        help="ship fused decoding with this model directory: the n-gram LM and weights --fusion chose",
-    )
-    p.add_argument("--fusion", type=Path, default=Path("bench/results/csc_fusion.json"))
-    args = p.parse_args(argv)
+@dataclass
+class Args:
+    """Score a text_correction model and / or the n-gram baseline, or ship fused decoding with a model."""
+
+    model: Path | None = None
+    """A text_correction model directory."""
+    csc_data: Path = DEFAULT_CACHE / "csc"
+    """The synthetic data (dev.jsonl) of `python -m ernie_zoo.data.spelling`."""
+    dev_samples: int = 1000
+    """Dev pairs scored."""
+    baseline: bool = False
+    """Run the n-gram + confusion-set corrector too (alone without --model: what the csc card quotes,
+    bench/results/correction_baselines.json)."""
+    out: Path | None = None
+    """Write the results JSON here."""
+    attach_lm: Path | None = None
+    """Ship fused decoding with this model directory: the n-gram LM and the weights --fusion chose."""
+    fusion: Path = Path("bench/results/csc_fusion.json")
+    """The fusion weights chosen on dev (bench/csc_fusion.py)."""
+
+    def validate(self) -> None:
+        if self.attach_lm is None and self.model is None and not self.baseline:
+            raise ValueError("give --model DIR, --baseline, --attach-lm DIR, or a combination")
+
+
+def run(args: Args, argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.attach_lm is not None:
         print(json.dumps(attach_ngram_lm(args.attach_lm, args.csc_data, args.fusion)))
         return 0
-    if args.model is None and not args.baseline:
-        p.error("give --model DIR, --baseline, --attach-lm DIR, or a combination")
     if args.model is not None:
         results = evaluate_correction_model(
             args.model, args.csc_data, dev_samples=args.dev_samples, baseline=args.baseline
@@ -365,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.out, text + "\n")
     print(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ernie_zoo.recipe_cli import command_main
+
+    return command_main(Args, run, "python -m ernie_zoo.evaluation.correction", __doc__.split("\n\n")[0], argv)
 
 
 if __name__ == "__main__":
