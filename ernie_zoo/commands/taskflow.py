@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Literal, TextIO
 
 BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
+#: Test hook: SIGKILL this process right after a --resume job has written this many blocks (the resume test kills
+#: the job at a known point instead of racing it, as ERNIE_ZOO_TEST_KILL_AT_STEP does for training).
+KILL_ENV = "ERNIE_ZOO_TEST_KILL_AFTER_BLOCKS"
 #: --digits beyond this rounds nothing: a float64 (17 significant digits) in [0, 1] has no 18th decimal to keep.
 MAX_DIGITS = 17
 
@@ -397,8 +400,9 @@ def _run(args: Args, stdout: TextIO) -> int:
         bar = tqdm(
             total=total, initial=done, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task
         )
+        kill_after = int(os.environ.get(KILL_ENV, "0") or 0)
         with bar:
-            for block, block_results in results:
+            for written, (block, block_results) in enumerate(results, 1):
                 for (number, _), result in zip(block, block_results, strict=True):
                     row = _jsonable(result, args.digits)
                     if args.resume:
@@ -406,6 +410,10 @@ def _run(args: Args, stdout: TextIO) -> int:
                     out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 if args.resume:
                     out.flush()  # a killed job loses at most the block in flight
+                    if written == kill_after:
+                        import signal
+
+                        os.kill(os.getpid(), signal.SIGKILL)
                 bar.update(len(block))
         if args.resume:
             out.close()
