@@ -84,6 +84,23 @@ class _Stage(nn.Module):
 
     dtype: torch.dtype | None = None
 
+    def __init__(self, model: nn.Module, split, layers: list[int], first: bool, last: bool, recompute: str):
+        super().__init__()
+        self.config = model.config
+        self.first, self.last, self.recompute = first, last, recompute == "full"
+        stack = model.get_submodule(split.layers)
+        self.layers = nn.ModuleList([stack[str(i)] for i in layers])
+        self.keys: tuple[str, ...] = ()
+
+    def _run_layers(self, h: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        """The stage's layers on `h` (each recomputed in backward under recompute "full")."""
+        for layer in self.layers:
+            if self.recompute and torch.is_grad_enabled():
+                h = torch.utils.checkpoint.checkpoint(layer, h, *args, use_reentrant=False, **kwargs)
+            else:
+                h = layer(h, *args, **kwargs)
+        return h
+
     def forward(self, *args: torch.Tensor):
         if self.dtype is None:
             return self._forward(*args)
@@ -101,14 +118,9 @@ class EncoderStage(_Stage):
     """
 
     def __init__(self, model: nn.Module, layers: list[int], first: bool, last: bool, recompute: str):
-        super().__init__()
-        self.config = model.config
-        self.first, self.last, self.recompute = first, last, recompute == "full"
-        stack = model.get_submodule(ENCODER_SPLIT.layers)
-        self.layers = nn.ModuleList([stack[str(i)] for i in layers])
+        super().__init__(model, ENCODER_SPLIT, layers, first, last, recompute)
         self.embeddings = model.ernie.embeddings if first else None
         self.head = model.cls if last else None
-        self.keys: tuple[str, ...] = ()
 
     def _forward(self, *args: torch.Tensor):
         from transformers.masking_utils import create_bidirectional_mask
@@ -127,11 +139,7 @@ class EncoderStage(_Stage):
         else:
             h, mask = args
         extended = create_bidirectional_mask(config=self.config, inputs_embeds=h, attention_mask=mask.long())
-        for layer in self.layers:
-            if self.recompute and torch.is_grad_enabled():
-                h = torch.utils.checkpoint.checkpoint(layer, h, extended, use_reentrant=False)
-            else:
-                h = layer(h, extended)
+        h = self._run_layers(h, extended)
         return h if self.last else (h, mask.detach())
 
 
@@ -147,16 +155,11 @@ class DecoderStage(_Stage):
     """
 
     def __init__(self, model: nn.Module, layers: list[int], first: bool, last: bool, recompute: str):
-        super().__init__()
-        self.config = model.config
-        self.first, self.last, self.recompute = first, last, recompute == "full"
-        stack = model.get_submodule(DECODER_SPLIT.layers)
-        self.layers = nn.ModuleList([stack[str(i)] for i in layers])
+        super().__init__(model, DECODER_SPLIT, layers, first, last, recompute)
         self.embed_tokens = model.model.embed_tokens if first else None
         self.rotary_emb = model.model.rotary_emb  # no parameters: every stage has it
         self.norm = model.model.norm if last else None
         self.head = model.lm_head if last else None
-        self.keys: tuple[str, ...] = ()
 
     def _forward(self, *args: torch.Tensor):
         from transformers.masking_utils import create_causal_mask
@@ -178,11 +181,7 @@ class DecoderStage(_Stage):
             "position_ids": positions,
             "use_cache": False,
         }
-        for layer in self.layers:
-            if self.recompute and torch.is_grad_enabled():
-                h = torch.utils.checkpoint.checkpoint(layer, h, use_reentrant=False, **settings)
-            else:
-                h = layer(h, **settings)
+        h = self._run_layers(h, **settings)
         return self.norm(h) if self.last else (h, positions.to(h.dtype).detach())
 
 
