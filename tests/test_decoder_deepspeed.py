@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ernie_zoo.parallel.distributed import finish_distributed
+
 REPO = Path(__file__).resolve().parents[1]
 CPU_CONFIG = REPO / "recipes" / "deepspeed" / "zero3-cpu-test.json"
 STEPS, GLOBAL_BATCH, SEQ, VOCAB = 3, 4, 16, 300
@@ -268,3 +270,4 @@ def _worker(out_dir: str, tp: int, moe: bool) -> None:
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
     _worker(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "moe")
+    finish_distributed()  # every rank, after its last collective (a live group can abort at exit)

@@ -12,8 +12,10 @@ plain transformers' `apply_chat_template` gives the training prompts; the run le
 plain transformers (and the adapter through peft onto the base) with the fine-tuned model's logits; Taskflow's
 text_generation on the output directory answers as `model.generate` does on the templated prompt; DeepSpeed
 ZeRO-3 LoRA on 2 gloo ranks matches one process with every parameter partitioned -- asserted: losses 1e-5 relative,
-grad norms 2e-4 relative (see NORM_RTOL), adapter weights 2e-5 absolute (see WEIGHT_ATOL), merged logits 1e-4;
-measured: 9.2e-8, 4.6e-5, 1.1e-5 --; wrong pairings are clear errors.
+grad norms 2e-4 relative (see NORM_RTOL), lora_B and the update B @ A 2e-5 absolute, lora_A 1e-3 (see WEIGHT_ATOL),
+merged logits 1e-4;
+measured: 9.2e-8, 4.6e-5, 1.1e-5 on an earlier initialisation; 8.8e-8, 2.2e-6, lora_B 7.1e-6 and lora_A 1.9e-4 since
+weights are seeded by name --; wrong pairings are clear errors.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.tasks import IGNORE, collate, make_objective
 from ernie_zoo.models.decoder import chat_prompt_ids
 from ernie_zoo.models.presets import preset_config
+from ernie_zoo.parallel.distributed import finish_distributed
 
 REPO = Path(__file__).resolve().parents[1]
 ANTONYMS = ["大小", "多少", "上下", "左右", "前后", "高低", "长短", "冷热", "快慢", "早晚", "新旧", "开关", "来去",
@@ -44,9 +47,12 @@ LOSS_RTOL = 1e-5
 #: in the gradients first. A missing or doubled shard moves the norm by tens of percent.
 NORM_RTOL = 2e-4
 #: lora_A's gradient is exactly zero at the first step (lora_B starts at zero) and tiny while lora_B is small;
-#: AdamW normalises it, so rounding differences of the ranks' partial sums show at the learning rate's scale
-#: (measured 9.1e-6 and 1.1e-5 on the two bases at lr 2e-2, on layers.0.mlp.up_proj.lora_A)
+#: AdamW normalises it, so rounding differences of the ranks' partial sums show in lora_A at the learning rate's
+#: scale (lr 2e-2): measured 9.1e-6 / 1.1e-5 on the two bases of an earlier initialisation, 1.9e-4 on
+#: layers.1.self_attn.k_proj.lora_A since weights are seeded by name. What the adapter computes, lora_B and the
+#: update B @ A it adds to a weight, agrees to WEIGHT_ATOL (measured 7.1e-6); lora_A to LORA_A_ATOL (lr / 20).
 WEIGHT_ATOL = 2e-5
+LORA_A_ATOL = 1e-3
 
 
 def _rows() -> list[dict[str, str]]:
@@ -363,7 +369,14 @@ def test_zero3_lora_on_two_ranks_matches_one_process(data, pretrained, tmp_path)
     assert got.keys() == want.keys()
     assert max(want[k].abs().max().item() for k in want if "lora_B" in k) > 1000 * WEIGHT_ATOL  # it moved
     diffs = {k: (got[k] - want[k]).abs().max().item() for k in want}
-    diff = max(diffs.values())
+    diff = max(v for k, v in diffs.items() if "lora_A" not in k)  # lora_B (and any fully trained tensor)
+    updates = {  # the weight update B @ A of every adapted layer
+        k: (got[k.replace("lora_A", "lora_B")] @ got[k] - want[k.replace("lora_A", "lora_B")] @ want[k]).abs().max()
+        for k in want
+        if "lora_A" in k
+    }
+    assert updates and max(updates.values()).item() < WEIGHT_ATOL
+    assert max(v for k, v in diffs.items() if "lora_A" in k) < LORA_A_ATOL
     print(f"instruction LoRA, ZeRO-3 on 2 ranks: max adapter diff {diff:.2e}, max loss rel diff "
           f"{max(abs(a / b - 1) for a, b in zip(state['train_losses'], ref_state['train_losses'])):.2e}, max grad "
           f"norm rel diff {max(abs(a / b - 1) for a, b in zip(state['grad_norms'], ref_state['grad_norms'])):.2e}; "
@@ -394,6 +407,7 @@ def _worker(spec: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         _worker(sys.argv[2])
+        finish_distributed()  # every rank, after its last collective (a live group can abort at exit)
 
 
 @pytest.mark.slow

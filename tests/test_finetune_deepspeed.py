@@ -36,6 +36,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ernie_zoo.parallel.distributed import finish_distributed
+
 DATA = Path(__file__).parent / "data" / "finetune"
 LOSS_RTOL = 1e-5
 NORM_RTOL = 1e-5
@@ -749,5 +751,7 @@ def _build_worker(root: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) in (6, 7, 8) and sys.argv[1] == "--worker":
         _worker(*sys.argv[2:])
+        finish_distributed()  # every rank, after its last collective (a live group can abort at exit)
     if len(sys.argv) == 3 and sys.argv[1] == "--build-worker":
         _build_worker(sys.argv[2])
+        finish_distributed()  # every rank, after its last collective (a live group can abort at exit)

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from ernie_zoo.parallel.distributed import finish_distributed
+
 REPO = Path(__file__).resolve().parents[1]
 CPU_CONFIG = REPO / "recipes" / "deepspeed" / "zero3-cpu-test.json"
 STEPS, GLOBAL_BATCH, SEQ, VOCAB = 3, 4, 16, 300
@@ -638,8 +640,10 @@ def _offload_worker(out_dir: str, nvme: bool) -> None:
 
 if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--offload-worker":
     _offload_worker(sys.argv[2], sys.argv[3] == "nvme")
+    finish_distributed()  # every rank, after its last collective (a live group can abort at exit)
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
     _worker(sys.argv[2], int(sys.argv[3]), sys.argv[4] == "resume")
+    finish_distributed()  # every rank, after its last collective (a live group can abort at exit)
 if __name__ == "__main__" and len(sys.argv) > 3 and sys.argv[1] == "--loop-worker":
     sys.exit(_loop_worker(sys.argv[2], sys.argv[3:]))
 

@@ -13,6 +13,9 @@ rows of two documents each (position ids restart inside every row, so each stage
 causal mask and the rotary embeddings from the positions that travel with the activations): PP 2 (1F1B, grad
 accumulation 2), PP 2 x TP 2 (transformers' TP plan) and PP 2 x DP 2 with ZeRO-1 and recompute; clipping at 0.5.
 
+The reference builds the model whole; every pipeline rank gets it on the meta device and allocates only its
+stages (`models.seeded_init`: each weight drawn from the seed and its name), as `ernie-pretrain` runs a pipeline.
+
 Every run: the same per-step losses and grad norms (clipping at 1.0 active), the same LR, final weights joined
 from the stage shards equal to the reference's; each rank holds only its stage's layers (and TP halves); the
 checkpoint the engine writes is a from_pretrained directory `AutoModelForMaskedLM` loads; a checkpoint written
@@ -33,6 +36,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from ernie_zoo.parallel.distributed import finish_distributed
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, GLOBAL_BATCH, VOCAB, LAYERS = 3, 8, 300, 4
@@ -76,7 +81,9 @@ def _recipe(micro_batch_size: int, grad_accum_steps: int, clip: float = 1.0, pre
     )
 
 
-def _model():
+def _model(meta: bool = False):
+    """The 4-layer encoder, built whole; `meta`: on the meta device, as `ernie-pretrain` hands it to the pipeline
+    engine (which allocates only its stages)."""
     from ernie_zoo import ErnieZooConfig
     from ernie_zoo.training.build import build_model
 
@@ -98,10 +105,10 @@ def _model():
         "stroke_counts": torch.randint(0, 30, (VOCAB,), generator=g),
         "stroke_seqs": torch.randint(0, 6, (VOCAB, 32), generator=g),
     }
-    return build_model(config, tables, seed=0)
+    return build_model(config, tables, seed=0, meta=meta)
 
 
-def _decoder():
+def _decoder(meta: bool = False):
     """A 4-layer ERNIE 4.5 dense decoder (the 0.3B's layout shrunk: tied embeddings, 4 query / 2 key-value heads)."""
     from ernie_zoo.models.decoder import decoder_config
     from ernie_zoo.training.causal_lm import build_decoder_model
@@ -109,7 +116,7 @@ def _decoder():
     config = decoder_config(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
                             num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=64,
                             tie_word_embeddings=True)  # fmt: skip
-    return build_decoder_model(config, seed=0)
+    return build_decoder_model(config, seed=0, meta=meta)
 
 
 def _decoder_batch(step: int) -> dict[str, torch.Tensor]:
@@ -662,7 +669,10 @@ def _worker(out_dir: str, layout: str) -> None:
     recipe = _recipe(micro, accum, clip, _precision(layout), **keys)
 
     def make_engine():
-        return PipelineEngine(recipe, make_model(), torch.device("cpu"))
+        # the model on the meta device: each rank allocates its stages only, seeded by name (the reference's values)
+        model = make_model(meta=True)
+        assert all(t.is_meta for t in model.parameters())
+        return PipelineEngine(recipe, model, torch.device("cpu"))
 
     engine = make_engine()
     rank = dist.get_rank()
@@ -741,3 +751,4 @@ def _worker(out_dir: str, layout: str) -> None:
 if __name__ == "__main__" and "--worker" in sys.argv:
     i = sys.argv.index("--worker")
     _worker(sys.argv[i + 1], sys.argv[i + 2])
+    finish_distributed()  # every rank, after its last collective (a live group can abort at exit)

@@ -15,6 +15,7 @@ import sys
 
 from jsonargparse import ArgumentError, ArgumentParser
 
+from ernie_zoo.parallel.distributed import finish_distributed
 from ernie_zoo.recipe_cli import recipe_from_cli
 
 from .args import FinetuneArgs, flat_aliases
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, TypeError, FloatingPointError) as e:
         print(f"ernie-finetune: error: {e}", file=sys.stderr)
         return 2
+    finish_distributed()
     if "task" not in result:  # a DeepSpeed rank other than 0: rank 0 evaluates, exports and reports
         return 0
     summary = {k: result[k] for k in ("task", "method", "trainable_fraction", "steps", "best_step")}

@@ -69,6 +69,16 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
     return dist.get_rank(), dist.get_world_size(), local_rank
 
 
+def finish_distributed() -> None:
+    """Destroy the default process group, if any, once a run has finished (every rank, after its last collective):
+    a process that exits with a live group leaves its communication threads to the interpreter's teardown, where
+    a rank can abort ("terminate called without an active exception") and fail a run that had finished."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def local_ranks_command(
     args: list[str], nproc: int, env: dict[str, str] | None = None, max_restarts: int = 0
 ) -> tuple[list[str], dict[str, str]]:
@@ -114,6 +124,7 @@ def run_local_ranks(
 
 
 __all__ = [
+    "finish_distributed",
     "DEFAULT_TIMEOUT_S",
     "TORCH_EXTENSIONS_DIR",
     "default_backend",

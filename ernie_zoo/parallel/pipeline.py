@@ -16,8 +16,9 @@ paths of those parts in a model, so the same functions split any transformers-st
     interleaved (virtual 2): stage s on pipeline rank s % pp_size
     stages:   [emb 0 1] -> [2 3] -> [4 5] -> [6 7 head]      rank 0: stages 0, 2; rank 1: stages 1, 3
 
-`prune_to_stages` keeps only a rank's stages in a model built whole (same seed: the same initial weights as one
-process): the layer list becomes a `ModuleDict` keyed by the original layer numbers, so every parameter keeps
+`prune_to_stages` keeps only a rank's stages in a model built whole, on the meta device (then only the stages are
+allocated and initialised, `models.seeded_init`, with the values the whole model has there) or for real: the
+layer list becomes a `ModuleDict` keyed by the original layer numbers, so every parameter keeps
 its name (`ernie.encoder.layer.5.attention...`): a stage's state dict is a subset of the whole model's, the TP
 plan's `encoder.layer.*` entries match it, and the shards of a checkpoint join by name.
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
-from ernie_zoo.models import ErnieZooConfig
+from ernie_zoo.models.decoder import is_decoder_config
 
 from .build import build_model, init_weights_from
+from .causal_lm import build_decoder_model
 from .engine import SingleDeviceEngine
 from .recipe import PretrainRecipe
 from .task_engine import PlainEngine
@@ -36,9 +37,11 @@ ENGINES: dict[str, Any] = {
 }
 
 #: distributed.backend -> model builder `(config, recipe, tokenizer)` for backends that build the model their
-#: own way (ZeRO-3: partitioned at construction, never whole on one rank); others use `build_model`.
+#: own way, so no rank ever holds all of it (ZeRO-3: partitioned at construction; pipeline: on the meta device,
+#: the engine allocates its stages only); others use `build_model` / `build_decoder_model`.
 MODEL_BUILDERS: dict[str, Any] = {
     "deepspeed": "ernie_zoo.training.deepspeed_engine:model_factory",
+    "pipeline": "ernie_zoo.training.pipeline_engine:model_factory",
 }
 
 
@@ -61,24 +64,22 @@ def make_engine(recipe: PretrainRecipe, model: torch.nn.Module, device: torch.de
     return _resolve(factory)(recipe, model, device)
 
 
-def build_model_for(recipe: PretrainRecipe, config: ErnieZooConfig, tokenizer) -> torch.nn.Module:
-    """The model the recipe's backend trains: `MODEL_BUILDERS[distributed.backend]` where the backend builds
-    it its own way (DeepSpeed ZeRO-3 partitions it at construction), else `build_model`."""
+def build_model_for(recipe: PretrainRecipe, config: Any, tokenizer) -> torch.nn.Module:
+    """The model the recipe's backend trains (an encoder, or a decoder for a decoder `config`):
+    `MODEL_BUILDERS[distributed.backend]` where the backend builds it its own way, else built whole
+    (`build_model` / `build_decoder_model`) and initialised from `model.init_from` if given."""
     builder = MODEL_BUILDERS.get(recipe.distributed.backend)
-    if builder is None:
+    if builder is not None:
+        return _resolve(builder)(config, recipe, tokenizer)
+    if is_decoder_config(config):
+        model = build_decoder_model(config, recipe.seed)
+    else:
         model = build_model(config, tokenizer, recipe.seed)
-        if recipe.model.init_from is not None:
-            init_weights_from(model, recipe.model.init_from)
-        return model
     if recipe.model.init_from is not None:
-        raise ValueError(
-            f"recipe key 'model.init_from' is supported by the single backend only, not "
-            f"{recipe.distributed.backend!r}; consolidate and resume instead"
-        )
-    return _resolve(builder)(config, recipe, tokenizer)
+        init_weights_from(model, recipe.model.init_from)
+    return model
 
 
-# ------------------------------------------------------------------------------------------- fine-tuning
 def task_deepspeed_config(
     json_config: Any,
     *,

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
 from ernie_zoo.models.presets import preset_config
+from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.utils import tied_names
 
 from .core import adamw, warmup_decay
@@ -57,21 +58,32 @@ def build_model_config(
     return config
 
 
-def build_model(config: ErnieZooConfig, tokenizer, seed: int) -> ErnieZooForMaskedLM:
-    """A freshly initialised MLM model (deterministic given `seed`) with the tokenizer's character tables."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+def build_model(config: ErnieZooConfig, tokenizer, seed: int, meta: bool = False) -> ErnieZooForMaskedLM:
+    """A freshly initialised MLM model with the tokenizer's character tables (`tokenizer`: a tokenizer or the dict
+    of its tables). Every weight is a function of `seed` and its name (`models.seeded_init`), so a part of the
+    model built alone has the whole model's values there. `meta`: leave the weights on the meta device (no memory)
+    for `seeded_init.materialize(model, seed, device)` after keeping a part (a pipeline stage); the character
+    tables, data rather than initialised weights, are real either way."""
+    with torch.device("meta"):
         model = ErnieZooForMaskedLM(config)
+    features = model.base_model.embeddings.char_features
+    if features is not None:
+        for name, table in list(features.named_buffers(recurse=False)):
+            features._buffers[name] = torch.zeros(table.shape, dtype=table.dtype)
     model.load_char_tables(tokenizer)
+    if not meta:
+        materialize(model, seed)
     return model
 
 
-def init_weights_from(model: torch.nn.Module, path: str) -> None:
+def init_weights_from(model: torch.nn.Module, path: str, part: bool = False) -> None:
     """Copy the weights of the from_pretrained directory `path` into `model` (same architecture and
-    vocabulary, checked field by field; every tensor must match by name and shape). Safetensors only."""
+    vocabulary, checked field by field; every tensor must match by name and shape). Safetensors only, read
+    tensor by tensor. `part`: `model` holds a part of the architecture (a pipeline stage): the file's tensors of
+    the other parts are not read."""
     import json
 
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
     src = Path(path).expanduser()
     cfg_file, weights = src / "config.json", src / MODEL_FILE
@@ -91,38 +103,41 @@ def init_weights_from(model: torch.nn.Module, path: str) -> None:
         "feature_fusion",
     )
     diff = {
-        k: (saved.get(k), getattr(model.config, k))
+        k: (saved.get(k), getattr(model.config, k, None))
         for k in fields
-        if saved.get(k) != getattr(model.config, k)
+        if saved.get(k) != getattr(model.config, k, None)
     }
     if diff:
         detail = ", ".join(f"{k}: saved {a!r} vs recipe {b!r}" for k, (a, b) in diff.items())
         raise ValueError(f"recipe key 'model.init_from' = {path!r}: architecture differs ({detail})")
-    state = load_file(str(weights))
     own = model.state_dict()
-    # The polarity head (a sentiment masking stage) is optional on both sides: a run that adds it starts it
-    # fresh, a run without it drops the saved one.
-    dropped = [k for k in state if k.startswith(POLARITY_HEAD) and k not in own]
-    for k in dropped:
-        del state[k]
-    # The MLM decoder is tied to the word embeddings: a saved file may hold either name.
-    missing = [
-        k
-        for k in own
-        if k not in state
-        and not k.endswith(("decoder.weight", "decoder.bias"))
-        and not k.startswith(POLARITY_HEAD)
-    ]
-    unexpected = [k for k in state if k not in own]
-    bad = [k for k in state if k in own and state[k].shape != own[k].shape]
-    if missing or unexpected or bad:
-        raise ValueError(
-            f"recipe key 'model.init_from' = {path!r}: weights do not fit (missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}, wrong shape {bad[:5]})"
-        )
-    model.load_state_dict(state, strict=False)
-    logger.info("initialised %d tensors from %s", len(state), src)
-    fresh = [k for k in own if k.startswith(POLARITY_HEAD) and k not in state]
+    with safe_open(str(weights), framework="pt") as f:
+        names = set(f.keys())
+        # The polarity head (a sentiment masking stage) is optional on both sides: a run that adds it starts it
+        # fresh, a run without it drops the saved one.
+        dropped = sorted(k for k in names if k.startswith(POLARITY_HEAD) and k not in own)
+        # The MLM decoder is tied to the word embeddings: a saved file may hold either name.
+        missing = [
+            k
+            for k in own
+            if k not in names
+            and not k.endswith(("decoder.weight", "decoder.bias"))
+            and k not in tied_names(model)
+            and not k.startswith(POLARITY_HEAD)
+        ]
+        unexpected = [] if part else [k for k in names if k not in own and k not in dropped]
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names if k in own}
+        bad = [k for k, shape in shapes.items() if shape != tuple(own[k].shape)]
+        if missing or unexpected or bad:
+            raise ValueError(
+                f"recipe key 'model.init_from' = {path!r}: weights do not fit (missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}, wrong shape {bad[:5]})"
+            )
+        with torch.no_grad():
+            for k in shapes:
+                own[k].copy_(f.get_tensor(k))
+    logger.info("initialised %d tensors from %s", len(shapes), src)
+    fresh = [k for k in own if k.startswith(POLARITY_HEAD) and k not in names]
     if fresh or dropped:
         logger.info(
             "word-polarity head: %s",

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from ernie_zoo.models.decoder import build_decoder, decoder_config, is_moe
 from ernie_zoo.models.presets import DECODER_PRESETS
+from ernie_zoo.models.seeded_init import materialize
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +99,13 @@ def _checked(config, max_seq_len: int | None):
     return config
 
 
-def build_decoder_model(config, seed: int) -> torch.nn.Module:
-    """A freshly initialised decoder, deterministic given `seed`."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build_decoder(config)
+def build_decoder_model(config, seed: int, meta: bool = False) -> torch.nn.Module:
+    """A freshly initialised decoder, every weight a function of `seed` and its name (`models.seeded_init`);
+    `meta`: on the meta device, for `seeded_init.materialize` after keeping a part (as `build.build_model`)."""
+    model = build_decoder(config, device="meta")
+    if not meta:
+        materialize(model, seed)
+    return model
 
 
 # ----------------------------------------------------------------------------------------------------- data

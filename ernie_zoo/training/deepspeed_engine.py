@@ -84,6 +84,11 @@ def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     parameters on every rank anyway, so it is built whole (`build_model`)."""
     from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
 
+    if recipe.model.init_from is not None:
+        raise ValueError(
+            "recipe key 'model.init_from' is supported by the single and pipeline backends, not 'deepspeed'; "
+            "consolidate and resume instead"
+        )
     if is_decoder_config(model_config):  # an ERNIE 4.5 decoder (causal-LM pretraining)
         if recipe_zero_stage(recipe) == 3:
             return build_model_zero3(model_config, recipe, cls=DECODER_CLASSES[type(model_config)])
@@ -110,7 +115,7 @@ def build_model_zero3(
     no rank ever holds the full model, which is how a 100B model is created.
 
     Seeded by `recipe.seed`, its weights are those of `training.build.build_model` in one process (in fp32 bit
-    for bit: the same random draws in the same order).
+    for bit: each weight drawn from the seed and its name, `models.seeded_init`).
     `config` / `tp_size` default to the recipe's `distributed` section, as in `DeepSpeedEngine`.
     """
     from ernie_zoo.models import ErnieZooForMaskedLM
@@ -125,9 +130,7 @@ def build_model_zero3(
         zero_stage=getattr(dist_args, "zero_stage", None),
     )
     hf_ds_config = zero3_transformers_config(ds_config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(recipe.seed)
-        model = new_model(cls or ErnieZooForMaskedLM, model_config)
+    model = new_model(cls or ErnieZooForMaskedLM, model_config, seed=recipe.seed)
     model._ernie_zoo_hf_ds_config = hf_ds_config  # transformers reads it through a weak reference: keep it
     if tokenizer is not None and hasattr(model, "load_char_tables"):
         model.load_char_tables(tokenizer)  # buffers are not partitioned
@@ -159,18 +162,28 @@ def zero3_building(ds_config: dict[str, Any]) -> Iterator[Any]:
         unset_hf_deepspeed_config()
 
 
-def new_model(cls: type[nn.Module], config: Any, **kwargs: Any) -> nn.Module:
+def new_model(cls: type[nn.Module], config: Any, seed: int | None = None, **kwargs: Any) -> nn.Module:
     """`cls(config, **kwargs)`; while transformers' ZeRO-3 integration is on (`zero3_building`), born
     partitioned: constructed under DeepSpeed `zero.Init` (each module's parameters are partitioned as soon as
-    its `__init__` returns, after rank 0's values are broadcast), and each `post_init` weight initialisation
-    runs through transformers' `initialize_weights_zero3` (one module's parameters gathered at a time, rank 0
-    initialises them). Rank 0 draws the same random numbers in the same order as one process, so a seeded build
-    has the weights of `cls(config)` in one process; the other ranks' random state is left behind (re-seed
-    before drawing again)."""
+    its `__init__` returns, after rank 0's values are broadcast), and the weights initialised through
+    transformers' `initialize_weights_zero3` (one module's parameters gathered at a time, rank 0 initialises
+    them).
+
+    `seed` given: every weight is drawn from the seed and its name (`models.seeded_init`, as
+    `training.build.build_model`), partitioned or not. Without it the global random stream is used: rank 0 draws
+    the same random numbers in the same order as `cls(config)` in one process, so the weights are the same; the
+    other ranks' random state is left behind (re-seed before drawing again)."""
     from transformers.integrations import is_deepspeed_zero3_enabled
 
+    from ernie_zoo.models.seeded_init import materialize, seeded_draws
+
     if not is_deepspeed_zero3_enabled():
-        return cls(config, **kwargs)
+        if seed is None:
+            return cls(config, **kwargs)
+        with torch.device("meta"):
+            model = cls(config, **kwargs)
+        materialize(model, seed)
+        return model
     import deepspeed
     from transformers.integrations.deepspeed import (
         deepspeed_config,
@@ -180,12 +193,17 @@ def new_model(cls: type[nn.Module], config: Any, **kwargs: Any) -> nn.Module:
     from transformers.modeling_utils import PreTrainedModel
 
     initialize_weights = PreTrainedModel.initialize_weights
-    PreTrainedModel.initialize_weights = initialize_weights_zero3
+    # seeded: initialise once, below, when every weight has its name
+    PreTrainedModel.initialize_weights = initialize_weights_zero3 if seed is None else (lambda self: None)
     try:
         with prevent_arange_dtype_change(), deepspeed.zero.Init(config_dict_or_path=deepspeed_config()):
-            return cls(config, **kwargs)
+            model = cls(config, **kwargs)
     finally:
         PreTrainedModel.initialize_weights = initialize_weights
+    if seed is not None:
+        with seeded_draws(model, seed):
+            initialize_weights_zero3(model)
+    return model
 
 
 def is_partitioned(model: nn.Module) -> bool:

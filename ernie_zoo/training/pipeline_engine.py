@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ernie_zoo.models.decoder import is_decoder_config, is_moe
+from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.parallel.pipeline import (
     DECODER_SPLIT,
     ENCODER_SPLIT,
@@ -60,7 +61,7 @@ from ernie_zoo.parallel.pipeline import (
     tied_weights,
 )
 
-from .build import optimizer_and_schedule
+from .build import init_weights_from, optimizer_and_schedule
 from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
 
 logger = logging.getLogger(__name__)
@@ -244,6 +245,12 @@ class PipelineEngine:
 
         tied = tied_weights(self.split, model)  # the word embeddings, kept by the first and the last stage
         self.layers = prune_to_stages(model, self.split, self.stage_ids, self.num_stages)
+        if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            # built on the meta device (`model_factory`): only this rank's stages are ever allocated, with the
+            # values the whole model has there (each weight drawn from the seed and its name)
+            materialize(model, recipe.seed, device)
+            if recipe.model.init_from is not None:
+                init_weights_from(model, recipe.model.init_from, part=True)
         self.model = model.to(device)
         self.tp_plan: dict[str, str] = {}
         if self.tp > 1:
@@ -684,9 +691,22 @@ class PipelineEngine:
                         state[key] = DTensor.from_local(value, p.device_mesh, p.placements, run_check=False)
 
 
+def model_factory(config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
+    """`MODEL_BUILDERS["pipeline"]` of `ernie_zoo.training.backends`: the model on the meta device (no memory, so
+    any size); `PipelineEngine` keeps this rank's stages and only then allocates and initialises them (and loads
+    `model.init_from`'s tensors of those stages), so no rank ever holds the whole model."""
+    if is_decoder_config(config):
+        from .causal_lm import build_decoder_model
+
+        return build_decoder_model(config, recipe.seed, meta=True)
+    from .build import build_model
+
+    return build_model(config, tokenizer, recipe.seed, meta=True)
+
+
 def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> PipelineEngine:
     """`make_engine`-compatible constructor: `ENGINES["pipeline"] = engine_factory`."""
     return PipelineEngine(recipe, model, device)
 
 
-__all__ = ["DecoderStage", "EncoderStage", "PipelineEngine", "engine_factory", "shard_name"]
+__all__ = ["DecoderStage", "EncoderStage", "PipelineEngine", "engine_factory", "model_factory", "shard_name"]

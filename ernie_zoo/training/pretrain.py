@@ -39,16 +39,15 @@ import yaml
 from tqdm.auto import tqdm
 
 from ernie_zoo.models.decoder import is_decoder_config
-from ernie_zoo.parallel.distributed import init_from_env
+from ernie_zoo.parallel.distributed import finish_distributed, init_from_env
 from ernie_zoo.recipe_cli import recipe_from_cli, recipe_to_yaml, to_dict
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
 from .backends import build_model_for, make_engine
-from .build import build_model_config, init_weights_from
+from .build import build_model_config
 from .causal_lm import (
     CausalCollator,
-    build_decoder_model,
     decoder_config_for,
     decoder_training_flops,
     is_decoder_preset,
@@ -175,13 +174,8 @@ def pretrain(
         if resume_from is None
         else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
     )
-    if decoder and recipe.distributed.backend in ("single", "pipeline"):  # built whole; the pipeline prunes it
-        model = build_decoder_model(config, recipe.seed)
-        if build_recipe.model.init_from is not None:
-            init_weights_from(model, build_recipe.model.init_from)
-    else:
-        model = build_model_for(build_recipe, config, tokenizer)
-    engine = make_engine(recipe, model, device)
+    model = build_model_for(build_recipe, config, tokenizer)
+    engine = make_engine(build_recipe, model, device)  # the pipeline's stages load model.init_from
     is_main = engine.is_main
     n_params = engine.num_parameters()
     if is_main:
@@ -509,6 +503,7 @@ def _main(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError, FloatingPointError) as e:
         logger.error("%s", e)
         return 1
+    finish_distributed()
     if not is_main:
         return 0
     print(
