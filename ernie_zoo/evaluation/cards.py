@@ -271,7 +271,7 @@ def _multidomain_context(r: dict[str, Any]) -> dict[str, Any]:
 
 def _kind_context(
     name: str, r: dict[str, Any], ablation: dict[str, Any] | None, audit: dict[str, Any] | None
-):
+) -> dict[str, Any]:
     """The numbers and rows one kind's template needs beyond those every card has."""
     kind = r["kind"]
     if kind == "sentiment":
