@@ -422,9 +422,8 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
         if self.tp_size > 1:
             if world % self.tp_size:
                 raise ValueError(f"distributed.tp_size {self.tp_size} does not divide the {world} ranks")
-            plan = lora_tp_plan(
-                model
-            )  # the TP plan, through LoRA's wrappers to their base layers and factors
+            # the TP plan, through LoRA's wrappers to their base layers and factors
+            plan = lora_tp_plan(model)
             wrapped = {k.removesuffix(".base_layer"): v for k, v in plan.items() if k.endswith(".base_layer")}
             wrappers = [m for _, m, _ in planned_modules(model, wrapped)]
             if objective is not None:  # keys as paths in the module DeepSpeed wraps
