@@ -703,7 +703,7 @@ def test_tp_size_must_divide_the_heads():
     """Checked by the engine before it starts the process group (every rank stops alike)."""
     from ernie_zoo.models import ErnieZooConfig
     from ernie_zoo.models.modeling import ErnieZooForSequenceClassification
-    from ernie_zoo.training.task_engine import DeepSpeedTaskEngine
+    from ernie_zoo.training.deepspeed_engine import DeepSpeedTaskEngine
 
     model = ErnieZooForSequenceClassification(ErnieZooConfig(vocab_size=50, **SMALL))
     with pytest.raises(ValueError, match="tensor parallel size 3 must divide .* num_attention_heads=4"):

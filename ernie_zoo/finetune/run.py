@@ -317,7 +317,8 @@ def _steps(t, n_train: int) -> tuple[int, int]:
 
 class FinetuneTask:
     """Fine-tuning as a task on `training.loop.TrainLoop` (`TrainTask`): an adapted model on encoded features; see
-    the module docstring."""
+    the module docstring. `ds_config`: the run's DeepSpeed config (`deepspeed_config`; None on the single
+    backend), the one its model was built with."""
 
     def __init__(
         self,
@@ -330,6 +331,7 @@ class FinetuneTask:
         device: torch.device,
         method: MethodInfo,
         teachers: Teachers | None = None,
+        ds_config: dict[str, Any] | None = None,
     ):
         self.args, self.t = args, args.train
         self.task, self.tokenizer = task, tokenizer
@@ -346,7 +348,6 @@ class FinetuneTask:
             total_steps=self.total_steps,
             decay="linear",
         )
-        distributed = args.distributed.backend != "single"
         self.engine = make_task_engine(
             args.distributed.backend,
             model,
@@ -354,7 +355,7 @@ class FinetuneTask:
             scheduler,
             max_grad_norm=self.t.max_grad_norm,
             device=device,
-            ds_config=deepspeed_config(args) if distributed else None,
+            ds_config=ds_config,
             batch_size=self.t.batch_size,
             n_train=len(features["train"]),
         )
@@ -794,7 +795,8 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     building = contextlib.ExitStack()
     out = None
     try:
-        building.enter_context(zero3_build_context(deepspeed_config(args) if distributed else None))
+        ds_config = deepspeed_config(args) if distributed else None  # the run's, for building and training
+        building.enter_context(zero3_build_context(ds_config))
         model, base_path, fresh = build_model(args, task, tokenizer, saved_base)
         fresh += [name for name in task.attach(model, tokenizer) if name not in fresh]
         teachers = (
@@ -827,7 +829,9 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
             atomic_write_text(output_dir / "finetune_args.yaml", dump_recipe(recipe))
         logger.info("trainable parameters: %d / %d (%.4f%%)", info.trainable, info.total, 100 * info.fraction)
 
-        trainer = FinetuneTask(args, task, model, tokenizer, features, output_dir, device, info, teachers)
+        trainer = FinetuneTask(
+            args, task, model, tokenizer, features, output_dir, device, info, teachers, ds_config
+        )
         if resume_from is not None:
             trainer.resume(resume_from)
         state = trainer.train()

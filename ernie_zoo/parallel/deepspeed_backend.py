@@ -14,8 +14,8 @@ weights, gradients and Adam moments in host memory (or NVMe files) and steps the
 DeepSpeed would refuse later or silently ignore (`check_offload`).
 
 The engines that train with it live in the training core, which imports this module and never the other way
-round: `ernie_zoo.training.deepspeed_engine` (`DeepSpeedEngine` of `ernie-pretrain`, the ZeRO-3 model builder,
-the pickle-free ZeRO partition checkpoints) and `ernie_zoo.training.task_engine` (fine-tuning).
+round: `ernie_zoo.training.deepspeed_engine` (the DeepSpeed engine of fine-tuning and, with the pretraining
+parts, of `ernie-pretrain`; the ZeRO-3 model builder; the pickle-free ZeRO partition checkpoints).
 `ernie_zoo.parallel.consolidate` reads those checkpoints (`ZERO_DIR`, `WRAPPER_PREFIX`) without any ranks.
 """
 

@@ -1,14 +1,16 @@
 """Which engine trains, per `distributed.backend`: the one place a backend is chosen, for pretraining (`make_engine`,
 `build_model_for`) and for fine-tuning (`make_task_engine`, `task_deepspeed_config`, `zero3_build_context`).
 
-    single     one process, one device: `engine.SingleDeviceEngine` (pretraining), `task_engine.PlainEngine`
-               (fine-tuning, whose models return their own loss)
-    deepspeed  DeepSpeed ZeRO 0-3 (+ AutoTP) over the launched ranks: `deepspeed_engine.DeepSpeedEngine`,
-               `task_engine.DeepSpeedTaskEngine`; under ZeRO-3 the model is built already partitioned
+    single     one process, one device: `task_engine.PlainEngine` (fine-tuning, whose models return their own
+               loss), `engine.SingleDeviceEngine` (pretraining: the same engine with the pretraining parts)
+    deepspeed  DeepSpeed ZeRO 0-3 (+ AutoTP) over the launched ranks: `deepspeed_engine.DeepSpeedTaskEngine`,
+               `deepspeed_engine.DeepSpeedEngine` (the same + the pretraining parts); under ZeRO-3 the model is
+               built already partitioned
     pipeline   pipeline stages (x TP x ZeRO-1 data parallelism): `pipeline_engine` (pretraining only)
 
-The engines import nothing from here, so no engine module imports another backend's (a backend's heavy imports,
-e.g. deepspeed, happen only when it is selected).
+What every engine provides (the one contract) is written in `task_engine`'s docstring.
+
+The engines import nothing from here, and a backend's heavy imports (deepspeed) happen only when it is selected.
 """
 
 from __future__ import annotations
@@ -156,7 +158,7 @@ def make_task_engine(
         )
     import torch.distributed as dist
 
-    from .task_engine import DeepSpeedTaskEngine
+    from .deepspeed_engine import DeepSpeedTaskEngine
 
     dp = dist.get_world_size() // int((ds_config.get("tensor_parallel") or {}).get("autotp_size") or 1)
     last = n_train % batch_size

@@ -1,27 +1,28 @@
-"""The DeepSpeed ZeRO (stage 1-3) + AutoTP training engine of the `ernie-pretrain` loop, and the ZeRO-3 model builder.
+"""The DeepSpeed backend: one engine, ZeRO (stage 0-3) + AutoTP over the launched ranks, and the ZeRO-3 model
+builders.
 
-`DeepSpeedEngine` has the interface of `ernie_zoo.training.engine.SingleDeviceEngine` (`model`, `device`,
-`dp_rank`, `dp_world_size`, `is_main`, `autocast()`, `backward(loss)`, `step() -> grad norm`, `lr`,
-`save(dir)`, `load(dir)`) plus `loss(batch)`, which the loop must use instead of calling
-`masked_lm_loss(model, batch)` itself: DeepSpeed's ZeRO-3 bookkeeping (parameter-prefetch trace, backward
-prologue, accumulation boundary) hangs off the forward of the module it wraps, so the masked-LM loss runs
-as the forward of a thin root module here:
+`DeepSpeedTaskEngine` implements the engine contract (`training.task_engine`) for a model whose forward returns
+its loss: the fine-tuning tasks train with it as it is. `DeepSpeedEngine` (`ernie-pretrain`) is the same engine
+with the pretraining parts, as `engine.SingleDeviceEngine` is `PlainEngine` with them: the recipe's DeepSpeed
+config and optimizer, `loss(batch)` and full checkpoints (`save` / `load`). DeepSpeed's ZeRO-3 bookkeeping
+(parameter-prefetch trace, backward prologue, accumulation boundary) hangs off the forward of the module it wraps,
+so the pretraining loss (`engine.pretrain_loss`) runs as the forward of a thin root module:
 
-    DeepSpeed engine ── _MaskedLMStep.forward(**batch) ── masked_lm_loss(mlm, batch)
+    DeepSpeed engine ── _MaskedLMStep.forward(**batch) ── pretrain_loss(mlm, batch)
                               └── .mlm = ErnieZooForMaskedLM (AutoTP-sharded, ZeRO-partitioned)
 
 What `parallel/` owns and this module uses from outside: the DeepSpeed config (`parallel.deepspeed_backend`: the
-json's ZeRO and communication settings with the recipe's micro batch, accumulation, precision and clipping
+json's ZeRO and communication settings with the run's micro batch, accumulation, precision and clipping
 written over them), the process-group start, and the TP plan (`parallel.tp_plan`) given to AutoTP as
 `partition_config` layer specs, so DTensor TP and DeepSpeed TP split exactly the same weights. TP ranks of one
 data-parallel replica must see the same batch: use `dp_rank` / `dp_world_size` (not the global rank) to shard
 the data.
 
-Checkpoints are pickle-free: every rank writes its ZeRO partition (fp32 master weights + Adam moments) as
-`zero/rank<NNNNN>.safetensors` + `.json` (`ZeroPartitionIO`, with the partition layout), and rank 0 writes the
-consolidated 16-bit model as `model.safetensors` + `config.json` (`from_pretrained` loads it). Resuming needs
-the same DP x TP layout; `ernie-zoo consolidate` (`ernie_zoo.parallel.consolidate`) rebuilds the fp32 model from
-the shards alone, in one process.
+Checkpoints are pickle-free: every rank writes its ZeRO-3 partition (fp32 master weights + Adam moments) as
+`zero/rank<NNNNN>.safetensors` + `.json` (`ZeroPartitionIO`, with the partition layout); a pretraining checkpoint
+adds the consolidated 16-bit model as `model.safetensors` + `config.json` (rank 0; `from_pretrained` loads it).
+Resuming needs the same DP x TP layout; `ernie-zoo consolidate` (`ernie_zoo.parallel.consolidate`) rebuilds the
+fp32 model from the shards alone, in one process.
 
 Under ZeRO-3 the `ernie-pretrain` loop builds the model with `model_factory` -> `build_model_zero3`
 (partitioned at construction); `ernie-finetune` builds its models inside `zero3_building` (`from_pretrained`
@@ -51,13 +52,15 @@ from ernie_zoo.parallel.deepspeed_backend import (
     recipe_config,
     recipe_zero_stage,
 )
-from ernie_zoo.parallel.tp_plan import check_tp_divisibility, tp_plan_for
+
+from .engine import pretrain_loss
+from .task_engine import PlainEngine, check_trainable_state, trainable_parameters
 
 logger = logging.getLogger(__name__)
 
 
 class _MaskedLMStep(nn.Module):
-    """Root module DeepSpeed wraps: forward(batch) = the loop's masked-LM loss on the inner model."""
+    """Root module DeepSpeed wraps: forward(batch) = the pretraining loss of the inner model."""
 
     def __init__(self, mlm: nn.Module, sparse_last_layer: bool = False, polarity_weight: float = 1.0):
         super().__init__()
@@ -67,15 +70,7 @@ class _MaskedLMStep(nn.Module):
 
     def forward(self, **batch: torch.Tensor):
         # keyword tensors, not one dict argument: DeepSpeed's TP input-consistency check compares flat args
-        from ernie_zoo.models.decoder import is_decoder_config
-
-        if is_decoder_config(self.mlm.config):  # an ERNIE 4.5 decoder: next-token loss on packed rows
-            from ernie_zoo.training.causal_lm import causal_lm_loss
-
-            return causal_lm_loss(self.mlm, batch)
-        from ernie_zoo.training.mlm import masked_lm_loss
-
-        return masked_lm_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
+        return pretrain_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
 
 
 def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
@@ -400,9 +395,116 @@ class ZeroPartitionIO:
         self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
 
 
-class DataParallelRanks:
-    """The collectives of an engine on launched ranks (both DeepSpeed engines), with `device` and
-    `dp_world_size`."""
+class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
+    """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
+    started. `config` is the run's DeepSpeed config (`parallel.deepspeed_backend.make_config`'s; fine-tuning's
+    from `backends.task_deepspeed_config`: its micro batch is the rows one data-parallel rank reads, its
+    clipping the run's). With `tensor_parallel.autotp_size` > 1, AutoTP splits the Linear layers of the TP plan
+    (`parallel.tp_plan`; through peft's LoRA wrappers: `lora_tp_plan`) over groups of that many ranks, which read
+    the same rows. `objective`: a root module holding `model` as `.mlm` whose forward is the loss (pretraining's
+    `_MaskedLMStep`); DeepSpeed wraps it instead of the model.
+
+    The process group must already be up (`parallel.deepspeed_backend.init_deepspeed_distributed`). Every rank
+    builds the same model (same seed): under ZeRO-3 already partitioned (`zero3_building`, `build_model_zero3`),
+    otherwise whole, and the engine partitions what is not (new adapters, heads).
+    """
+
+    backend = "deepspeed"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        config: dict[str, Any],
+        *,
+        objective: nn.Module | None = None,
+    ):
+        import deepspeed
+        import torch.distributed as dist
+        from deepspeed.utils import groups
+
+        from ernie_zoo.parallel.deepspeed_backend import autotp_looks_inside
+        from ernie_zoo.parallel.tp_plan import (
+            check_tp_divisibility,
+            deepspeed_partition_config,
+            lora_tp_plan,
+            planned_modules,
+        )
+
+        self.tp_size = int((config.get("tensor_parallel") or {}).get("autotp_size") or 1)
+        check_tp_divisibility(model.config, self.tp_size)  # before any rank waits for the others
+        rank, world, local_rank = init_deepspeed_distributed()
+        self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        wrappers: list[nn.Module] = []
+        if self.tp_size > 1:
+            if world % self.tp_size:
+                raise ValueError(f"distributed.tp_size {self.tp_size} does not divide the {world} ranks")
+            # the TP plan, through LoRA's wrappers to their base layers and factors
+            plan = lora_tp_plan(model)
+            wrapped = {k.removesuffix(".base_layer"): v for k, v in plan.items() if k.endswith(".base_layer")}
+            wrappers = [m for _, m, _ in planned_modules(model, wrapped)]
+            if objective is not None:  # keys as paths in the module DeepSpeed wraps
+                plan = {WRAPPER_PREFIX + key: style for key, style in plan.items()}
+            section = {**config["tensor_parallel"], "partition_config": deepspeed_partition_config(plan)}
+            config = {**config, "tensor_parallel": section}
+        self.ds_config = config
+        with autotp_looks_inside(wrappers):
+            self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=model if objective is None else objective,
+                optimizer=optimizer,
+                lr_scheduler=scheduler,
+                config=config,
+            )
+        self.model = self.ds.module if objective is None else self.ds.module.mlm
+        self.max_grad_norm = float(config["gradient_clipping"])
+        self.zero_stage = int(config["zero_optimization"].get("stage", 0))
+        self.rank, self.world_size = rank, world
+        self.dp_rank = groups._get_data_parallel_rank()
+        self.dp_world_size = groups._get_data_parallel_world_size()
+        self.is_main = dist.get_rank() == 0
+        zero = config["zero_optimization"]
+        self.offload = {
+            key: (zero.get(key) or {}).get("device", "none") for key in ("offload_optimizer", "offload_param")
+        }
+        logger.info(
+            "DeepSpeed ZeRO-%d, TP %d x DP %d, %s, micro batch %d x %d accumulation per rank, offload %s",
+            self.zero_stage,
+            self.tp_size,
+            self.dp_world_size,
+            next((p for p in ("bf16", "fp16") if (config.get(p) or {}).get("enabled")), "fp32"),
+            config["train_micro_batch_size_per_gpu"],
+            config["gradient_accumulation_steps"],
+            self.offload,
+        )
+
+    def shard(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Rows [r * n / W, (r + 1) * n / W) of every tensor (`torch.tensor_split`: the first ranks take one
+        more row when W does not divide n). Every rank needs at least one row."""
+        n = next(iter(batch.values())).shape[0]
+        if n < self.dp_world_size:
+            raise ValueError(f"a batch of {n} examples cannot feed {self.dp_world_size} data-parallel ranks")
+        return {k: v.tensor_split(self.dp_world_size)[self.dp_rank] for k, v in batch.items()}
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> Any:
+        return self.ds(**inputs)
+
+    def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
+        """DeepSpeed reduces the gradients and, at the accumulation boundary, steps the optimizer and the LR
+        schedule inside ds.step(). The caller owns the boundary (an epoch's last step may have fewer micro
+        batches); None: DeepSpeed's own count of the config's accumulation steps."""
+        if boundary is not None:
+            self.ds.set_gradient_accumulation_boundary(boundary)
+        self.ds.backward(loss, scale_wrt_gas=False)
+        self.ds.step()
+
+    def step(self) -> float:
+        """Close the optimizer step (the update ran in the last `backward`); the pre-clip grad norm."""
+        norm = self.ds.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def zero_grad(self) -> None:
+        """Nothing: DeepSpeed zeroes (and frees) the gradients inside its step."""
 
     def barrier(self) -> None:
         """Wait for every rank (checkpoint writers synchronise on it)."""
@@ -421,13 +523,91 @@ class DataParallelRanks:
             dist.all_reduce(t, group=groups._get_data_parallel_group())
         return t.tolist()
 
+    def agree(self, value: float) -> float:
+        import torch.distributed as dist
 
-class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
-    """ZeRO + AutoTP training engine with the `SingleDeviceEngine` interface (see the module docstring).
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.broadcast(t, src=0)
+        return float(t.item())
+
+    @contextlib.contextmanager
+    def _whole(self, name: str, p: torch.Tensor, modifier_rank: int | None = None):
+        """Parameter `name` (`p`) whole inside the block on every rank: its ZeRO-3 partitions gathered, then its
+        AutoTP shards (DeepSpeed's `GatherReplacedLayerParams`, which splits it again on exit, keeping what
+        every TP rank wrote into it alike). With `modifier_rank`, that data-parallel rank's values win."""
+        import deepspeed
+        from deepspeed.module_inject.layers import GatherReplacedLayerParams
+
+        owner = self.model.get_submodule(name.rpartition(".")[0])
+        with deepspeed.zero.GatheredParameters(
+            [p], modifier_rank=modifier_rank, enabled=self.zero_stage == 3
+        ):
+            with GatherReplacedLayerParams([p], owner, enabled=self.tp_size > 1):
+                yield
+
+    def trainable_state(self) -> dict[str, torch.Tensor] | None:
+        """The whole trainable parameters as CPU copies on rank 0 (None on the others), gathered (over ZeRO-3
+        and TP) one parameter at a time, so no rank ever holds more than one whole parameter beyond its shard.
+        Every rank must call it."""
+        state = {}
+        for name, p in trainable_parameters(self.model):
+            with self._whole(name, p):
+                if self.is_main:
+                    state[name] = p.detach().to("cpu", copy=True).contiguous()
+        return state if self.is_main else None
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Every rank passes the same `state` (read from the shared checkpoint) and copies it whole; ZeRO-3 keeps
+        data-parallel rank 0's, AutoTP each rank's shard of it."""
+        params = check_trainable_state(self.model, state)
+        for name, value in state.items():
+            p = params[name]
+            with self._whole(name, p, modifier_rank=0), torch.no_grad():
+                p.copy_(value.to(p.device))
+
+    def layout(self) -> dict[str, Any]:
+        tp = {"tp_size": self.tp_size} if self.tp_size > 1 else {}
+        return {"backend": self.backend, "world_size": self.world_size, "zero_stage": self.zero_stage, **tp}
+
+    def save_optimizer_state(self, directory: str | os.PathLike) -> None:
+        """This rank's ZeRO-3 partition (fp32 master weights and Adam moments); other stages keep none."""
+        if self.zero_stage == 3:
+            self.save_zero_partition(directory)
+
+    def load_optimizer_state(self, directory: str | os.PathLike) -> None:
+        if self.zero_stage != 3:
+            raise ValueError(
+                f"resuming a distributed.backend deepspeed run needs ZeRO stage 3 (this run's is {self.zero_stage}): "
+                "only its checkpoints hold each rank's optimizer partition; start afresh with train.overwrite true"
+            )
+        self.load_zero_partition(directory)
+
+    def tp_shapes(self) -> dict[str, list[int]]:
+        """name -> the shape of this rank's TP shard of every parameter (ZeRO-3: before partitioning it): a
+        split dimension divided by the TP size, replicated parameters whole."""
+        return {
+            n: [int(d) for d in getattr(p, "ds_shape", p.shape)] for n, p in self.model.named_parameters()
+        }
+
+    def shard_report(self) -> dict[str, list[int]]:
+        """name -> [numel of this rank's TP shard (without TP: the whole parameter), numel this rank holds (ZeRO-3:
+        its partition of that)] for every parameter."""
+        report = {}
+        for name, p in self.model.named_parameters():
+            if hasattr(p, "ds_numel"):
+                report[name] = [int(p.ds_numel), int(p.ds_tensor.numel())]
+            else:
+                report[name] = [p.numel(), p.numel()]
+        return report
+
+
+class DeepSpeedEngine(DeepSpeedTaskEngine):
+    """`DeepSpeedTaskEngine` with the pretraining parts (see the module docstring): the recipe's DeepSpeed config
+    and AdamW + schedule, `loss(batch)` and full checkpoints.
 
     Args:
         recipe: the run's recipe (batch sizes, precision, optim, max_steps, seed).
-        model: an `ErnieZooForMaskedLM` (built normally, or partitioned by `build_model_zero3`).
+        model: an `ErnieZooForMaskedLM` or ERNIE 4.5 decoder (built normally, or partitioned by `build_model_zero3`).
         device: ignored (kept for `make_engine`): each rank uses its LOCAL_RANK GPU, or the CPU without CUDA.
         config: DeepSpeed json path or dict; default `recipe.distributed.deepspeed_config`, else `DEFAULT_CONFIG`.
         tp_size: tensor-parallel size; default `recipe.distributed.tp_size`, else the json's autotp_size, else 1.
@@ -440,8 +620,6 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
     `offload` records the devices in use.
     """
 
-    backend = "deepspeed"
-
     def __init__(
         self,
         recipe: Any,
@@ -453,10 +631,6 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         zero_stage: int | None = None,
         recompute: str | None = None,
     ):
-        import deepspeed
-        import torch.distributed as dist
-        from deepspeed.utils import groups
-
         from ernie_zoo.training.build import optimizer_and_schedule
 
         dist_args = getattr(recipe, "distributed", None)
@@ -466,71 +640,36 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         recompute = recompute if recompute is not None else getattr(dist_args, "recompute", "none")
         if recompute not in ("none", "full"):
             raise ValueError(f"recompute must be 'none' or 'full', got {recompute!r}")
-        self.recipe = recipe
-        rank, world, local_rank = init_deepspeed_distributed()
-        self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-
-        plan = {WRAPPER_PREFIX + key: style for key, style in tp_plan_for(model).items()}
-        ds_config = build_config(recipe, config, tp_size=tp_size, zero_stage=zero_stage, tp_plan=plan)
-        tp = int((ds_config.get("tensor_parallel") or {}).get("autotp_size", 1))
-        check_tp_divisibility(model.config, tp)
-        if world % tp:
-            raise ValueError(f"tensor parallel size {tp} does not divide the world size {world}")
-        sparse = bool(getattr(recipe, "sparse_last_layer", False))
+        self.recipe, self.recompute = recipe, recompute
+        self.sparse_last_layer = bool(getattr(recipe, "sparse_last_layer", False))
+        ds_config = build_config(recipe, config, tp_size=tp_size, zero_stage=zero_stage)
+        check_nvme_runtime(ds_config)
         if recompute == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
-        wrapper = _MaskedLMStep(model, sparse, polarity_weight)
-        check_nvme_runtime(ds_config)
         # ZeRO-Offload steps the optimizer on the host: DeepSpeed takes only its own CPU Adam there
         optimizer, scheduler = optimizer_and_schedule(recipe, model, cpu_adam=offloads_optimizer(ds_config))
-        self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=wrapper, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
-        )
-        self.ds_config = ds_config
-        self.tp_size = tp
-        self.zero_stage = int(ds_config["zero_optimization"].get("stage", 0))
-        self.recompute = recompute
-        self.sparse_last_layer = sparse
-        self.model = self.ds.module.mlm
-        self.rank, self.world_size = rank, world
-        self.dp_world_size = groups._get_data_parallel_world_size()
-        self.dp_rank = groups._get_data_parallel_rank()
-        self.is_main = dist.get_rank() == 0
+        objective = _MaskedLMStep(model, self.sparse_last_layer, polarity_weight)
+        super().__init__(model, optimizer, scheduler, ds_config, objective=objective)
         self._grad_accum = int(ds_config["gradient_accumulation_steps"])
         self._micro = 0
         self._forward_pending = False
-        zero = ds_config["zero_optimization"]
-        self.offload = {
-            key: (zero.get(key) or {}).get("device", "none") for key in ("offload_optimizer", "offload_param")
-        }
-        logger.info(
-            "DeepSpeed ZeRO-%d, TP %d x DP %d, precision %s, micro batch %d x %d accumulation, offload %s",
-            self.zero_stage,
-            tp,
-            self.dp_world_size,
-            recipe.precision,
-            recipe.micro_batch_size,
-            self._grad_accum,
-            self.offload,
-        )
 
-    # ---- the step
     def autocast(self) -> contextlib.AbstractContextManager:
         """Nothing to do: DeepSpeed keeps bf16/fp16 parameters itself (the loss is computed in fp32)."""
         return contextlib.nullcontext()
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
         """(mean masked-LM loss, masked tokens, correct predictions) through DeepSpeed's forward."""
-        batch = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        out = self.ds(**batch)
+        out = self.forward(
+            {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        )
         self._forward_pending = self.ds.module.training and torch.is_grad_enabled()
         return out
 
     def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
-        """Backward of one micro batch's loss (already divided by the accumulation steps, as the loop does);
-        DeepSpeed reduces the gradients and, on the last micro batch of a step, updates the weights. The
-        boundary is the json's accumulation count (`boundary`, the loop's, falls on the same micro batch)."""
+        """`DeepSpeedTaskEngine.backward` at DeepSpeed's count of the json's accumulation steps (`boundary`, the
+        loop's, falls on the same micro batch), after checking that the loss came through `loss(batch)`."""
         if not self._forward_pending:
             raise RuntimeError(
                 "DeepSpeedEngine.backward needs a loss from engine.loss(batch): a forward that bypasses the "
@@ -539,26 +678,16 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
         self._forward_pending = False
         if self._micro >= self._grad_accum:
             raise RuntimeError(f"more than grad_accum_steps={self._grad_accum} backward calls before step()")
-        self.ds.backward(loss, scale_wrt_gas=False)
-        self.ds.step()  # DeepSpeed counts micro steps; the optimizer and LR schedule move at the boundary
+        super().backward(loss)
         self._micro += 1
 
     def step(self) -> float:
-        """Close the optimizer step (the update ran in the last `backward`); returns the pre-clip grad norm."""
         if self._micro != self._grad_accum:
             raise RuntimeError(
                 f"step() after {self._micro} backward calls; the recipe accumulates {self._grad_accum}"
             )
         self._micro = 0
-        norm = self.ds.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
-
-    def zero_grad(self) -> None:
-        """Nothing: DeepSpeed zeroes (and frees) the gradients inside its step."""
-
-    @property
-    def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
+        return super().step()
 
     def num_parameters(self) -> int:
         """Parameters of the whole model (tied weights once), whatever ZeRO and TP hold on this rank: counted
@@ -571,14 +700,12 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
     def consolidated_state_dict(self) -> dict[str, torch.Tensor] | None:
         """Full weights (16-bit under bf16/fp16) on rank 0, gathered over ZeRO and TP; None on other ranks.
         Every rank must call it. Keys are the model's own (`ernie...`, `cls...`)."""
-        import torch.distributed as dist
-
         if self.zero_stage == 3:
             state = self.ds._zero3_consolidated_16bit_state_dict()
         else:
             if self.tp_size > 1:
                 raise NotImplementedError("consolidating AutoTP weights needs ZeRO stage 3 in this backend")
-            state = self.ds.module.state_dict() if dist.get_rank() == 0 else None
+            state = self.ds.module.state_dict() if self.is_main else None
         if state is None:
             return None
         return {k.removeprefix(WRAPPER_PREFIX): v for k, v in state.items()}
@@ -588,7 +715,6 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
 
         Call it on every rank with the same (shared) directory.
         """
-        import torch.distributed as dist
         from safetensors.torch import save_file
 
         from ernie_zoo.parallel.consolidate import MODEL_FILE
@@ -604,7 +730,7 @@ class DeepSpeedEngine(ZeroPartitionIO, DataParallelRanks):
             weights = {k: v.detach().contiguous().cpu() for k, v in state.items() if k not in tied}
             save_file(weights, str(directory / MODEL_FILE), metadata={"format": "pt"})
             save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
-        dist.barrier()
+        self.barrier()
 
     def load(self, directory: str | os.PathLike) -> None:
         """Restore what `save` wrote: this rank's fp32 master weights, Adam moments and the LR schedule."""
@@ -621,8 +747,8 @@ def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepS
 
 
 __all__ = [
-    "DataParallelRanks",
     "DeepSpeedEngine",
+    "DeepSpeedTaskEngine",
     "ZeroPartitionIO",
     "build_model_zero3",
     "engine_factory",

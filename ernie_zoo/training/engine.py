@@ -1,30 +1,13 @@
-"""The pretraining engine of the single backend: the masked-LM (or causal-LM) loss, backward, optimizer step,
-checkpoint save/load of model + optimizer state. Building the model is `build.py`'s, choosing an engine
-`backends.py`'s.
-
-`SingleDeviceEngine` is the reference backend (one process, one device): the fine-tuning `PlainEngine`
-(task_engine.py) with the recipe's optimizer, mixed precision and the masked-LM loss. A sharded backend
-(DeepSpeed ZeRO-3 + tensor parallelism: `ernie_zoo.training.deepspeed_engine`) implements the same small interface
-and is named in `backends.ENGINES` under the recipe's `distributed.backend`:
-
-    model                    the ErnieZooForMaskedLM being trained (train()/eval() are called on it)
-    device, rank, dp_rank, dp_world_size, is_main, backend, barrier()
-    dp_sum(values)           -> the floats summed over the data-parallel ranks (logged means, eval totals)
-    loss(batch)              -> (mean masked-LM loss, masked tokens, correct); moves the batch to the device
-                                (optionally `last_details`: the loss's parts, see mlm.masked_lm_loss)
-    backward(loss, boundary) one micro batch (the loss already divided by the accumulation steps); boundary: the
-                             step's last (the one contract of `loop.TrainLoop` for every engine)
-    step() -> grad norm      the optimizer step, LR schedule, zeroing the gradients (zero_grad(): nothing left)
-    lr, num_parameters()
-    save(dir), load(dir)     model + optimizer + scheduler state into / from a checkpoint directory
-
-The training loop (`loop.TrainLoop`) never touches the optimizer, the loss scaler or `torch.distributed` directly.
+"""The pretraining parts of an engine (the contract: `task_engine`): the masked-LM or causal-LM loss
+(`pretrain_loss`), the recipe's optimizer, mixed precision and checkpoints of model + optimizer state, and
+`SingleDeviceEngine`, the single backend's pretraining engine: `PlainEngine` with those parts. The DeepSpeed one
+(`deepspeed_engine.DeepSpeedEngine`) adds the same parts to `DeepSpeedTaskEngine`. Building the model is
+`build.py`'s, choosing an engine `backends.py`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from pathlib import Path
 
 import torch
@@ -40,12 +23,25 @@ from .build import (
     to_device,
 )
 from .causal_lm import causal_lm_loss
-from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
+from .checkpoint import load_json_state, save_json_state
 from .mlm import masked_lm_loss
 from .recipe import PretrainRecipe
 from .task_engine import PlainEngine
 
-logger = logging.getLogger(__name__)
+
+def pretrain_loss(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    sparse_last_layer: bool = False,
+    polarity_weight: float = 1.0,
+    details: dict[str, float] | None = None,
+) -> tuple[torch.Tensor, int, int]:
+    """(mean loss, predicted tokens, correct predictions) of a collated batch: an ERNIE 4.5 decoder's next-token
+    loss on packed rows (`causal_lm_loss`), else the masked-LM loss (`masked_lm_loss`; with a sentiment stage it
+    adds `polarity_weight` x the word-polarity loss). `details`, if given, receives the loss's parts."""
+    if is_decoder_config(model.config):
+        return causal_lm_loss(model, batch, details)
+    return masked_lm_loss(model, batch, sparse_last_layer, polarity_weight=polarity_weight, details=details)
 
 
 class SingleDeviceEngine(PlainEngine):
@@ -72,21 +68,15 @@ class SingleDeviceEngine(PlainEngine):
         self._dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[recipe.precision]
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
-        """(mean masked-LM loss, masked tokens, correct predictions) of a collated batch; with a sentiment stage
-        the loss adds `masking.polarity_weight` x the word-polarity loss, and `last_details` holds the parts."""
+        """`pretrain_loss` of a collated batch under `autocast()`; `last_details` holds the loss's parts."""
         details: dict[str, float] = {}
-        if is_decoder_config(self.model.config):  # an ERNIE 4.5 decoder: next-token loss on packed rows
-            with self.autocast():
-                out = causal_lm_loss(self.model, to_device(batch, self.device), details)
-            self.last_details = details
-            return out
         with self.autocast():
-            out = masked_lm_loss(
+            out = pretrain_loss(
                 self.model,
                 to_device(batch, self.device),
                 self.recipe.sparse_last_layer,
-                polarity_weight=self.recipe.masking.polarity_weight,
-                details=details,
+                self.recipe.masking.polarity_weight,
+                details,
             )
         self.last_details = details
         return out
@@ -110,7 +100,7 @@ class SingleDeviceEngine(PlainEngine):
     def save(self, directory: Path) -> None:
         """Model (config.json + model.safetensors), optimizer, scheduler and loss-scaler state."""
         save_model_weights(self.model, directory)
-        save_optimizer_state(self.optimizer, directory)
+        self.save_optimizer_state(directory)
         save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
         if self.scaler is not None:
             save_json_state(self.scaler, directory / "scaler.json", "GradScaler")
@@ -118,10 +108,10 @@ class SingleDeviceEngine(PlainEngine):
     def load(self, directory: Path) -> None:
         """Restore what `save` wrote (weights bit for bit)."""
         load_model_weights(self.model, directory / MODEL_FILE)
-        load_optimizer_state(self.optimizer, directory)
+        self.load_optimizer_state(directory)
         load_json_state(self.scheduler, directory / "scheduler.json")
         if self.scaler is not None:
             load_json_state(self.scaler, directory / "scaler.json")
 
 
-__all__ = ["SingleDeviceEngine"]
+__all__ = ["SingleDeviceEngine", "pretrain_loss"]

@@ -11,8 +11,8 @@ A task on the one training loop (`loop.TrainLoop`, which owns accumulation, back
 cadences and the non-finite-loss check): a step's micro batches are the next indices of the epoch's seeded
 permutation (this data-parallel rank's share), masked by `KnowledgeMaskingCollator` (char / phrase / entity /
 sentiment by the schedule's stage; masks depend only on (seed, step)); the loss is `engine.loss` (mlm.py: logits
-at masked positions only, + polarity_weight x the SKEP word-polarity loss). The engine (engine.py, or ZeRO-3 +
-TP in deepspeed_engine.py) builds the model, steps the optimizer and saves / loads its state.
+at masked positions only, + polarity_weight x the SKEP word-polarity loss). The engine of the recipe's backend
+(`backends.make_engine`) steps the optimizer and saves / loads its state.
 
 Exact resume: a checkpoint holds the weights, AdamW and LR-schedule state, the RNG states and the data
 position; masks are a function of (seed, step), so a run killed at any point and resumed from its newest
