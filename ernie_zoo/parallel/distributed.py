@@ -72,10 +72,15 @@ def init_from_env(backend: str | None = None, timeout_s: float | None = None) ->
 def finish_distributed() -> None:
     """Destroy the default process group, if any, once a run has finished (every rank, after its last collective):
     a process that exits with a live group leaves its communication threads to the interpreter's teardown, where
-    a rank can abort ("terminate called without an active exception") and fail a run that had finished."""
+    a rank can abort ("terminate called without an active exception") and fail a run that had finished. Objects
+    left in reference cycles (ZeRO-3 partitioned parameters, an engine, a caught exception's frames) are collected
+    first, while the group they may still talk to is alive: destroying it under them aborts the same way."""
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
