@@ -24,6 +24,7 @@ are. Any tensor the initialisation leaves untouched is an error naming it, not u
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -85,12 +86,13 @@ class seeded_draws(TorchFunctionMode):  # noqa: N801 (used as a context manager,
         super().__init__()
         self.model, self.seed = model, seed
         self.names = {id(t): name for name, t in _named_tensors(model)}
-        owners: dict[int, int] = {}
-        for _, t in [
-            *model.named_parameters(remove_duplicate=False),
-            *model.named_buffers(remove_duplicate=False),
-        ]:
-            owners[id(t)] = owners.get(id(t), 0) + 1
+        owners = Counter(
+            id(t)
+            for _, t in (
+                *model.named_parameters(remove_duplicate=False),
+                *model.named_buffers(remove_duplicate=False),
+            )
+        )
         #: tensors with several names (tied): only their first fill counts (see `__torch_function__`)
         self.tied = {self.names[i] for i, n in owners.items() if n > 1}
         self.filled: set[str] = set()
@@ -171,8 +173,9 @@ def materialize(model: nn.Module, seed: int, device: torch.device | str = "cpu")
     for name, t in _named_tensors(model):
         if t.is_meta:
             new = torch.empty(t.shape, dtype=t.dtype, device=device)
-            if _sentinel(new) is not None:
-                new.fill_(_sentinel(new))
+            sentinel = _sentinel(new)
+            if sentinel is not None:
+                new.fill_(sentinel)
             fresh[id(t)] = (
                 name,
                 nn.Parameter(new, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else new,

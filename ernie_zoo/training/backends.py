@@ -22,10 +22,7 @@ from typing import Any
 
 import torch
 
-from ernie_zoo.models.decoder import is_decoder_config
-
-from .build import build_model, init_weights_from
-from .causal_lm import build_decoder_model
+from .build import build_pretraining_model, init_weights_from
 from .engine import SingleDeviceEngine
 from .recipe import PretrainRecipe
 from .task_engine import PlainEngine
@@ -40,7 +37,7 @@ ENGINES: dict[str, Any] = {
 
 #: distributed.backend -> model builder `(config, recipe, tokenizer)` for backends that build the model their
 #: own way, so no rank ever holds all of it (ZeRO-3: partitioned at construction; pipeline: on the meta device,
-#: the engine allocates its stages only); others use `build_model` / `build_decoder_model`.
+#: the engine allocates its stages only); others use `build.build_pretraining_model`.
 MODEL_BUILDERS: dict[str, Any] = {
     "deepspeed": "ernie_zoo.training.deepspeed_engine:model_factory",
     "pipeline": "ernie_zoo.training.pipeline_engine:model_factory",
@@ -69,14 +66,11 @@ def make_engine(recipe: PretrainRecipe, model: torch.nn.Module, device: torch.de
 def build_model_for(recipe: PretrainRecipe, config: Any, tokenizer) -> torch.nn.Module:
     """The model the recipe's backend trains (an encoder, or a decoder for a decoder `config`):
     `MODEL_BUILDERS[distributed.backend]` where the backend builds it its own way, else built whole
-    (`build_model` / `build_decoder_model`) and initialised from `model.init_from` if given."""
+    (`build.build_pretraining_model`) and initialised from `model.init_from` if given."""
     builder = MODEL_BUILDERS.get(recipe.distributed.backend)
     if builder is not None:
         return _resolve(builder)(config, recipe, tokenizer)
-    if is_decoder_config(config):
-        model = build_decoder_model(config, recipe.seed)
-    else:
-        model = build_model(config, tokenizer, recipe.seed)
+    model = build_pretraining_model(config, tokenizer, recipe.seed)
     if recipe.model.init_from is not None:
         init_weights_from(model, recipe.model.init_from)
     return model

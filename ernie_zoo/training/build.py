@@ -13,10 +13,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+from ernie_zoo.models.decoder import is_decoder_config
 from ernie_zoo.models.presets import preset_config
 from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.utils import tied_names
 
+from .causal_lm import build_decoder_model
 from .core import adamw, warmup_decay
 from .recipe import ARCH_FIELDS, PretrainModelArgs, PretrainRecipe
 
@@ -76,6 +78,15 @@ def build_model(config: ErnieZooConfig, tokenizer, seed: int, meta: bool = False
     return model
 
 
+def build_pretraining_model(config: Any, tokenizer, seed: int, meta: bool = False) -> torch.nn.Module:
+    """A freshly initialised model to pretrain: an ERNIE 4.5 decoder for a decoder `config`
+    (`causal_lm.build_decoder_model`), else the masked-LM encoder with the tokenizer's character tables
+    (`build_model`). `meta`: left on the meta device for `seeded_init.materialize` (a pipeline stage)."""
+    if is_decoder_config(config):
+        return build_decoder_model(config, seed, meta=meta)
+    return build_model(config, tokenizer, seed, meta=meta)
+
+
 def init_weights_from(model: torch.nn.Module, path: str, part: bool = False) -> None:
     """Copy the weights of the from_pretrained directory `path` into `model` (same architecture and
     vocabulary, checked field by field; every tensor must match by name and shape). Safetensors only, read
@@ -117,12 +128,13 @@ def init_weights_from(model: torch.nn.Module, path: str, part: bool = False) -> 
         # fresh, a run without it drops the saved one.
         dropped = sorted(k for k in names if k.startswith(POLARITY_HEAD) and k not in own)
         # The MLM decoder is tied to the word embeddings: a saved file may hold either name.
+        tied = tied_names(model)
         missing = [
             k
             for k in own
             if k not in names
             and not k.endswith(("decoder.weight", "decoder.bias"))
-            and k not in tied_names(model)
+            and k not in tied
             and not k.startswith(POLARITY_HEAD)
         ]
         unexpected = [] if part else [k for k in names if k not in own and k not in dropped]
@@ -210,6 +222,7 @@ __all__ = [
     "POLARITY_HEAD",
     "build_model",
     "build_model_config",
+    "build_pretraining_model",
     "compile_layers",
     "init_weights_from",
     "load_model_weights",

@@ -76,25 +76,21 @@ class _MaskedLMStep(nn.Module):
 def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     """`MODEL_BUILDERS["deepspeed"]` of `ernie_zoo.training.backends`: under ZeRO-3 the model is built already
     partitioned (`build_model_zero3`: at 100B no rank could hold the fp32 model); stages 0-2 keep full
-    parameters on every rank anyway, so it is built whole (`build_model`)."""
+    parameters on every rank anyway, so it is built whole (`build.build_pretraining_model`)."""
     from ernie_zoo.models.decoder import DECODER_CLASSES, is_decoder_config
+
+    from .build import build_pretraining_model
 
     if recipe.model.init_from is not None:
         raise ValueError(
             "recipe key 'model.init_from' is supported by the single and pipeline backends, not 'deepspeed'; "
             "consolidate and resume instead"
         )
+    if recipe_zero_stage(recipe) != 3:
+        return build_pretraining_model(model_config, tokenizer, recipe.seed)
     if is_decoder_config(model_config):  # an ERNIE 4.5 decoder (causal-LM pretraining)
-        if recipe_zero_stage(recipe) == 3:
-            return build_model_zero3(model_config, recipe, cls=DECODER_CLASSES[type(model_config)])
-        from ernie_zoo.training.causal_lm import build_decoder_model
-
-        return build_decoder_model(model_config, recipe.seed)
-    if recipe_zero_stage(recipe) == 3:
-        return build_model_zero3(model_config, recipe, tokenizer)
-    from ernie_zoo.training.build import build_model
-
-    return build_model(model_config, tokenizer, recipe.seed)
+        return build_model_zero3(model_config, recipe, cls=DECODER_CLASSES[type(model_config)])
+    return build_model_zero3(model_config, recipe, tokenizer)
 
 
 def build_model_zero3(
@@ -164,21 +160,19 @@ def new_model(cls: type[nn.Module], config: Any, seed: int | None = None, **kwar
     transformers' `initialize_weights_zero3` (one module's parameters gathered at a time, rank 0 initialises
     them).
 
-    `seed` given: every weight is drawn from the seed and its name (`models.seeded_init`, as
-    `training.build.build_model`), partitioned or not. Without it the global random stream is used: rank 0 draws
-    the same random numbers in the same order as `cls(config)` in one process, so the weights are the same; the
-    other ranks' random state is left behind (re-seed before drawing again)."""
+    `seed` given (ZeRO-3 builds only; one process: `training.build.build_pretraining_model`): every weight is
+    drawn from the seed and its name (`models.seeded_init`), the weights of that one-process build. Without it the
+    global random stream is used: rank 0 draws the same random numbers in the same order as `cls(config)` in one
+    process, so the weights are the same; the other ranks' random state is left behind (re-seed before drawing
+    again)."""
     from transformers.integrations import is_deepspeed_zero3_enabled
 
-    from ernie_zoo.models.seeded_init import materialize, seeded_draws
+    from ernie_zoo.models.seeded_init import seeded_draws
 
     if not is_deepspeed_zero3_enabled():
-        if seed is None:
-            return cls(config, **kwargs)
-        with torch.device("meta"):
-            model = cls(config, **kwargs)
-        materialize(model, seed)
-        return model
+        if seed is not None:
+            raise ValueError("new_model(seed=...) builds under ZeRO-3 only (zero3_building)")
+        return cls(config, **kwargs)
     import deepspeed
     from transformers.integrations.deepspeed import (
         deepspeed_config,

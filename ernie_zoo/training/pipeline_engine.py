@@ -61,7 +61,7 @@ from ernie_zoo.parallel.pipeline import (
     tied_weights,
 )
 
-from .build import init_weights_from, optimizer_and_schedule
+from .build import build_pretraining_model, init_weights_from, optimizer_and_schedule
 from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
 
 logger = logging.getLogger(__name__)
@@ -695,13 +695,7 @@ def model_factory(config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     """`MODEL_BUILDERS["pipeline"]` of `ernie_zoo.training.backends`: the model on the meta device (no memory, so
     any size); `PipelineEngine` keeps this rank's stages and only then allocates and initialises them (and loads
     `model.init_from`'s tensors of those stages), so no rank ever holds the whole model."""
-    if is_decoder_config(config):
-        from .causal_lm import build_decoder_model
-
-        return build_decoder_model(config, recipe.seed, meta=True)
-    from .build import build_model
-
-    return build_model(config, tokenizer, recipe.seed, meta=True)
+    return build_pretraining_model(config, tokenizer, recipe.seed, meta=True)
 
 
 def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> PipelineEngine:
