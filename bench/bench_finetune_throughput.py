@@ -122,13 +122,13 @@ def run_trainer(task, features: list[dict], tokenizer, args, group: bool, workdi
 def padding_efficiency(lengths: list[int], batch_size: int, group: bool, seed: int) -> float:
     from types import SimpleNamespace
 
-    from ernie_zoo.finetune.run import FinetuneTask
+    from ernie_zoo.training.supervised import SupervisedTraining
 
     fake = SimpleNamespace(
         features={"train": [{"input_ids": [0] * n} for n in lengths]},
         t=SimpleNamespace(batch_size=batch_size, seed=seed, group_by_length=group),
     )
-    batches = FinetuneTask._epoch_batches(fake, 0)
+    batches = SupervisedTraining._epoch_batches(fake, 0)
     return sum(lengths) / sum(max(lengths[i] for i in b) * len(b) for b in batches)
 
 

@@ -484,7 +484,7 @@ def _capture_build(out: Path, case: str) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
 
-    from ernie_zoo.finetune import run
+    from ernie_zoo.training import supervised
 
     def capture(backend, model, *rest, **settings):
         rank = dist.get_rank() if dist.is_initialized() else 0
@@ -500,7 +500,7 @@ def _capture_build(out: Path, case: str) -> None:
             save_file(weights, str(out / f"build-{case}.safetensors"))
         raise _Built
 
-    run.make_task_engine = capture
+    supervised.make_task_engine = capture
 
 
 @pytest.mark.distributed
@@ -514,21 +514,22 @@ def test_zero3_builds_the_model_partitioned(tmp_path):
     included), which is why the runs above agree with one process."""
     from safetensors.torch import load_file
 
-    from ernie_zoo.finetune import run, run_finetune
+    from ernie_zoo.finetune import run_finetune
+    from ernie_zoo.training import supervised
     from ernie_zoo.parallel.distributed import run_local_ranks
 
     root, ref = tmp_path, tmp_path / "single"
     ref.mkdir()
     single = _build_cases(root, "single")
     run_local_ranks([__file__, "--build-worker", str(root)], nproc=2, timeout=900)
-    make_engine = run.make_task_engine
+    make_engine = supervised.make_task_engine
     try:
         for case, args in single.items():
             _capture_build(ref, case)
             with pytest.raises(_Built):
                 run_finetune(args)
     finally:
-        run.make_task_engine = make_engine
+        supervised.make_task_engine = make_engine
     for case in single:
         report = {r: json.loads((root / f"build-{case}-rank{r}.json").read_text()) for r in (0, 1)}
         whole = local = added = 0
@@ -685,7 +686,7 @@ def test_tp_size_must_divide_the_ranks(monkeypatch):
     import torch.distributed as dist
 
     from ernie_zoo.finetune import build_args
-    from ernie_zoo.finetune.run import deepspeed_config
+    from ernie_zoo.training.supervised import deepspeed_config
 
     args = build_args(
         {"method": {"method": "full"}, "train": {"batch_size": 8}}, {"backend": "deepspeed", "tp_size": 2}
@@ -717,15 +718,15 @@ def _worker(root: str, out: str, method: str, zero_stage: str, mode: str = "run"
     from ernie_zoo.finetune import run_finetune
 
     if mode == "stop":  # stop every rank right after the first checkpoint, as a crash would
-        from ernie_zoo.finetune.run import FinetuneTask
+        from ernie_zoo.training.supervised import SupervisedTraining
 
-        save_last = FinetuneTask.save_last
+        save_last = SupervisedTraining.save_last
 
         def save_then_stop(self):
             save_last(self)
             raise KeyboardInterrupt("stopped after the first checkpoint")
 
-        FinetuneTask.save_last = save_then_stop
+        SupervisedTraining.save_last = save_then_stop
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ernie_zoo.finetune.cli import main as cli_main
-from ernie_zoo.finetune.run import FinetuneTask
+from ernie_zoo.training.supervised import SupervisedTraining
 
 NER = Path(__file__).parent / "data" / "finetune" / "ner_bmes.txt"
 ROWS = [("很好", "pos"), ("太差", "neg"), ("不错", "pos"), ("糟糕", "neg")]
@@ -161,7 +161,7 @@ def _fail_in_training(monkeypatch):
     def fail(self):
         raise ValueError("simulated failure before the first checkpoint")
 
-    monkeypatch.setattr(FinetuneTask, "train", fail)
+    monkeypatch.setattr(SupervisedTraining, "train", fail)
 
 
 def test_a_failure_after_creating_output_dir_removes_what_the_run_created(tmp_path, monkeypatch, capsys):
@@ -271,7 +271,7 @@ def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_after_a_checkpoint_keeps_it_for_resume(tmp_path):
-    from ernie_zoo.finetune.run import CHECKPOINT_FILES
+    from ernie_zoo.training.supervised import CHECKPOINT_FILES
     from ernie_zoo.training.checkpoint import latest_valid_checkpoint
 
     out = tmp_path / "out"

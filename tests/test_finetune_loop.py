@@ -15,8 +15,8 @@ from transformers import AutoModelForSequenceClassification
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.cli import main as cli_main
-from ernie_zoo.finetune.run import FinetuneTask
-from ernie_zoo.finetune.tasks import drop_tokens
+from ernie_zoo.training.supervised import SupervisedTraining
+from ernie_zoo.training.supervised import drop_tokens
 from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
 
 DATA = Path(__file__).parent / "data" / "finetune"
@@ -125,13 +125,13 @@ def test_sequence_classification_lora_output_dir(tmp_path):
 
 
 def _stop_after_first_checkpoint(monkeypatch):
-    original = FinetuneTask.save_last
+    original = SupervisedTraining.save_last
 
     def crash(self):
         original(self)
         raise KeyboardInterrupt("simulated crash after the first checkpoint")
 
-    monkeypatch.setattr(FinetuneTask, "save_last", crash)
+    monkeypatch.setattr(SupervisedTraining, "save_last", crash)
 
 
 @pytest.mark.parametrize(("group_by_length", "token_dropout"), [(False, 0.0), (True, 0.0), (False, 0.3)])
@@ -225,7 +225,7 @@ def test_group_by_length_batches_cover_the_epoch_with_less_padding():
         fake = SimpleNamespace(
             features=features, t=SimpleNamespace(batch_size=8, seed=seed, group_by_length=group)
         )
-        return FinetuneTask._epoch_batches(fake, epoch)
+        return SupervisedTraining._epoch_batches(fake, epoch)
 
     def slots(bs):
         return sum(max(lengths[i] for i in b) * len(b) for b in bs)

@@ -11,7 +11,7 @@ from ernie_zoo import ErnieZooForCausalLM, ErnieZooForSequenceClassification, Er
 from ernie_zoo.finetune import MethodArgs, apply_method, check_supported, load_adapter
 from ernie_zoo.finetune.export import unwrap
 from ernie_zoo.finetune.methods import default_target_modules
-from ernie_zoo.finetune.tasks import collate
+from ernie_zoo.training.supervised import collate
 
 LR = {"full": 3e-3, "prompt_tuning": 3e-2, "p_tuning": 3e-2}
 

@@ -164,7 +164,7 @@ def test_device_resolution_checks_cuda():
 def test_fine_tuning_trains_with_the_shared_groups_and_schedule(tmp_path, monkeypatch):
     """`run_finetune` (full fine-tuning) hands AdamW the shared groups: the embedding block is not decayed."""
     from ernie_zoo.finetune import build_args, run_finetune
-    from ernie_zoo.finetune.run import FinetuneTask
+    from ernie_zoo.training.supervised import SupervisedTraining
 
     data = Path(__file__).parent / "data/finetune/sentiment.jsonl"
     rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines()]
@@ -181,7 +181,7 @@ def test_fine_tuning_trains_with_the_shared_groups_and_schedule(tmp_path, monkey
         seen["lambda"] = [self.scheduler.lr_lambdas[0](s) for s in range(self.total_steps + 1)]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(FinetuneTask, "train", capture)
+    monkeypatch.setattr(SupervisedTraining, "train", capture)
     args = build_args(
         {
             "data": {"train_file": str(train)},

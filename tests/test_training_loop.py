@@ -132,7 +132,7 @@ def test_early_stop_resume_point_and_non_finite_loss():
 
 def test_pretraining_and_fine_tuning_run_on_the_one_loop(tmp_path, monkeypatch):
     from ernie_zoo.finetune import build_args, run_finetune
-    from ernie_zoo.finetune.run import FinetuneTask
+    from ernie_zoo.training.supervised import SupervisedTraining
     from ernie_zoo.recipe_cli import load_recipe
     from ernie_zoo.training.pretrain import _Pretraining, pretrain
     from ernie_zoo.training.recipe import PretrainRecipe
@@ -173,4 +173,4 @@ def test_pretraining_and_fine_tuning_run_on_the_one_loop(tmp_path, monkeypatch):
         }
     )
     assert run_finetune(args)["steps"] == 2
-    assert seen == [_Pretraining, FinetuneTask]
+    assert seen == [_Pretraining, SupervisedTraining]

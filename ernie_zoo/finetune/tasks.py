@@ -1,6 +1,6 @@
 """The fine-tuning tasks (the recipe's `task:` values), each an `Objective`: read examples, encode them, pick the
-model head, evaluate predictions. (`run.FinetuneTask` is the run that trains an objective on the training loop;
-a Taskflow task is inference, in ernie_zoo.taskflow.)
+model head, evaluate predictions. (`run.FinetuneJob` is the run that trains an objective, on
+`training.supervised`; a Taskflow task is inference, in ernie_zoo.taskflow.)
 
 | task                    | head                                            | default dev metric            |
 |-------------------------|-------------------------------------------------|-------------------------------|
@@ -39,6 +39,7 @@ from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.training.supervised import IGNORE, collate
 
 from .data import (
     ClassificationExample,
@@ -53,56 +54,7 @@ from .metrics import char_f1, classification_scores, entity_scores, multilabel_s
 
 logger = logging.getLogger(__name__)
 
-IGNORE = -100
-PAD_VALUES = {
-    "input_ids": None,
-    "attention_mask": 0,
-    "token_type_ids": 0,
-    "pinyin_ids": 0,
-    "lexicon_ids": 0,
-    "labels": IGNORE,
-}
 LOWER_IS_BETTER = {"loss", "perplexity"}
-
-
-def collate(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad the model inputs of `features` into tensors (keys starting with "_" are skipped)."""
-    keys = [k for k in features[0] if not k.startswith("_")]
-    batch: dict[str, torch.Tensor] = {}
-    for key in keys:
-        values = [f[key] for f in features]
-        if key == "labels" and not isinstance(values[0], list):  # one label per sequence
-            batch[key] = torch.tensor(values)
-            continue
-        if key == "labels" and values and values[0] and isinstance(values[0][0], float):  # multi-hot
-            batch[key] = torch.tensor(values, dtype=torch.float)
-            continue
-        pad = pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
-        width = max(len(v) for v in values)
-        batch[key] = torch.tensor([list(v) + [pad] * (width - len(v)) for v in values], dtype=torch.long)
-    return batch
-
-
-def drop_tokens(
-    batch: dict[str, torch.Tensor],
-    p: float,
-    mask_token_id: int,
-    special_ids: Sequence[int],
-    generator: torch.Generator,
-) -> dict[str, torch.Tensor]:
-    """Token dropout (train.token_dropout): a copy of `batch` in which each real token (attention mask 1, not a
-    special id) is replaced by `mask_token_id` with probability `p`, its pinyin_ids (if any) set to 0 as the
-    pretraining masker does. Labels and the other inputs are unchanged."""
-    ids = batch["input_ids"]
-    real = ~torch.isin(ids, torch.tensor(list(special_ids), dtype=ids.dtype))
-    if "attention_mask" in batch:
-        real &= batch["attention_mask"].bool()
-    drop = real & (torch.rand(ids.shape, generator=generator) < p)
-    out = dict(batch)
-    out["input_ids"] = ids.masked_fill(drop, mask_token_id)
-    if "pinyin_ids" in batch:
-        out["pinyin_ids"] = batch["pinyin_ids"].masked_fill(drop, 0)
-    return out
 
 
 def batches(features: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
@@ -768,6 +720,5 @@ __all__ = [
     "Objective",
     "TextCorrectionObjective",
     "TokenClassificationObjective",
-    "collate",
     "make_objective",
 ]

@@ -1,5 +1,5 @@
-"""The one training loop: pretraining (`training.pretrain`) and fine-tuning (`finetune.run.FinetuneTask`) are tasks
-on it. As in torchtitan, the loop owns the optimizer step and the cadences; the task supplies what is
+"""The one training loop: pretraining (`training.pretrain`) and fine-tuning (`training.supervised`, running a
+`finetune.run.FinetuneJob`) are tasks on it. As in torchtitan, the loop owns the optimizer step and the cadences; the task supplies what is
 model-specific (its batches, its loss, what it logs, evaluates and saves); the engine owns backward, the
 optimizer and every collective.
 
