@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
+from ernie_zoo.finetune.run import FinetuneJob
 from ernie_zoo.finetune.cli import main as cli_main
-from ernie_zoo.training.supervised import SupervisedTraining
-from ernie_zoo.training.supervised import drop_tokens
+from ernie_zoo.training.supervised import SupervisedJob, SupervisedTraining, drop_tokens
 from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
 
 DATA = Path(__file__).parent / "data" / "finetune"
@@ -592,3 +592,18 @@ def test_multi_label_and_text_pairs(tmp_path):
     result = run_finetune(args)
     assert result["steps"] == 3 and "dev" not in result
     assert (tmp_path / "pairs" / "config.json").is_file()
+
+
+def test_fine_tuning_is_a_supervised_job():
+    """training/ runs fine-tuning only through `SupervisedJob`: the job provides every member the protocol names
+    (a member added there and forgotten here would fail at run time, deep in a run)."""
+    members = {n for n in vars(SupervisedJob) if not n.startswith("_")} | set(SupervisedJob.__annotations__)
+    assert {"prepare", "build_model", "adapt", "evaluate", "export", "recipe", "metric"} <= members
+    args = build_args({"data": {"train_file": str(DATA / "sentiment.jsonl")}})
+    job = FinetuneJob(args, args.resolved())
+    tokenizer, features = job.prepare(None)  # the objective exists from here on (metric, scores)
+    assert features["train"] and len(tokenizer) > 0
+    missing = [n for n in sorted(members) if not hasattr(job, n)]
+    assert not missing, f"FinetuneJob lacks {missing} of training.supervised.SupervisedJob"
+    assert job.metric == "accuracy" and job.greater_is_better() is True
+    assert job.keeps_base_weights() is True  # LoRA by default: a fresh base is saved with its weights
