@@ -22,7 +22,6 @@ the signature too. The signature is that of `HeadInputs` (a dataclass), then the
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -101,8 +100,9 @@ def head_forward(body: Callable[..., Any]) -> Callable[..., Any]:
         inputs = HeadInputs(**{name: kwargs.pop(name, None) for name in SHARED_PARAMETERS})
         return body(self, inputs, **kwargs)
 
-    # not functools.wraps: `__wrapped__` would lead `inspect.signature` (and tools that unwrap) to `body`
-    functools.update_wrapper(forward, body, assigned=("__module__", "__name__", "__qualname__"), updated=())
+    # not functools.wraps: its `__wrapped__` would lead tools that unwrap to `body` and its other signature
+    for attribute in ("__module__", "__name__", "__qualname__"):
+        setattr(forward, attribute, getattr(body, attribute))
     own_doc = inspect.cleandoc(body.__doc__) + "\n\n" if body.__doc__ else ""
     forward.__doc__ = own_doc + inspect.cleandoc(HeadInputs.__doc__)
     forward.__signature__ = signature
