@@ -1,6 +1,7 @@
 """Every model class (encoder, heads, CRF tagger with entity-lexicon input, ensemble, spelling correction, and
 transformers' ERNIE 4.5 dense and MoE decoders, registered as they are) and the registry mapping a config to its
-class (`registry`); size presets; int8 storage; checkpoint conversion."""
+class (`registry`); the inputs every head's `forward` names (`heads`); size presets; int8 storage; checkpoint
+conversion."""
 
 from .configuration import ErnieZooConfig
 from .correction import ErnieZooForSpellingCorrection

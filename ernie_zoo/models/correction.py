@@ -38,6 +38,7 @@ from transformers.modeling_outputs import ModelOutput
 from ernie_zoo.text.confusion import CONFUSION_FILE, ConfusionSets, is_cjk
 from ernie_zoo.text.words import WordUnigram
 
+from .heads import HeadInputs, head_forward
 from .modeling import ErnieZooForMaskedLM, saved_file
 from .ngram import CharNgramLM
 from .registry import register
@@ -94,40 +95,21 @@ class ErnieZooForSpellingCorrection(ErnieZooForMaskedLM):
     def detection_loss_weight(self) -> float:
         return float(getattr(self.config, "detection_loss_weight", 0.3))
 
+    @head_forward
     def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        task_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        *,
-        pinyin_ids: torch.Tensor | None = None,
-        logits_mask: torch.Tensor | None = None,
-        **kwargs,
+        self, inputs: HeadInputs, logits_mask: torch.Tensor | None = None, **kwargs
     ) -> SpellingCorrectionOutput:
         r"""
         labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             The right token at each position (`-100` where nothing is learned: special tokens, padding, non-Chinese
             tokens). A position is wrong, for the detection loss, where its label differs from `input_ids`.
-        pinyin_ids: see `ErnieZooModel.forward`.
         logits_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`, *optional*, without labels):
             compute the correction logits only where True, as `(N, V)` in row-major order: a (B, T, V) tensor is
             B x T x 16,000 floats (1 GB for 32 chunks of 512 tokens), and a decoder needs a few positions of it.
         """
-        if pinyin_ids is not None:
-            kwargs["pinyin_ids"] = pinyin_ids
+        input_ids, labels = inputs.input_ids, inputs.labels
         hidden = self.ernie(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            task_type_ids=task_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
+            **self.encoder_inputs(inputs, kwargs), return_dict=True
         ).last_hidden_state  # (B, T, H)
         detection_logits = self.detector(hidden).squeeze(-1)  # (B, T)
         if labels is None:

@@ -37,6 +37,7 @@ from ernie_zoo.text.lexicon import EntityLexicon
 
 from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF, compact
+from .heads import HeadInputs, HeadInputsMixin, head_forward
 from .modeling import ErnieZooPreTrainedModel, saved_file
 from .registry import register
 
@@ -162,7 +163,7 @@ class EntityLexiconMixin:
 
 
 @register("token-classification", flag="use_crf", what="a CRF tagger")
-class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedModel):
+class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, HeadInputsMixin, ErnieZooPreTrainedModel):
     """Token classification with CRF decoding. Saved and loaded like any model (`from_pretrained`); the CRF
     transition scores live in `crf.*` of model.safetensors and `config.use_crf` is True."""
 
@@ -174,59 +175,27 @@ class ErnieZooForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreTrainedMo
         self._add_lexicon_input(3 * len(getattr(config, "lexicon_types", None) or []))
         self.post_init()
 
-    def encode(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        lexicon_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
-    ) -> tuple[torch.Tensor, BaseModelOutput]:
-        """(emissions (B, T, C), the encoder's output): everything of `forward` but the CRF."""
+    def emissions(self, inputs: HeadInputs, **kwargs) -> tuple[torch.Tensor, BaseModelOutput]:
+        """(emissions (B, T, C), the encoder's output) of `inputs`: everything of `forward` but the CRF."""
         kwargs.pop("return_dict", None)
-        if self.lexicon_proj is not None and input_ids is not None and inputs_embeds is None:
-            inputs_embeds = self._embed_with_lexicon(input_ids, lexicon_ids, kwargs.pop("pinyin_ids", None))
-            input_ids = None
-        outputs = self.ernie(
-            input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
-        )
+        outputs = self.ernie(**self.encoder_inputs(inputs, kwargs), return_dict=True)
         return self.classifier(self.dropout(outputs[0])), outputs
 
+    # `emissions` taking `forward`'s inputs by name (`labels` unused), as the ONNX export traces it
+    encode = head_forward(emissions)
+
+    @head_forward
     def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        task_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        crf_mask: torch.Tensor | None = None,
-        lexicon_ids: torch.Tensor | None = None,
-        pinyin_ids: torch.Tensor | None = None,
-        **kwargs,
+        self, inputs: HeadInputs, crf_mask: torch.Tensor | None = None, **kwargs
     ) -> CRFTokenClassifierOutput:
         r"""
         labels (`torch.LongTensor` (B, T), *optional*): tag ids; must be valid at every `crf_mask` position.
         crf_mask (`torch.BoolTensor` (B, T), *optional*): positions the CRF sees; default `default_crf_mask`.
-        lexicon_ids (`torch.LongTensor` (B, T), *optional*): lexicon-match bits of each token (models with
-            `config.lexicon_types`; ignored otherwise).
-        pinyin_ids (`torch.LongTensor` (B, T), *optional*): see `ErnieZooModel.forward` (named here so that
-            transformers' Trainer keeps the column).
         """
-        if pinyin_ids is not None:
-            kwargs["pinyin_ids"] = pinyin_ids
-        emissions, outputs = self.encode(
-            input_ids,
-            attention_mask=attention_mask,
-            lexicon_ids=lexicon_ids,
-            inputs_embeds=inputs_embeds,
-            token_type_ids=token_type_ids,
-            task_type_ids=task_type_ids,
-            position_ids=position_ids,
-            **kwargs,
+        emissions, outputs = self.emissions(inputs, **kwargs)
+        loss, predictions = crf_outputs(
+            self.crf, emissions, inputs.attention_mask, crf_mask, inputs.labels, self.training
         )
-        loss, predictions = crf_outputs(self.crf, emissions, attention_mask, crf_mask, labels, self.training)
         return CRFTokenClassifierOutput(
             loss=loss,
             logits=emissions,

@@ -33,6 +33,7 @@ from .crf_tagger import (
     ErnieZooForTokenClassificationCRF,
     crf_outputs,
 )
+from .heads import HeadInputs, head_forward
 from .modeling import ErnieZooPreTrainedModel
 from .registry import register
 
@@ -124,24 +125,16 @@ class ErnieZooEnsembleForTokenClassificationCRF(EntityLexiconMixin, ErnieZooPreT
         tagger.set_entity_lexicon(self.entity_lexicon)
         return tagger.to(self.dtype).train(self.training)
 
+    @head_forward
     def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        crf_mask: torch.Tensor | None = None,
-        lexicon_ids: torch.Tensor | None = None,
-        pinyin_ids: torch.Tensor | None = None,
-        **kwargs,
+        self, inputs: HeadInputs, crf_mask: torch.Tensor | None = None, **kwargs
     ) -> CRFTokenClassifierOutput:
         """Like `ErnieZooForTokenClassificationCRF.forward` (same inputs); `logits` are the members' mean emissions
         and `loss` their CRF negative log-likelihood under the mean transitions."""
-        kwargs.pop("return_dict", None)
-        kwargs.update(lexicon_ids=lexicon_ids, pinyin_ids=pinyin_ids)
-        emissions = torch.stack(
-            [m.encode(input_ids, attention_mask=attention_mask, **kwargs)[0] for m in self.members]
-        ).mean(0)
-        loss, predictions = crf_outputs(self.crf, emissions, attention_mask, crf_mask, labels, self.training)
+        emissions = torch.stack([m.emissions(inputs, **kwargs)[0] for m in self.members]).mean(0)
+        loss, predictions = crf_outputs(
+            self.crf, emissions, inputs.attention_mask, crf_mask, inputs.labels, self.training
+        )
         return CRFTokenClassifierOutput(loss=loss, logits=emissions, predictions=predictions)
 
 

@@ -55,6 +55,7 @@ from ernie_zoo.text.sentiment import SentimentLexicon, char_features, load_senti
 from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF
 from .generation import decoding_processors
+from .heads import HeadInputs, HeadInputsMixin, head_forward
 from .int8 import int8_weights_file, load_int8_state_dict
 from .registry import check_loadable, register
 
@@ -198,49 +199,6 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
         dropout = config.classifier_dropout
         self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def _add_lexicon_input(self, bits: int) -> None:
-        """`lexicon_proj` (bits -> hidden size, no bias, zero at init) when the model reads `bits` lexicon input bits
-        per token (`lexicon_ids`), else None."""
-        self.lexicon_proj = nn.Linear(bits, self.config.hidden_size, bias=False) if bits else None
-        self._warned_no_lexicon = False
-
-    def _lexicon_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor | None:
-        """The lexicon bits a head computes from its input ids itself when a caller gives none (None: it cannot)."""
-        return None
-
-    def _embed_with_lexicon(
-        self, input_ids: torch.Tensor, lexicon_ids: torch.Tensor | None, pinyin_ids: torch.Tensor | None
-    ) -> torch.Tensor:
-        """Word + char-feature embeddings plus `lexicon_proj` of each token's lexicon bits:
-
-            lexicon_ids (B, T) ─ bits (B, T, n) ─ lexicon_proj (no bias, starts at zero) ─┐
-            input_ids ─ word + char-feature embeddings ────────────────────────────── add ┴─ ERNIE ─ ...
-
-        `lexicon_proj` starts at zero, so a model given a lexicon starts out computing exactly what it did without
-        one. Without `lexicon_ids` (a plain transformers pipeline) the model runs without lexicon bits, warned once."""
-        if lexicon_ids is None:
-            lexicon_ids = self._lexicon_ids_for(input_ids)
-        if lexicon_ids is None:
-            if not self._warned_no_lexicon:
-                self._warned_no_lexicon = True
-                logger.warning(
-                    "this model was trained with lexicon input bits but got no lexicon_ids and has no lexicon "
-                    "to compute them from; it runs without them (Taskflow computes them from the lexicon saved "
-                    "with the model)"
-                )
-            lexicon_ids = torch.zeros_like(input_ids)
-        elif lexicon_ids.shape != input_ids.shape:
-            raise ValueError(
-                f"lexicon_ids shape {tuple(lexicon_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
-            )
-        n = self.lexicon_proj.in_features
-        # bit k of each id, (B, T, n); division and modulo rather than >> and & so that the graph exports to ONNX
-        # (ids are never negative)
-        powers = 2 ** torch.arange(n, device=lexicon_ids.device)
-        bits = torch.div(lexicon_ids[..., None], powers, rounding_mode="floor") % 2
-        embeds = self.ernie.embeddings.embed_tokens(input_ids, pinyin_ids)  # (B, T, H)
-        return embeds + self.lexicon_proj(bits.to(embeds.dtype))
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -396,59 +354,19 @@ class ErnieZooModel(ErnieZooPreTrainedModel, ErnieModel):
         )
 
 
-# The heads below differ from transformers' only in building an ErnieZooModel and in naming `pinyin_ids` in their
-# `forward` (which hands it on to ErnieZooModel through transformers' **kwargs): transformers' Trainer keeps only
-# the dataset columns that `forward` names (`remove_unused_columns=True`), so an unnamed `pinyin_ids` would be
-# dropped silently.
+def _forward_of(parent: type):
+    """`parent.forward` (a transformers ERNIE head's) with the shared head inputs (`heads.head_forward`): the heads
+    below differ from transformers' only in building an ErnieZooModel and in the inputs they name."""
 
-_PINYIN_DOC = ErnieZooModel.forward.__doc__
+    @head_forward
+    def forward(self, inputs: HeadInputs, **kwargs):
+        return parent.forward(self, labels=inputs.labels, **self.encoder_inputs(inputs, kwargs))
 
-
-def _head_forward(parent: type):
-    """`parent.forward` with `pinyin_ids` in its signature, and `lexicon_ids`: the lexicon input bits of a head
-    that reads them (`lexicon_proj`, see `_embed_with_lexicon`), ignored by the others."""
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        task_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        *,
-        pinyin_ids: torch.Tensor | None = None,
-        lexicon_ids: torch.Tensor | None = None,
-        **kwargs,
-    ):
-        if (
-            getattr(self, "lexicon_proj", None) is not None
-            and input_ids is not None
-            and inputs_embeds is None
-        ):
-            inputs_embeds = self._embed_with_lexicon(input_ids, lexicon_ids, pinyin_ids)
-            input_ids = pinyin_ids = None
-        if pinyin_ids is not None:
-            kwargs["pinyin_ids"] = pinyin_ids
-        return parent.forward(
-            self,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            task_type_ids=task_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            labels=labels,
-            **kwargs,
-        )
-
-    forward.__doc__ = _PINYIN_DOC
     return forward
 
 
 @register("fill-mask", default=True)
-class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
+class ErnieZooForMaskedLM(HeadInputsMixin, ErnieZooPreTrainedModel, ErnieForMaskedLM):
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
         self.ernie = ErnieZooModel(config, add_pooling_layer=False)
@@ -461,7 +379,7 @@ class ErnieZooForMaskedLM(ErnieZooPreTrainedModel, ErnieForMaskedLM):
         self.word_polarity = nn.Linear(config.hidden_size, n_polarities) if n_polarities else None
         self.post_init()
 
-    forward = _head_forward(ErnieForMaskedLM)
+    forward = _forward_of(ErnieForMaskedLM)
 
 
 SENTIMENT_LEXICON_FILE = "sentiment_lexicon.tsv"
@@ -517,7 +435,9 @@ def _tokenizer_texts(model_name_or_path: str | os.PathLike, **hub_kwargs) -> lis
 
 
 @register("text-classification", default=True)
-class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenceClassification):
+class ErnieZooForSequenceClassification(
+    HeadInputsMixin, ErnieZooPreTrainedModel, ErnieForSequenceClassification
+):
     """Sequence classification; with `config.sentiment_features` (the bit names of
     `ernie_zoo.text.sentiment.FEATURES`) it also reads each token's sentiment-lexicon bits (`lexicon_ids`), added
     before the encoder by `lexicon_proj` as the NER tagger reads its entity lexicon.
@@ -577,21 +497,21 @@ class ErnieZooForSequenceClassification(ErnieZooPreTrainedModel, ErnieForSequenc
         rows = sentiment_lexicon_ids(input_ids.tolist(), self._token_texts, self.sentiment_lexicon)
         return torch.tensor(rows, dtype=torch.long, device=input_ids.device)
 
-    forward = _head_forward(ErnieForSequenceClassification)
+    forward = _forward_of(ErnieForSequenceClassification)
 
 
 @register("token-classification", default=True)
-class ErnieZooForTokenClassification(ErnieZooPreTrainedModel, ErnieForTokenClassification):
+class ErnieZooForTokenClassification(HeadInputsMixin, ErnieZooPreTrainedModel, ErnieForTokenClassification):
     def __init__(self, config: ErnieZooConfig):
         ErnieZooPreTrainedModel.__init__(self, config)
         self._add_classifier(config, add_pooling_layer=False)
         self.post_init()
 
-    forward = _head_forward(ErnieForTokenClassification)
+    forward = _forward_of(ErnieForTokenClassification)
 
 
 @register("text-generation", default=True)
-class ErnieZooForCausalLM(ErnieZooPreTrainedModel, ErnieForCausalLM):
+class ErnieZooForCausalLM(HeadInputsMixin, ErnieZooPreTrainedModel, ErnieForCausalLM):
     """Left-to-right ERNIE decoder for `generate()` (greedy, sampling, beam search; KV cache).
 
     Set `is_decoder=True` in the config (done automatically here, on a copy) so attention is causal. `generate()`
@@ -608,7 +528,7 @@ class ErnieZooForCausalLM(ErnieZooPreTrainedModel, ErnieForCausalLM):
         self.cls = ErnieOnlyMLMHead(config)
         self.post_init()
 
-    forward = _head_forward(ErnieForCausalLM)
+    forward = _forward_of(ErnieForCausalLM)
 
     def _get_logits_processor(self, generation_config, *args, **kwargs):
         # `eos_min_prob` / `poem_format` of generation_config.json (models/generation.py), where the caller has not
