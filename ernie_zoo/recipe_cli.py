@@ -1,7 +1,8 @@
 """Typed command lines: dataclasses whose field docstrings are the help, parsed by jsonargparse.
 
-The litgpt pattern: one YAML file fully describes a run; every key is a field of a dataclass whose docstring is
-what `--help` prints and what the YAML repeats as comments (`recipe_to_yaml` writes both). jsonargparse reads the
+The litgpt pattern: one YAML file describes a run; every key is a field of a dataclass whose docstring is what
+`--help` prints and what the YAML repeats as a comment above it (`recipe_to_yaml` writes both; a recipe file names
+only the keys that differ from the defaults, `--print_config` prints them all). jsonargparse reads the
 YAML, applies dotted overrides, checks every value against the field types and rejects unknown keys::
 
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --optim.lr 1e-3 --max_steps 50
