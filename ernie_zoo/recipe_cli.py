@@ -1,7 +1,8 @@
 """Typed command lines: dataclasses whose field docstrings are the help, parsed by jsonargparse.
 
-The litgpt pattern: one YAML file fully describes a run; every key is a field of a dataclass whose docstring is
-what `--help` prints and what the YAML repeats as comments (`recipe_to_yaml` writes both). jsonargparse reads the
+The litgpt pattern: one YAML file describes a run; every key is a field of a dataclass whose docstring is what
+`--help` prints and what the YAML repeats as a comment above it (`recipe_to_yaml` writes both; a recipe file names
+only the keys that differ from the defaults, `--print_config` prints them all). jsonargparse reads the
 YAML, applies dotted overrides, checks every value against the field types and rejects unknown keys::
 
     ernie-pretrain recipes/pretrain/tiny-cpu.yaml --optim.lr 1e-3 --max_steps 50
@@ -319,24 +320,34 @@ def _yaml_scalar(value: Any) -> str:
     return text.removesuffix("...").strip()
 
 
-def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
-    """The recipe as YAML with each field's help as a comment above it (`yaml.safe_load` reads it back)."""
+def recipe_to_yaml(
+    recipe: Any, header: str | None = None, changed_only: bool = False, notes: dict[str, str] | None = None
+) -> str:
+    """The recipe as YAML with each field's help as a comment above it (`yaml.safe_load` reads it back).
+
+    `changed_only`: only the keys whose value differs from the schema's default (and the sections holding one):
+    a recipe file that loads to the same recipe, the form the shipped recipes take. `notes`: {dotted key: text}
+    written after a key's value as `# text` (where a number came from)."""
     out: list[str] = []
     if header:
         out += [f"# {line}".rstrip() for line in header.strip().splitlines()] + [""]
 
-    def emit(obj: Any, indent: str) -> None:
+    def emit(obj: Any, indent: str, prefix: str = "") -> None:
         cls = type(obj)
         hints, helps = typing.get_type_hints(cls), field_help(cls)
+        default = cls() if changed_only else None
         for f in dataclasses.fields(cls):
             value = getattr(obj, f.name)
+            if changed_only and value == getattr(default, f.name):
+                continue
             if dataclasses.is_dataclass(hints[f.name]):
-                out.append("")
+                if out and out[-1]:
+                    out.append("")
                 doc = (hints[f.name].__doc__ or "").strip()
                 if doc:
                     out.append(f"{indent}# {doc}")
                 out.append(f"{indent}{f.name}:")
-                emit(value, indent + "  ")
+                emit(value, indent + "  ", f"{prefix}{f.name}.")
                 continue
             # no break after a hyphen: the comment lines joined by spaces must give the help back
             for wrapped in textwrap.wrap(helps.get(f.name, ""), 100 - len(indent), break_on_hyphens=False):
@@ -345,10 +356,27 @@ def recipe_to_yaml(recipe: Any, header: str | None = None) -> str:
                 out.append(f"{indent}{f.name}:")  # a list of mappings: one per line
                 out.extend(f"{indent}  - {_yaml_scalar(v)}" for v in value)
             else:
-                out.append(f"{indent}{f.name}: {_yaml_scalar(value)}")
+                note = (notes or {}).get(prefix + f.name)
+                out.append(f"{indent}{f.name}: {_yaml_scalar(value)}" + (f"  # {note}" if note else ""))
 
     emit(recipe, "")
     return "\n".join(out) + "\n"
+
+
+def unknown_keys(data: Any, cls: type, prefix: str = "") -> list[str]:
+    """The dotted keys of a recipe mapping (as `yaml.safe_load` reads a file) that are no field of recipe class
+    `cls`, section by section (a section's unknown keys, not the section); `["."]` when `data` is no mapping.
+    What tells which schema a recipe file is written for: its keys, never its values."""
+    if not isinstance(data, dict):
+        return [prefix or "."]
+    hints = typing.get_type_hints(cls)
+    unknown = []
+    for key, value in data.items():
+        if key not in hints:
+            unknown.append(f"{prefix}{key}")
+        elif dataclasses.is_dataclass(hints[key]) and value is not None:
+            unknown += unknown_keys(value, hints[key], f"{prefix}{key}.")
+    return unknown
 
 
 __all__ = [
@@ -362,4 +390,5 @@ __all__ = [
     "recipe_parser",
     "recipe_to_yaml",
     "to_dict",
+    "unknown_keys",
 ]

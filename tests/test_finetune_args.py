@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ernie_zoo.finetune import FinetuneArgs, build_args, dump_recipe
-from ernie_zoo.finetune.args import flat_aliases
+from ernie_zoo.finetune.args import DistributedArgs, TrainArgs, flat_aliases
 from ernie_zoo.finetune.cli import main
 from ernie_zoo.recipe_cli import iter_fields
 
@@ -31,21 +31,14 @@ def test_there_are_recipes_for_every_task():
 @pytest.mark.parametrize(
     "path", RECIPES + ZOO_RECIPES + EXPERIMENT_RECIPES, ids=lambda p: f"{p.parent.name}/{p.stem}"
 )
-def test_recipe_loads_and_repeats_every_help_text(path):
+def test_recipe_loads(path):
+    """Every fine-tuning recipe builds its arguments (its comments and keys at their defaults: test_recipes.py)."""
     args = build_args(path)
     assert isinstance(args, FinetuneArgs)
-    text = path.read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
-    sections = {"task", "data", "model", "method", "train", "distributed"}
-    # The zoo's recipes record how the shipped models were built, before the distributed section existed
-    # (issue #21): complete up to it, and without it they run on one process, as they did.
-    zoo = path.parent in (ZOO, EXPERIMENTS)
-    assert set(data) == (sections - {"distributed"} if zoo else sections)  # complete recipes, litgpt style
-    for key, _, help in iter_fields(FinetuneArgs):
-        if zoo and key.startswith("distributed."):
-            continue
-        first_words = " ".join(help.split()[:4])
-        assert first_words in " ".join(text.replace("#", " ").split()), (path.name, key)
+    assert args.train.output_dir != TrainArgs.output_dir  # each run writes its own directory
+    # The zoo's recipes record how the shipped models were built, on one process (issue #21).
+    if path.parent in (ZOO, EXPERIMENTS):
+        assert args.distributed == DistributedArgs()
 
 
 def test_the_task_help_names_every_task():

@@ -67,10 +67,8 @@ def test_plan_scales_gradients_optimizer_and_their_traffic():
     assert any("0.010%" in n or "1.000%" in n for n in lora.notes)
 
 
-def test_the_10b_lora_recipe_loads_and_repeats_every_help_text():
+def test_the_10b_lora_recipe_loads():
     from ernie_zoo.finetune import build_args
-    from ernie_zoo.finetune.args import FinetuneArgs
-    from ernie_zoo.recipe_cli import iter_fields
 
     args = build_args(RECIPE)
     assert args.model.preset == "10b" and args.method.method == "lora" and args.method.lora_r == 16
@@ -79,10 +77,6 @@ def test_the_10b_lora_recipe_loads_and_repeats_every_help_text():
         3,
         None,
     )
-    text = RECIPE.read_text(encoding="utf-8")
-    assert set(yaml.safe_load(text)) == {"task", "data", "model", "method", "train", "distributed"}
-    for key, _, help in iter_fields(FinetuneArgs):
-        assert " ".join(help.split()[:4]) in " ".join(text.replace("#", " ").split()), key
 
 
 def test_plan_of_the_10b_lora_recipe(capsys, tmp_path):

@@ -1,26 +1,60 @@
-"""Recipe schema: every YAML in recipes/pretrain/ loads against `PretrainRecipe` (jsonargparse); overrides,
-errors, help."""
+"""Recipe schema: every YAML under recipes/ loads against its schema (`PretrainRecipe` or `FinetuneArgs`, by
+jsonargparse) and holds only what differs from the defaults; overrides, errors, help.
+
+The rule for a recipe file (what `scripts/slim_recipes.py` writes, and what these tests enforce):
+- it holds only the keys whose values differ from the schema's defaults (the full resolved config is one
+  `--print_config` away), and loads to the recipe tests/data/resolved_recipes.json records;
+- a header comment before the first key (ended by a blank line) says what the recipe is for and where its
+  numbers came from; a `# note` after a value may say where that number came from;
+- every other comment is the schema's: each key sits directly under its help, each section under its
+  description, exactly as `recipe_to_yaml` wraps them, and no other comment appears.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ernie_zoo.recipe_cli import cli_args, iter_fields, load_recipe, parse_recipe, recipe_to_yaml, to_dict
+from ernie_zoo.finetune.args import FinetuneArgs, recipe_schema
+from ernie_zoo.recipe_cli import (
+    cli_args,
+    iter_fields,
+    load_recipe,
+    parse_recipe,
+    recipe_to_yaml,
+    to_dict,
+    unknown_keys,
+)
 from ernie_zoo.training.recipe import PretrainRecipe
 
-RECIPES_DIR = Path(__file__).parents[1] / "recipes" / "pretrain"
+REPO = Path(__file__).parents[1]
+RECIPES_DIR = REPO / "recipes" / "pretrain"
 # The zoo's pretraining recipes share the schema, and so do the experiments'.
 RECIPES = sorted(RECIPES_DIR.glob("*.yaml")) + sorted((RECIPES_DIR.parent / "zoo").glob("pretrain-*.yaml"))
 RECIPES += sorted((RECIPES_DIR.parent / "experiments").glob("pretrain-*.yaml"))
+#: every recipe under recipes/, both schemas
+ALL_RECIPES = sorted((REPO / "recipes").rglob("*.yaml"))
 SHIPPED = ["tiny-cpu.yaml", "mini.yaml", "base.yaml", "10b.yaml", "100b.yaml"]
 # Parameter counts the big recipes promise in their names (checked on the meta device, +-15%).
 EXPECTED_PARAMS = {"10b.yaml": 10e9, "100b.yaml": 100e9}
 MINIMAL = {"data.files": ["corpus.txt"]}
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(REPO).as_posix()
+
+
+def _slimmer():
+    spec = importlib.util.spec_from_file_location("slim_recipes", REPO / "scripts" / "slim_recipes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_recipes_exist():
@@ -36,7 +70,7 @@ def test_every_recipe_loads_against_the_schema(path):
 
     recipe = load_recipe(path, cls=PretrainRecipe)
     assert isinstance(recipe, PretrainRecipe)
-    # every key of the file is a schema key (load_recipe would raise otherwise) and the file is complete
+    # every key of the file is a schema key (load_recipe would raise otherwise); the rest are the defaults
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     assert load_recipe(data, cls=PretrainRecipe) == recipe
     MaskingSchedule.from_config(recipe.masking.schedule)
@@ -68,27 +102,141 @@ class _Sized:
         return self._n
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_recipe_files_repeat_the_help_as_comments(name):
-    """Each key of the shipped recipes sits under its help text (as `recipe_to_yaml` writes it)."""
-    lines = (RECIPES_DIR / name).read_text(encoding="utf-8").splitlines()
-    helps = {key: help for key, _, help in iter_fields(PretrainRecipe)}
-    section, checked = "", 0
-    for i, line in enumerate(lines):
-        if not line.strip() or line.lstrip().startswith(("#", "-")):
+def _schema_comments(cls: type) -> dict[str, list[str]]:
+    """{dotted key or section: the comment lines recipe_to_yaml writes above it}, read off a full recipe_to_yaml
+    of the defaults (so the wrapping is the writer's own)."""
+    lines = recipe_to_yaml(cls()).splitlines()
+    comments, block, section = {}, [], ""
+    for line in lines:
+        if line.lstrip().startswith("#"):
+            block.append(line.strip())
             continue
-        key = line.strip().split(":")[0]
+        if line.strip() and not line.lstrip().startswith("-"):
+            key = line.strip().split(":")[0]
+            if not line.startswith(" "):
+                section = "" if line.split(":", 1)[1].strip() else key
+                comments[key] = block
+            else:
+                comments[f"{section}.{key}"] = block
+        block = []
+    return comments
+
+
+@pytest.mark.parametrize("path", ALL_RECIPES, ids=_rel)
+def test_every_comment_is_the_schema_help_or_the_header(path):
+    """Each key sits directly under its help, each section under its description (as recipe_to_yaml writes them);
+    the only other comments are the header before the first key and `# note`s after values."""
+    cls = recipe_schema(path)
+    expected = _schema_comments(cls)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+    first -= len(expected.get(lines[first].split(":")[0], []))  # the first key's help: not header
+    assert first <= 0 or not lines[first - 1].strip(), f"{_rel(path)}: a blank line ends the header"
+    first = max(first, 0)
+    section, block, checked = "", [], 0
+    for n, line in enumerate(lines[first:], first + 1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            block.append(stripped)
+            continue
+        if not stripped or stripped.startswith("-"):
+            assert not block, f"{_rel(path)}:{n}: a comment that is no key's help: {block}"
+            continue
+        key = stripped.split(":")[0]
         if not line.startswith(" "):
-            section = "" if line.split(":", 1)[1].strip() else f"{key}."
-            if section:
-                continue
-        j, comment = i, []
-        while j > 0 and lines[j - 1].lstrip().startswith("#"):
-            comment.insert(0, lines[j - 1].strip().lstrip("#").strip())
-            j -= 1
-        assert " ".join(comment) == helps[section + key], f"{name}: {section + key}"
-        checked += 1
-    assert checked == len(helps)
+            section = "" if line.split(":", 1)[1].split(" #")[0].strip() else key
+            dotted = key
+        else:
+            dotted = f"{section}.{key}"
+        assert dotted in expected, f"{_rel(path)}:{n}: {dotted!r} is no key of {cls.__name__}"
+        assert block == expected[dotted], f"{_rel(path)}:{n}: {dotted} is not under its help"
+        block, checked = [], checked + 1
+    assert checked and not block
+
+
+def _walk(data: dict, cls: type, prefix: str = "") -> typing.Iterator[tuple[str, typing.Any]]:
+    """(dotted key, section class path) for every leaf key a recipe file gives."""
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if dataclasses.is_dataclass(hints[key]):
+            assert value, f"section {prefix}{key} is empty"
+            yield from _walk(value, hints[key], f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _get(obj: typing.Any, dotted: str) -> typing.Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("path", ALL_RECIPES, ids=_rel)
+def test_no_recipe_repeats_a_default(path):
+    """A recipe gives only the keys that differ from the schema's defaults: the three lines that matter are not
+    hidden among the two hundred that do not (`--print_config` prints them all)."""
+    cls = recipe_schema(path)
+    recipe, defaults = load_recipe(path, cls=cls), cls()
+    given = list(_walk(yaml.safe_load(path.read_text(encoding="utf-8")), cls))
+    assert given
+    repeated = [key for key, _ in given if _get(recipe, key) == _get(defaults, key)]
+    assert not repeated, f"{_rel(path)} repeats the defaults of {repeated}"
+
+
+def test_recipes_are_what_the_slimming_script_writes():
+    """The committed recipes are scripts/slim_recipes.py's output (header and notes kept, keys at their defaults
+    left out, each kept key under its current help), so a docstring change is one rerun away."""
+    slimmer = _slimmer()
+    stale = [_rel(p) for p in ALL_RECIPES if slimmer.slim(p) != p.read_text(encoding="utf-8")]
+    assert not stale, f"run `python scripts/slim_recipes.py`: {stale}"
+
+
+def test_the_schema_is_told_by_the_keys():
+    """`recipe_schema` (what `ernie-zoo plan --recipe` and the model cards use) tells the schema from a file's
+    keys alone, even when a slim recipe leaves out task, method and train; the committed recipes agree with
+    where they sit (recipes/pretrain/ and pretrain-*.yaml are ernie-pretrain's)."""
+    for path in ALL_RECIPES:
+        pretrain = path.parent == RECIPES_DIR or path.name.startswith("pretrain-")
+        assert recipe_schema(path) is (PretrainRecipe if pretrain else FinetuneArgs), _rel(path)
+    assert unknown_keys({"data": {"train_file": "a.jsonl"}}, FinetuneArgs) == []
+    assert unknown_keys({"data": {"train_file": "a.jsonl"}}, PretrainRecipe) == ["data.train_file"]
+    assert unknown_keys({"model": {"preset": "mini"}, "optim": {"lrr": 1}, "x": 2}, PretrainRecipe) == [
+        "optim.lrr",
+        "x",
+    ]
+    assert unknown_keys([1], PretrainRecipe) == ["."]
+
+
+def test_schema_of_slim_files(tmp_path):
+    cases = {
+        "data:\n  train_file: a.jsonl\n": FinetuneArgs,  # no task, method or train: the data keys tell
+        "train:\n  epochs: 1\n": FinetuneArgs,
+        "data:\n  files: [a.txt]\n": PretrainRecipe,
+        "max_steps: 3\n": PretrainRecipe,
+        "data:\n  train_file: a.jsonl\n  lexcon: x\n": FinetuneArgs,  # a typo: the schema it was meant for
+    }
+    for i, (text, cls) in enumerate(cases.items()):
+        path = tmp_path / f"r{i}.yaml"
+        path.write_text(text, encoding="utf-8")
+        assert recipe_schema(path) is cls, text
+    (tmp_path / "bad.yaml").write_text("- a\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="a recipe is a mapping"):
+        recipe_schema(tmp_path / "bad.yaml")
+
+
+def test_changed_only_yaml_loads_to_the_same_recipe():
+    recipe = load_recipe(
+        None, {**MINIMAL, "optim.lr": "1e-3", "distributed.backend": "deepspeed"}, cls=PretrainRecipe
+    )
+    text = recipe_to_yaml(recipe, changed_only=True, notes={"optim.lr": "tuned"})
+    assert load_recipe(yaml.safe_load(text), cls=PretrainRecipe) == recipe
+    assert yaml.safe_load(text) == {
+        "data": {"files": ["corpus.txt"]},
+        "optim": {"lr": 1e-3},
+        "distributed": {"backend": "deepspeed"},
+    }
+    assert "  lr: 0.001  # tuned\n" in text and "# Peak learning rate.\n" in text
+    assert recipe_to_yaml(PretrainRecipe(), changed_only=True) == "\n"  # the defaults: nothing to say
 
 
 def test_yaml_round_trip_and_defaults():

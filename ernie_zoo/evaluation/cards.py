@@ -159,20 +159,22 @@ def _uses_sentiment_lexicon(stage: dict[str, Any]) -> bool:
     """Whether a training stage (an entry of training.json's `stages`) used the sentiment lexicon: its recipe names
     one for the sentiment masking unit (`data.sentiment_lexicon` of a pretraining recipe), or it trains on the
     silver sentences the lexicon labelled (`recipes/zoo/sentiment_silver.py` writes them to a `sentiment_silver*`
-    dataset), or a sequence classifier reads it as input (`data.lexicon`). Read from the recipe file in this checkout; a stage whose recipe is not here counts as not using it."""
-    import yaml
-
+    dataset), or a sequence classifier reads it as input (`data.lexicon`). Read from the recipe in this checkout,
+    resolved by its schema (a recipe leaves out the keys at their defaults, such as task
+    sequence_classification); a stage whose recipe is not here counts as not using it."""
     from ernie_zoo.data.corpora import repo_root
+    from ernie_zoo.finetune.args import FinetuneArgs, recipe_schema
+    from ernie_zoo.recipe_cli import load_recipe
 
     recipe, root = stage.get("recipe"), repo_root()
     if not recipe or root is None or not (root / recipe).is_file():
         return False
-    config = yaml.safe_load((root / recipe).read_text(encoding="utf-8")) or {}
-    data = config.get("data") or {}
-    return (
-        bool(data.get("sentiment_lexicon"))
-        or (config.get("task") == "sequence_classification" and bool(data.get("lexicon")))
-        or any("sentiment_silver" in str(data.get(key) or "") for key in ("train_file", "dev_file"))
+    config = load_recipe(root / recipe, cls=recipe_schema(root / recipe))
+    if not isinstance(config, FinetuneArgs):
+        return bool(config.data.sentiment_lexicon)
+    data = config.data
+    return (config.task == "sequence_classification" and bool(data.lexicon)) or any(
+        "sentiment_silver" in str(getattr(data, key) or "") for key in ("train_file", "dev_file")
     )
 
 

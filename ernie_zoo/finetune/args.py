@@ -21,15 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ernie_zoo.recipe_cli import iter_fields, load_recipe, recipe_to_yaml
-from ernie_zoo.training.recipe import DistributedArgs
+import yaml
+
+from ernie_zoo.recipe_cli import iter_fields, load_recipe, recipe_to_yaml, unknown_keys
+from ernie_zoo.training.recipe import DistributedArgs, PretrainRecipe
 from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_source
 
 from .methods import METHODS, check_supported
 
 #: the methods the instruction task runs (tested on the decoders; the others target ErnieZoo module names)
 INSTRUCTION_METHODS = ("full", "lora")
-FINETUNE_TASKS = ("sequence_classification", "token_classification", "generation", "text_correction", "instruction")
+FINETUNE_TASKS = (
+    "sequence_classification",
+    "token_classification",
+    "generation",
+    "text_correction",
+    "instruction",
+)
 
 
 @dataclass
@@ -423,6 +431,29 @@ def build_args(
     return load_recipe(recipe, dotted, cls=FinetuneArgs)
 
 
+#: Top-level keys that only an ernie-finetune recipe has (an ernie-pretrain recipe has optim, masking, ...).
+FINETUNE_KEYS = ("task", "method", "train")
+
+
+def recipe_schema(path: str | Path) -> type[FinetuneArgs] | type[PretrainRecipe]:
+    """The schema a recipe file is written for: `FinetuneArgs` (`ernie-finetune`) when it has a section only
+    fine-tuning has (task, method, train) or fewer keys unknown to `FinetuneArgs` than to `PretrainRecipe`, else
+    `PretrainRecipe` (`ernie-pretrain`; so a misspelt key is reported by the schema it was meant for). Only the
+    file's keys are read, never its values: those come from the schema (`load_recipe(path,
+    cls=recipe_schema(path))`), since a recipe leaves out every key at its default."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a recipe is a mapping of keys, got {type(data).__name__}")
+    if any(key in data for key in FINETUNE_KEYS):
+        return FinetuneArgs
+    if len(unknown_keys(data, FinetuneArgs)) < len(unknown_keys(data, PretrainRecipe)):
+        return FinetuneArgs
+    return PretrainRecipe
+
+
 def dump_recipe(args: FinetuneArgs) -> str:
     """The resolved arguments as commented YAML (saved next to the results so the run can be repeated)."""
     return recipe_to_yaml(args, header="ernie-finetune recipe (resolved); run: ernie-finetune THIS_FILE")
@@ -434,9 +465,11 @@ __all__ = [
     "FinetuneArgs",
     "MethodArgs",
     "FinetuneModelArgs",
+    "FINETUNE_KEYS",
     "FINETUNE_TASKS",
     "TrainArgs",
     "build_args",
     "dump_recipe",
     "flat_aliases",
+    "recipe_schema",
 ]

@@ -14,19 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-#: Top-level keys that only an ernie-finetune recipe has (an ernie-pretrain recipe has optim, masking, ...).
-FINETUNE_KEYS = ("task", "method", "train")
+from .args import FINETUNE_KEYS, FinetuneArgs, recipe_schema
 
 
 def is_finetune_recipe(path: str | os.PathLike) -> bool:
-    """Whether the YAML at `path` is an ernie-finetune recipe (by its sections)."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {err}") from None
-    return isinstance(data, dict) and any(key in data for key in FINETUNE_KEYS)
+    """Whether the YAML at `path` is an ernie-finetune recipe (by its keys: `args.recipe_schema`)."""
+    return recipe_schema(path) is FinetuneArgs
 
 
 def _base_config(args) -> Any:

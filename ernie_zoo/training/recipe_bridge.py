@@ -2,8 +2,10 @@
 how it runs. It lives in training/ because it reads the recipe schema; the planner itself imports nothing above
 parallel/.
 
-The recipe is loaded (and checked) with the schema; of the `distributed` keys only those the file sets override
-the planner's own defaults (its recompute default is full, the recipe's none).
+The recipe is loaded (and checked) with the schema, and its resolved values are planned, never the file's raw
+keys (a recipe leaves out every key at its default): the run's recompute and pipeline stages, and its TP size,
+ZeRO stage and offloads where the recipe sets them (null there means the DeepSpeed json's, read by the caller,
+else the planner's defaults).
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ernie_zoo.recipe_cli import load_recipe
 
@@ -62,9 +62,8 @@ def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, 
         warnings.append(
             "the recipe's distributed.backend is 'single' (one device): the plan shows a sharded layout"
         )
-    given = (yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}).get("distributed") or {}
     for key, field in DISTRIBUTED_KEYS.items():
-        if given.get(key) is not None:
+        if getattr(dist, key) is not None:
             settings[field] = getattr(dist, key)
     if dist.deepspeed_config:
         settings["deepspeed"] = dist.deepspeed_config
