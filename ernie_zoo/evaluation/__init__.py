@@ -5,7 +5,7 @@ Baselines (LAC, jieba.posseg, SnowNLP, TF-IDF + logistic regression, n-gram LMs)
 """
 
 from ..models.ngram import CharNgramLM
-from .metrics import accuracy, macro_f1
+from ..text.metrics import accuracy, macro_f1
 from .poetry import PoemFormat, check_poem_format, format_rates, poem_lines
 
 __all__ = [
