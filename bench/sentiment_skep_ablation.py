@@ -68,7 +68,7 @@ def recipe_path(name: str) -> str:
 def score_run(run_dir: Path, md_dev: list[dict], review_dev: list[dict]) -> dict:
     from ernie_zoo import Taskflow
     from ernie_zoo.evaluation.baselines import scores_by_domain
-    from ernie_zoo.evaluation.metrics import accuracy
+    from ernie_zoo.text.metrics import accuracy
 
     flow = Taskflow("sentiment_analysis", task_path=str(run_dir), precision="fp32", batch_size=64)
     md_pred = [o["label"] for o in flow([r["text"] for r in md_dev])]

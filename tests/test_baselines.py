@@ -17,9 +17,9 @@ from ernie_zoo.evaluation.baselines import (
     sentiment_tfidf_lr,
     words_to_spans,
 )
-from ernie_zoo.evaluation.metrics import accuracy, entity_names, macro_f1, recall_by_seen
 from ernie_zoo.evaluation.poetry import check_poem_format, format_rates, poem_lines
 from ernie_zoo.models.ngram import CharNgramLM
+from ernie_zoo.text.metrics import accuracy, entity_names, macro_f1, recall_by_seen
 
 DATA = Path(__file__).parent / "data"
 

@@ -226,33 +226,3 @@ def test_ner_encoding_aligns_labels_with_spans(scheme, tiny_tokenizer):
     # the space character has no token of its own, so the sentence has one token fewer than characters
     spaced = features[4]
     assert sum(o is not None for o in spaced["_offsets"]) == len(task.splits["train"][4].text) - 1
-
-
-def test_demo_sentiment_falls_back_honestly(tmp_path):
-    from ernie_zoo.finetune.demo import sentiment_splits
-
-    splits, info = sentiment_splits(
-        30, 5, 5, raw_dir=tmp_path, allow_download=False, fallback=DATA / "sentiment.jsonl"
-    )
-    assert info["fallback"] and info["source"].startswith("FALLBACK") and "not in" in info["reason"]
-    assert info["sizes"] == {"train": 30, "dev": 5, "test": 5}
-    texts = [r["text"] for part in splits.values() for r in part]
-    assert len(set(texts)) == len(texts)  # the three splits do not overlap
-    with pytest.raises(ValueError, match="no fallback"):
-        sentiment_splits(30, 5, 5, raw_dir=tmp_path, allow_download=False)
-
-
-def test_demo_ner_falls_back_honestly(tmp_path):
-    from ernie_zoo.finetune.demo import ner_splits
-
-    splits, info = ner_splits(6, 1, 1, raw_dir=tmp_path, allow_download=False, fallback=DATA / "ner_bmes.txt")
-    assert info["fallback"] and info["source"].startswith("FALLBACK") and "not in" in info["reason"]
-    assert info["sizes"] == {"train": 6, "dev": 1, "test": 1}
-    texts = [r["text"] for part in splits.values() for r in part]
-    assert len(set(texts)) == len(texts)
-    for row in splits["train"]:  # spans index the sentence and carry the BMES file's types
-        for e in row["entities"]:
-            assert 0 <= e["start"] < e["end"] <= len(row["text"]) and e["type"] in {"PER", "LOC", "ORG"}
-    assert sum(info["entities"]["train"].values()) == sum(len(r["entities"]) for r in splits["train"]) > 0
-    with pytest.raises(ValueError, match="no fallback"):
-        ner_splits(6, 1, 1, raw_dir=tmp_path, allow_download=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ernie_zoo.finetune.metrics import classification_scores, entity_scores, multilabel_scores
+from ernie_zoo.text.metrics import classification_scores, entity_scores, multilabel_scores
 from ernie_zoo.text.tags import Span
 
 PER, LOC, ORG = "PER", "LOC", "ORG"

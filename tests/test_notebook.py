@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "lora_finetune.ipynb"
+DATA = Path(__file__).parent / "data" / "finetune"  # the fallback files the notebook reads
 METHODS = ("LoRA", "full", "Houlsby adapter")
 
 
@@ -81,6 +82,38 @@ def test_committed_notebook_has_its_outputs():
         "ERNIE_ZOO_NOTEBOOK_OFFLINE",
     }
     assert '"ernie-zoo-mini-zh"' in source
+
+
+def test_notebook_sentiment_data_falls_back_honestly(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(NOTEBOOK.parent))
+    from notebook_data import sentiment_splits
+
+    splits, info = sentiment_splits(
+        30, 5, 5, raw_dir=tmp_path, allow_download=False, fallback=DATA / "sentiment.jsonl"
+    )
+    assert info["fallback"] and info["source"].startswith("FALLBACK") and "not in" in info["reason"]
+    assert info["sizes"] == {"train": 30, "dev": 5, "test": 5}
+    texts = [r["text"] for part in splits.values() for r in part]
+    assert len(set(texts)) == len(texts)  # the three splits do not overlap
+    with pytest.raises(ValueError, match="no fallback"):
+        sentiment_splits(30, 5, 5, raw_dir=tmp_path, allow_download=False)
+
+
+def test_notebook_ner_data_falls_back_honestly(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(NOTEBOOK.parent))
+    from notebook_data import ner_splits
+
+    splits, info = ner_splits(6, 1, 1, raw_dir=tmp_path, allow_download=False, fallback=DATA / "ner_bmes.txt")
+    assert info["fallback"] and info["source"].startswith("FALLBACK") and "not in" in info["reason"]
+    assert info["sizes"] == {"train": 6, "dev": 1, "test": 1}
+    texts = [r["text"] for part in splits.values() for r in part]
+    assert len(set(texts)) == len(texts)
+    for row in splits["train"]:  # spans index the sentence and carry the BMES file's types
+        for e in row["entities"]:
+            assert 0 <= e["start"] < e["end"] <= len(row["text"]) and e["type"] in {"PER", "LOC", "ORG"}
+    assert sum(info["entities"]["train"].values()) == sum(len(r["entities"]) for r in splits["train"]) > 0
+    with pytest.raises(ValueError, match="no fallback"):
+        ner_splits(6, 1, 1, raw_dir=tmp_path, allow_download=False)
 
 
 def _public_data_ready(raw: Path) -> bool:

@@ -15,14 +15,12 @@ import pytest
 
 from ernie_zoo.data import sentiment_lexicon as sl
 from ernie_zoo.data import sources
-from ernie_zoo.data.sentiment_lexicon import (
+from ernie_zoo.data.sentiment_lexicon import SourceLexicon, merge_sources, normalize_word
+from ernie_zoo.text.sentiment import (
     SentimentLexicon,
-    SourceLexicon,
     lexicon_contributions,
     lexicon_score,
     load_sentiment_lexicon,
-    merge_sources,
-    normalize_word,
     segment,
     weak_sentiment_label,
 )

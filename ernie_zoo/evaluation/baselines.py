@@ -49,9 +49,8 @@ from tqdm.auto import tqdm
 from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from ..models.ngram import CharNgramLM
 from ..recipe_cli import command_main
-from ..text.metrics import span_scores
+from ..text.metrics import accuracy, macro_f1, span_scores
 from ..utils import atomic_write_json
-from .metrics import accuracy, macro_f1
 from .poetry import format_rates
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from ernie_zoo.models.generation import greedy_continuations
+from ernie_zoo.text.metrics import char_f1, distinct2, rouge_l  # re-exported: the generator's scores
 
 from .poetry import LINE_LENGTHS, poem_lines
 
@@ -34,12 +35,6 @@ __all__ = [
     "start_token_id",
     "token_logprobs",
 ]
-
-
-def distinct2(text: str) -> float:
-    """Distinct character bigrams / bigrams (1.0 for texts under two characters): a repetition check."""
-    grams = [text[i : i + 2] for i in range(len(text) - 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
 
 
 def choose_decoding(rows: Sequence[dict], score: str, min_distinct2: float, smaller: Sequence[str]) -> dict:
@@ -97,32 +92,6 @@ def char_perplexity(model, tokenizer, texts: Sequence[str], *, batch_size: int =
             f"char_perplexity is {value}: the model produced non-finite log-probabilities"
         )
     return value
-
-
-def char_f1(prediction: str, reference: str) -> float:
-    """F1 of the character multisets (bag of characters), 0 when either is empty."""
-    common = sum((Counter(prediction) & Counter(reference)).values())
-    if not common:
-        return 0.0
-    p, r = common / len(prediction), common / len(reference)
-    return 2 * p * r / (p + r)
-
-
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F1 on characters (longest common subsequence)."""
-    if not prediction or not reference:
-        return 0.0
-    prev = [0] * (len(reference) + 1)
-    for a in prediction:
-        cur = [0]
-        for j, b in enumerate(reference):
-            cur.append(prev[j] + 1 if a == b else max(prev[j + 1], cur[j]))
-        prev = cur
-    lcs = prev[-1]
-    if not lcs:
-        return 0.0
-    p, r = lcs / len(prediction), lcs / len(reference)
-    return 2 * p * r / (p + r)
 
 
 def explanation_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:

@@ -44,7 +44,7 @@ from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from ..data.sources import DEFAULT_CACHE
 from ..models.ngram import CharNgramLM
 from ..text import traditional
-from ..text.metrics import span_scores
+from ..text.metrics import accuracy, entity_names, macro_f1, recall_by_seen, span_scores
 from .baselines import (
     MULTIDOMAIN_DIR,
     _compact,
@@ -55,7 +55,6 @@ from .baselines import (
     scores_by_domain,
 )
 from .generation import token_logprobs
-from .metrics import accuracy, entity_names, macro_f1, recall_by_seen
 from .poetry import format_rates
 
 logger = logging.getLogger(__name__)

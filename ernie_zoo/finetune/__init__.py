@@ -24,7 +24,6 @@ from .args import (
 from .bottleneck import BottleneckConfig, BottleneckModel
 from .export import export, load_adapter, load_finetuned, merge_adapter, unwrap
 from .methods import METHODS, Method, apply_method, check_supported, register_method
-from .metrics import classification_scores, entity_scores, multilabel_scores
 from .run import run_finetune
 
 __all__ = [
@@ -43,15 +42,12 @@ __all__ = [
     "apply_method",
     "build_args",
     "check_supported",
-    "classification_scores",
     "dump_recipe",
-    "entity_scores",
     "export",
     "load_adapter",
     "load_finetuned",
     "merge_adapter",
     "register_method",
-    "multilabel_scores",
     "run_finetune",
     "unwrap",
 ]

