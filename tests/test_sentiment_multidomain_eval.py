@@ -460,3 +460,15 @@ def test_evaluate_sentiment_model_scores_the_multidomain_files(tmp_path_factory,
     # An explicitly given directory without the files is an error, not a silent skip.
     with pytest.raises(FileNotFoundError):
         evaluate_sentiment_model(model, datasets, multidomain_dir=tmp_path / "missing")
+
+
+def test_the_shipped_models_weights_are_named_by_their_sha256():
+    """The record of which weights scored names the model file's sha256 (read by the one manifest reader), the
+    value test_zoo_models compares against; a raw read of the manifest once gave its whole entry (size too)."""
+    from ernie_zoo.utils import read_manifest
+    from ernie_zoo.zoo import ZOO_DIR
+
+    labels, info = bl._shipped_sentiment(["物流很快，包装完好"], "ernie-zoo-mini-sentiment")
+    assert labels[0] in {"positive", "negative"}
+    expected = read_manifest(ZOO_DIR / "ernie-zoo-mini-sentiment")["model.safetensors"]["sha256"]
+    assert isinstance(info["weights_sha256"], str) and info["weights_sha256"] == expected

@@ -454,17 +454,15 @@ def _shipped_sentiment(texts: Sequence[str], model: str) -> tuple[list[str], dic
     import torch
 
     from ..taskflow import Taskflow
+    from ..utils import MANIFEST, read_manifest
     from ..zoo import ZOO_DIR
 
     flow = Taskflow("sentiment_analysis", model=model)
     t0 = time.perf_counter()
     pred = [o["label"] for o in flow(list(texts))]
     info: dict[str, Any] = {"model": model, "seconds": round(time.perf_counter() - t0, 2)}
-    manifest = ZOO_DIR / model / "manifest.json"
-    if manifest.is_file():
-        info["weights_sha256"] = json.loads(manifest.read_text(encoding="utf-8"))["files"].get(
-            "model.safetensors"
-        )
+    if (ZOO_DIR / model / MANIFEST).is_file():  # the one manifest reader (a raw read gave the whole entry)
+        info["weights_sha256"] = read_manifest(ZOO_DIR / model).get("model.safetensors", {}).get("sha256")
     info["torch"] = torch.__version__
     info["torch_threads"] = torch.get_num_threads()
     return pred, info
