@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     import ernie_zoo.auto  # noqa: F401
-    from ernie_zoo.finetune.tasks import make_objective
+    from ernie_zoo.finetune.objectives import make_objective
 
     torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in NER_TRAIN.read_text(encoding="utf-8").splitlines()[: args.sentences]]

@@ -50,7 +50,7 @@ def test_the_task_help_names_every_task():
 
 def test_every_recipe_task_has_an_objective():
     from ernie_zoo.finetune.args import FINETUNE_TASKS
-    from ernie_zoo.finetune.tasks import OBJECTIVES
+    from ernie_zoo.finetune.objectives import OBJECTIVES
 
     assert sorted(FINETUNE_TASKS) == sorted(OBJECTIVES)
     assert all(cls.name == name for name, cls in OBJECTIVES.items())

@@ -10,7 +10,7 @@ import pytest
 
 from ernie_zoo.finetune import build_args
 from ernie_zoo.finetune.data import detect_format, read_tagged_file
-from ernie_zoo.finetune.tasks import make_objective
+from ernie_zoo.finetune.objectives import make_objective
 from ernie_zoo.text.tags import Span
 
 DATA = Path(__file__).parent / "data" / "finetune"

@@ -31,7 +31,7 @@ import transformers
 from safetensors.torch import load_file
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
-from ernie_zoo.finetune.tasks import make_objective
+from ernie_zoo.finetune.objectives import make_objective
 from ernie_zoo.training.supervised import IGNORE, collate
 from ernie_zoo.models.decoder import chat_prompt_ids
 from ernie_zoo.models.presets import preset_config

@@ -67,7 +67,7 @@ def planner_inputs_from_finetune_recipe(path: str | os.PathLike) -> tuple[Any, d
 
     from .args import build_args
     from .methods import apply_method
-    from .tasks import make_objective
+    from .objectives import make_objective
 
     args = build_args(path).resolved()
     if make_objective(args).decoder:

@@ -35,7 +35,7 @@ from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
 from .export import export, load_config
 from .methods import MethodInfo, apply_method, default_learning_rate
-from .tasks import Objective, make_objective
+from .objectives import Objective, make_objective
 
 logger = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ class MeanOfReplays(nn.Module):
 def main(argv: list[str] | None = None) -> None:
     from ernie_zoo.finetune import build_args, load_finetuned
     from ernie_zoo.finetune.distill import check_teacher
-    from ernie_zoo.finetune.tasks import make_objective
+    from ernie_zoo.finetune.objectives import make_objective
     from ernie_zoo.models.ensemble import ErnieZooEnsembleForTokenClassificationCRF
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from ernie_zoo.finetune import build_args, load_finetuned
-    from ernie_zoo.finetune.tasks import make_objective
+    from ernie_zoo.finetune.objectives import make_objective
     from ernie_zoo.utils import atomic_directory
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
