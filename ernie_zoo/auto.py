@@ -1,5 +1,5 @@
 """Registration with transformers' Auto classes, so `AutoModel.from_pretrained(dir)` works after `import ernie_zoo`:
-each Auto class builds the default class of its task in the registry (`ernie_zoo.models.registry`)."""
+each Auto class builds the default class of its pipeline tag in the registry (`ernie_zoo.models.registry`)."""
 
 from transformers import (
     AutoConfig,
@@ -12,7 +12,7 @@ from transformers import (
 )
 
 from .models import ErnieZooConfig
-from .models.registry import TASK_DEFAULTS
+from .models.registry import PIPELINE_DEFAULTS
 from .tokenization import ErnieZooTokenizerFast
 
 AUTO_CLASSES = {
@@ -26,8 +26,8 @@ AUTO_CLASSES = {
 
 def register() -> None:
     AutoConfig.register(ErnieZooConfig.model_type, ErnieZooConfig, exist_ok=True)
-    for task, auto_cls in AUTO_CLASSES.items():
-        auto_cls.register(ErnieZooConfig, TASK_DEFAULTS[task], exist_ok=True)
+    for tag, auto_cls in AUTO_CLASSES.items():
+        auto_cls.register(ErnieZooConfig, PIPELINE_DEFAULTS[tag], exist_ok=True)
     AutoTokenizer.register(ErnieZooConfig, tokenizer_class=ErnieZooTokenizerFast, exist_ok=True)
 
 

@@ -83,7 +83,7 @@ def test_registry_names_the_decoders():
         Ernie4_5_MoeForCausalLM
     )
     # the encoder's causal LM stays the task's default (what AutoModelForCausalLM builds for an ErnieZooConfig)
-    assert model_class_for({}, task="text-generation").__name__ == "ErnieZooForCausalLM"
+    assert model_class_for({}, pipeline_tag="text-generation").__name__ == "ErnieZooForCausalLM"
     with pytest.raises(ValueError, match="unknown preset"):
         preset_config("ernie4.5-7b")
 

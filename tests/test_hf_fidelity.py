@@ -470,14 +470,14 @@ def test_the_registry_maps_a_config_to_its_class():
     from ernie_zoo.models.registry import model_class_for
 
     crf, ensemble = ErnieZooForTokenClassificationCRF, ErnieZooEnsembleForTokenClassificationCRF
-    of, tagger, task = model_class_for, ErnieZooForTokenClassification, "token-classification"
+    of, tagger, tag = model_class_for, ErnieZooForTokenClassification, "token-classification"
     assert of({"architectures": [tagger.__name__]}) is tagger
     assert of({"architectures": [tagger.__name__], "use_crf": True}) is crf
     assert of({"architectures": [crf.__name__], "use_crf": False}) is tagger
     assert of({"architectures": [ensemble.__name__], "use_crf": True}) is ensemble
-    assert of({"use_crf": True}, task=task) is crf and of({"use_crf": False}, task=task) is tagger
-    assert of({"architectures": ["ErnieZooForMaskedLM"]}, task, Auto) is Auto
-    assert of({"architectures": ["BertForTokenClassification"]}, task, Auto) is Auto
+    assert of({"use_crf": True}, pipeline_tag=tag) is crf and of({"use_crf": False}, pipeline_tag=tag) is tagger
+    assert of({"architectures": ["ErnieZooForMaskedLM"]}, tag, Auto) is Auto
+    assert of({"architectures": ["BertForTokenClassification"]}, tag, Auto) is Auto
     assert of({"architectures": ["ErnieZooForMaskedLM"]}) is ErnieZooForMaskedLM
     assert of({"architectures": ["ErnieZooForSpellingCorrection"]}) is ErnieZooForSpellingCorrection
     with pytest.raises(ValueError, match="names none of"):

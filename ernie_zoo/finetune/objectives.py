@@ -351,7 +351,7 @@ class TokenClassificationObjective(Objective):
         return features
 
     def model_class(self) -> type:
-        return model_class_for({"use_crf": self.args.model.use_crf}, task="token-classification")
+        return model_class_for({"use_crf": self.args.model.use_crf}, pipeline_tag="token-classification")
 
     def config_updates(self) -> dict[str, Any]:
         return {

@@ -268,7 +268,7 @@ def load_model(
             ) from exc
         if auto_class == "AutoModelForTokenClassification":  # a CRF tagger, an ensemble: the registry's class
             config = _from_pretrained(transformers.AutoConfig, source)
-            cls = model_class_for(config, task="token-classification", default=cls)
+            cls = model_class_for(config, pipeline_tag="token-classification", default=cls)
         _QUIET.on = True
         try:
             model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)
