@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from ernie_zoo.training.core import adamw, warmup_decay
+from ernie_zoo.training.engine import PlainEngine
 from ernie_zoo.training.loop import TrainLoop
-from ernie_zoo.training.task_engine import PlainEngine
 
 REPO = Path(__file__).resolve().parents[1]
 ACCUM, STEPS, ROWS = 3, 5, 4

@@ -39,7 +39,7 @@ from ernie_zoo.models.decoder import DECODER_CLASSES, begin_end_tokens, is_decod
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.presets import DECODER_PRESETS, preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
-from ernie_zoo.training.backends import make_task_engine, task_deepspeed_config, zero3_build_context
+from ernie_zoo.training.backends import make_engine, task_deepspeed_config, zero3_build_context
 from ernie_zoo.training.checkpoint import (
     list_checkpoints,
     load_json_state,
@@ -55,8 +55,8 @@ from ernie_zoo.training.checkpoint import (
 )
 from ernie_zoo.training.core import adamw, seed_everything, warmup_decay
 from ernie_zoo.training.deepspeed_engine import is_partitioned, new_model, save_partitioned_weights
+from ernie_zoo.training.engine import load_trainable_state
 from ernie_zoo.training.loop import TrainLoop
-from ernie_zoo.training.task_engine import load_trainable_state
 from ernie_zoo.utils import atomic_directory, atomic_write_text, looks_like_local_path, resolve_device
 from ernie_zoo.zoo import SHIPPED_MODELS
 
@@ -348,7 +348,7 @@ class FinetuneTask:
             total_steps=self.total_steps,
             decay="linear",
         )
-        self.engine = make_task_engine(
+        self.engine = make_engine(
             args.distributed.backend,
             model,
             optimizer,
