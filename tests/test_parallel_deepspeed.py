@@ -442,7 +442,7 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
         "dp_rank": engine.dp_rank,
         "dp_world_size": engine.dp_world_size,
         "sparse_last_layer": engine.objective.sparse_last_layer,
-        "recompute": "full" if engine.model.is_gradient_checkpointing else "none",
+        "recompute": "full" if engine.model.is_activation_checkpointing else "none",
         "num_parameters": engine.num_parameters(),
     }
     if resume:

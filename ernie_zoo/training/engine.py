@@ -1,7 +1,7 @@
 """The engine contract, and `PlainEngine` (one process, one device).
 
 An engine owns backward, the optimizer and every collective, so that the training loop (`loop.TrainLoop`) and
-its tasks (`pretrain.PretrainTask`, `ernie_zoo.finetune.run.FinetuneTask`) touch neither. One engine per backend,
+its tasks (`pretrain._Pretraining`, `ernie_zoo.finetune.run.FinetuneTask`) touch neither. One engine per backend,
 chosen in one place (`backends.make_engine` from explicit parts, `backends.engine_for_recipe` from a pretraining
 recipe):
 
@@ -139,7 +139,7 @@ class PlainEngine:
     def forward(self, inputs: dict[str, torch.Tensor]) -> Any:
         """The objective's output on `inputs` (else the model's), under `autocast()`."""
         with self.autocast():
-            return (self.objective or self.model)(**inputs)
+            return (self.model if self.objective is None else self.objective)(**inputs)
 
     def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
