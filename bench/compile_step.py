@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""`torch_compile: true` against eager: the pretraining step (`SingleDeviceEngine`: masked-LM loss with the sparse
+"""`torch_compile: true` against eager: the pretraining step (`PlainEngine` from the recipe: masked-LM loss with the sparse
 last layer, backward, clipping, fused AdamW) of the `mini` preset on this CPU, in the same process, at 1 and 2
 threads, plus the compile time of a first start (empty Inductor cache) and of a second start (warm cache).
 
@@ -39,8 +39,9 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
 
     from ernie_zoo.models import ErnieZooConfig
     from ernie_zoo.models.presets import PRESETS
+    from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.build import build_model
-    from ernie_zoo.training.engine import SingleDeviceEngine
+    from ernie_zoo.training.engine import PlainEngine
     from ernie_zoo.training.recipe import OptimArgs, PretrainRecipe
 
     torch.set_num_threads(threads)
@@ -61,7 +62,7 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
         "stroke_seqs": torch.randint(0, 6, (vocab, 32), generator=g),
     }
 
-    def make(compiled: bool) -> SingleDeviceEngine:
+    def make(compiled: bool) -> PlainEngine:
         recipe = PretrainRecipe(
             torch_compile=compiled,
             max_steps=1000,
@@ -69,7 +70,7 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
             precision="fp32",
             optim=OptimArgs(lr=5e-4, warmup_steps=10, grad_clip=1.0),
         )
-        return SingleDeviceEngine(recipe, build_model(config, tables, seed=0), torch.device("cpu"))
+        return engine_for_recipe(recipe, build_model(config, tables, seed=0), torch.device("cpu"))
 
     def batch_of(step: int, length: int) -> dict:
         gen = torch.Generator().manual_seed(step)
@@ -88,7 +89,7 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
     def step(engine, i: int) -> tuple[float, float]:
         b = batch_of(i, LENGTHS[i % len(LENGTHS)])
         start = time.perf_counter()
-        loss, _, _ = engine.loss(b)
+        loss, _, _ = engine.forward(b)
         engine.backward(loss)
         engine.step()
         engine.zero_grad()

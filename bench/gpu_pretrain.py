@@ -2,12 +2,12 @@
 """GPU pretraining throughput and MFU of a ~1B ErnieZoo encoder (preset `1b`): DeepSpeed ZeRO-3 against the
 single-device engine, bf16, one GPU, in one process one after the other.
 
-* baseline: `ernie_zoo.training.engine.SingleDeviceEngine` -- the `ernie-pretrain` reference engine (bf16
-  autocast, torch AdamW, gradient clipping).
+* baseline: `ernie_zoo.training.engine.PlainEngine` as `ernie-pretrain` builds it (`backends.engine_for_recipe`:
+  bf16 autocast, torch AdamW, gradient clipping) -- the reference engine.
 * compiled: the baseline engine with the recipe's `torch_compile: true` (each encoder layer under
   `torch.compile(dynamic=True)`; issue #38 item 4): eager vs compiled MFU on one GPU. The first steps compile, so
   `--warmup` must cover them.
-* deepspeed: `ernie_zoo.training.deepspeed_engine.DeepSpeedEngine` -- ZeRO-3 (bf16 parameters, fp32 master
+* deepspeed: `ernie_zoo.training.deepspeed_engine.DeepSpeedEngine` (from the recipe, as above) -- ZeRO-3 (bf16 parameters, fp32 master
   weights and Adam states in the partition, overlapped communication), the backend the 100B recipe uses.
   On one GPU ZeRO-3 partitions nothing, so the ratio measures its bookkeeping overhead.
 
@@ -106,14 +106,12 @@ def run_backend(name: str, args, device: torch.device) -> dict:
     batches = make_batches(
         args.warmup + args.steps, args.micro_batch, args.seq_len, config.vocab_size, config.pinyin_vocab_size
     )
+    from ernie_zoo.training.backends import engine_for_recipe
+
     if name in ("baseline", "compiled"):
-        from ernie_zoo.training.engine import SingleDeviceEngine
-
-        engine = SingleDeviceEngine(recipe, model, device)
+        engine = engine_for_recipe(recipe, model, device, backend="single")
     else:
-        from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
-
-        engine = DeepSpeedEngine(recipe, model, device, config=None, tp_size=1, zero_stage=3)
+        engine = engine_for_recipe(recipe, model, device, backend="deepspeed", tp_size=1, zero_stage=3)
     n_params = engine.num_parameters()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if device.type == "cuda":
@@ -123,9 +121,10 @@ def run_backend(name: str, args, device: torch.device) -> dict:
         batch = {k: v.to(device) for k, v in batch.items()}
         sync()
         t0 = time.perf_counter()
-        loss, n_masked, _ = engine.loss(batch)
+        loss, n_masked, _ = engine.forward(batch)
         engine.backward(loss)
         engine.step()
+        engine.zero_grad()
         sync()
         dt = time.perf_counter() - t0
         losses.append(loss.item())

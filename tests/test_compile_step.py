@@ -15,16 +15,17 @@ from test_parallel_deepspeed import _global_batch, _model, _recipe
 
 
 def _train(compile: bool, sparse: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
-    from ernie_zoo.training.engine import SingleDeviceEngine
+    from ernie_zoo.training.backends import engine_for_recipe
 
     recipe = _recipe(4, 1)
     recipe.torch_compile, recipe.sparse_last_layer, recipe.max_steps = compile, sparse, 4
-    engine = SingleDeviceEngine(recipe, _model(), torch.device("cpu"))
+    engine = engine_for_recipe(recipe, _model(), torch.device("cpu"))
     losses = []
     for step, length in enumerate([16, 12, 16, 9]):  # new lengths after the first compile
-        loss, _, _ = engine.loss({k: v[:, :length] for k, v in _global_batch(step).items()})
+        loss, _, _ = engine.forward({k: v[:, :length] for k, v in _global_batch(step).items()})
         engine.backward(loss)
         engine.step()
+        engine.zero_grad()
         losses.append(loss.item())
     return losses, {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
 

@@ -1,6 +1,6 @@
 """ERNIE 4.5 decoders on the DeepSpeed backend (#37 item 2): real gloo ranks on CPU against the single-process engine.
 
-- 2 ranks, ZeRO-3 (DP 2), dense decoder: the same losses, grad norms and weights as `SingleDeviceEngine` after 3
+- 2 ranks, ZeRO-3 (DP 2), dense decoder: the same losses, grad norms and weights as `PlainEngine` after 3
   steps of causal-LM training on packed rows; each rank holds half of every parameter.
 - 2 ranks, TP 2 (transformers' own `base_model_tp_plan`: q/k/v, gate/up colwise; o, down rowwise) x ZeRO-3 DP 1:
   the same numbers; the TP'd projections hold half their columns / rows per rank.
@@ -78,18 +78,19 @@ def _rows(batch, rows):
 
 
 def _reference(moe: bool) -> dict:
-    from ernie_zoo.training.engine import SingleDeviceEngine
+    from ernie_zoo.training.backends import engine_for_recipe
 
-    engine = SingleDeviceEngine(_recipe(1, GLOBAL_BATCH), _model(moe), torch.device("cpu"))
+    engine = engine_for_recipe(_recipe(1, GLOBAL_BATCH), _model(moe), torch.device("cpu"))
     losses, norms = [], []
     # one row per micro batch, as the ranks run them: the MoE router's load-balancing
     for step in range(STEPS):
         batch, total = _global_batch(step), 0.0  # loss is a function of the micro batch's tokens, not a mean
         for row in range(GLOBAL_BATCH):
-            loss, _, _ = engine.loss(_rows(batch, [row]))
+            loss, _, _ = engine.forward(_rows(batch, [row]))
             engine.backward(loss / GLOBAL_BATCH)
             total += loss.item() / GLOBAL_BATCH
         norms.append(engine.step())
+        engine.zero_grad()
         losses.append(total)
     return {
         "losses": losses,
@@ -236,13 +237,15 @@ def _worker(out_dir: str, tp: int, moe: bool) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
 
-    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
+    from ernie_zoo.training.backends import engine_for_recipe
 
     torch.set_num_threads(1)
     out = Path(out_dir)
     dp = int(os.environ["WORLD_SIZE"]) // tp
     recipe = _recipe(1, GLOBAL_BATCH // dp)
-    engine = DeepSpeedEngine(recipe, _model(moe), config=CPU_CONFIG, tp_size=tp, zero_stage=3)
+    engine = engine_for_recipe(
+        recipe, _model(moe), backend="deepspeed", config=CPU_CONFIG, tp_size=tp, zero_stage=3
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     partitions = {
         name: [int(p.ds_numel), int(p.ds_tensor.numel()), list(p.ds_shape)]
@@ -252,7 +255,7 @@ def _worker(out_dir: str, tp: int, moe: bool) -> None:
     for step in range(STEPS):
         batch, total = _global_batch(step), 0.0
         for micro in range(recipe.grad_accum_steps):
-            loss, _, _ = engine.loss(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
+            loss, _, _ = engine.forward(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
             engine.backward(loss / recipe.grad_accum_steps)
             total += loss.item() / recipe.grad_accum_steps
         norms.append(engine.step())

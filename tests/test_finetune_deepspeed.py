@@ -500,7 +500,7 @@ def _capture_build(out: Path, case: str) -> None:
             save_file(weights, str(out / f"build-{case}.safetensors"))
         raise _Built
 
-    supervised.make_task_engine = capture
+    supervised.make_engine = capture
 
 
 @pytest.mark.distributed
@@ -522,14 +522,14 @@ def test_zero3_builds_the_model_partitioned(tmp_path):
     ref.mkdir()
     single = _build_cases(root, "single")
     run_local_ranks([__file__, "--build-worker", str(root)], nproc=2, timeout=900)
-    make_engine = supervised.make_task_engine
+    make_engine = supervised.make_engine
     try:
         for case, args in single.items():
             _capture_build(ref, case)
             with pytest.raises(_Built):
                 run_finetune(args)
     finally:
-        supervised.make_task_engine = make_engine
+        supervised.make_engine = make_engine
     for case in single:
         report = {r: json.loads((root / f"build-{case}-rank{r}.json").read_text()) for r in (0, 1)}
         whole = local = added = 0
@@ -704,11 +704,11 @@ def test_tp_size_must_divide_the_heads():
     """Checked by the engine before it starts the process group (every rank stops alike)."""
     from ernie_zoo.models import ErnieZooConfig
     from ernie_zoo.models.modeling import ErnieZooForSequenceClassification
-    from ernie_zoo.training.deepspeed_engine import DeepSpeedTaskEngine
+    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
 
     model = ErnieZooForSequenceClassification(ErnieZooConfig(vocab_size=50, **SMALL))
     with pytest.raises(ValueError, match="tensor parallel size 3 must divide .* num_attention_heads=4"):
-        DeepSpeedTaskEngine(model, None, None, {"tensor_parallel": {"autotp_size": 3}})
+        DeepSpeedEngine(model, None, None, {"tensor_parallel": {"autotp_size": 3}})
 
 
 # ----------------------------------------------------------------------------------------------- worker

@@ -1,6 +1,6 @@
 """DeepSpeed backend of `ernie-pretrain`: real gloo ranks on CPU against the single-process reference engine.
 
-- 2 ranks, ZeRO-3 (DP 2): the same losses, grad norms, LR and weights as `SingleDeviceEngine` after 3 steps;
+- 2 ranks, ZeRO-3 (DP 2): the same losses, grad norms, LR and weights as `PlainEngine` after 3 steps;
   each rank holds half of every parameter; a sharded checkpoint resumes to the same numbers.
 - 4 ranks, TP 2 x ZeRO-3 DP 2 (sparse last layer on TP-sharded heads): the same numbers; TP'd weights are
   half-size, and ZeRO halves those again; the sharded checkpoint consolidates to the run's weights.
@@ -90,14 +90,15 @@ def _rows(batch, rows):
 
 
 def _reference() -> dict:
-    from ernie_zoo.training.engine import SingleDeviceEngine
+    from ernie_zoo.training.backends import engine_for_recipe
 
-    engine = SingleDeviceEngine(_recipe(GLOBAL_BATCH, 1), _model(), torch.device("cpu"))
+    engine = engine_for_recipe(_recipe(GLOBAL_BATCH, 1), _model(), torch.device("cpu"))
     losses, norms, lrs = [], [], []
     for step in range(STEPS):
-        loss, _, _ = engine.loss(_global_batch(step))  # the loop's masked-LM loss (sparse last layer on)
+        loss, _, _ = engine.forward(_global_batch(step))  # the loop's masked-LM loss (sparse last layer on)
         engine.backward(loss)
         norms.append(engine.step())
+        engine.zero_grad()
         losses.append(loss.item())
         lrs.append(engine.lr)
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
@@ -389,7 +390,7 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
 
-    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
+    from ernie_zoo.training.backends import engine_for_recipe
 
     torch.set_num_threads(1)
     out = Path(out_dir)
@@ -398,7 +399,9 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
     def make_engine():
         # the TP run also recomputes activations (full activation checkpointing): same numbers expected
         recompute = "full" if tp > 1 else "none"
-        return DeepSpeedEngine(recipe, _model(), config=CPU_CONFIG, tp_size=tp, recompute=recompute)
+        return engine_for_recipe(
+            recipe, _model(), backend="deepspeed", config=CPU_CONFIG, tp_size=tp, recompute=recompute
+        )
 
     engine = make_engine()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -412,7 +415,7 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
         total = 0.0
         for micro in range(recipe.grad_accum_steps):
             row = engine.dp_rank * recipe.grad_accum_steps + micro  # this replica's rows of the global batch
-            loss, _, _ = engine.loss(_rows(batch, [row]))
+            loss, _, _ = engine.forward(_rows(batch, [row]))
             engine.backward(loss / recipe.grad_accum_steps)
             total += loss.item() / recipe.grad_accum_steps
         norm = engine.step()
@@ -438,8 +441,8 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
         "partitions": partitions,
         "dp_rank": engine.dp_rank,
         "dp_world_size": engine.dp_world_size,
-        "sparse_last_layer": engine.sparse_last_layer,
-        "recompute": engine.recompute,
+        "sparse_last_layer": engine.objective.sparse_last_layer,
+        "recompute": "full" if engine.model.is_activation_checkpointing else "none",
         "num_parameters": engine.num_parameters(),
     }
     if resume:
@@ -462,7 +465,8 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
 def _zero_init_check(recipe, tp: int) -> dict:
     """Build the model already partitioned (zero.Init, the 100B path), shard it with AutoTP when tp > 1,
     and train one step on it."""
-    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine, build_model_zero3
+    from ernie_zoo.training.backends import engine_for_recipe
+    from ernie_zoo.training.deepspeed_engine import build_model_zero3
 
     reference = _model()  # its config and character tables, and the weights of the same build in one process
     features = reference.ernie.embeddings.char_features
@@ -476,13 +480,13 @@ def _zero_init_check(recipe, tp: int) -> dict:
     # no rank ever holds more than a DP share of any weight (zero.Init partitions over every rank; AutoTP then
     # re-partitions the TP shards over the DP group inside deepspeed.initialize)
     born_partitioned = all(p.ds_tensor.numel() <= -(-p.ds_numel // dp) for p in model.parameters())
-    engine = DeepSpeedEngine(recipe, model, config=CPU_CONFIG, tp_size=tp)
+    engine = engine_for_recipe(recipe, model, backend="deepspeed", config=CPU_CONFIG, tp_size=tp)
     query = dict(engine.model.named_parameters())["ernie.encoder.layer.0.attention.self.query.weight"]
     # transformers' ZeRO-3 init ran our _init_weights on gathered weights: LayerNorm = 1, concat fusion = [I | 0]
     state = engine.consolidated_state_dict()
     batch = _global_batch(0)
     for micro in range(recipe.grad_accum_steps):
-        loss, _, _ = engine.loss(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
+        loss, _, _ = engine.forward(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
         engine.backward(loss / recipe.grad_accum_steps)
     norm = engine.step()
     # the AdamW group of every parameter as ZeRO-3 holds it (weight decay 0.01 or 0.0)
@@ -565,7 +569,7 @@ def _offload_worker(out_dir: str, nvme: bool) -> None:
     from deepspeed.ops.adam import DeepSpeedCPUAdam
     from safetensors.torch import save_file
 
-    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
+    from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.recipe import DistributedArgs
 
     torch.set_num_threads(1)
@@ -577,7 +581,7 @@ def _offload_worker(out_dir: str, nvme: bool) -> None:
         recipe.distributed = DistributedArgs(backend="deepspeed", **offload)
 
         def make_engine():
-            return DeepSpeedEngine(recipe, _model(), config=CPU_CONFIG, tp_size=1)
+            return engine_for_recipe(recipe, _model(), config=CPU_CONFIG, tp_size=1)
 
         engine = make_engine()
         opt = engine.optimizer  # DeepSpeed's ZeRO-3 optimizer around the basic one
@@ -601,7 +605,7 @@ def _offload_worker(out_dir: str, nvme: bool) -> None:
             batch = _global_batch(step)
             total = 0.0
             for micro in range(recipe.grad_accum_steps):
-                loss, _, _ = engine.loss(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
+                loss, _, _ = engine.forward(_rows(batch, [engine.dp_rank * recipe.grad_accum_steps + micro]))
                 engine.backward(loss / recipe.grad_accum_steps)
                 total += loss.item() / recipe.grad_accum_steps
             norms.append(engine.step())
@@ -615,7 +619,7 @@ def _offload_worker(out_dir: str, nvme: bool) -> None:
             fresh.load(out / "ckpt")
             batch = _global_batch(STEPS - 1)
             for micro in range(recipe.grad_accum_steps):
-                loss, _, _ = fresh.loss(_rows(batch, [fresh.dp_rank * recipe.grad_accum_steps + micro]))
+                loss, _, _ = fresh.forward(_rows(batch, [fresh.dp_rank * recipe.grad_accum_steps + micro]))
                 fresh.backward(loss / recipe.grad_accum_steps)
             fresh.step()
             again = fresh.consolidated_state_dict()
@@ -775,8 +779,8 @@ def test_loop_logs_the_mean_over_ranks_and_only_rank0_reports(loop_run):
 
     from ernie_zoo import ErnieZooForMaskedLM
     from ernie_zoo.recipe_cli import cli_args, parse_recipe
+    from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.data import load_dataset, load_tokenizer
-    from ernie_zoo.training.engine import SingleDeviceEngine
     from ernie_zoo.training.logging_utils import read_metrics
     from ernie_zoo.training.pretrain import _eval_batches, evaluate
     from ernie_zoo.training.recipe import PretrainRecipe
@@ -799,7 +803,7 @@ def test_loop_logs_the_mean_over_ranks_and_only_rank0_reports(loop_run):
     batches = _eval_batches(recipe, tokenizer, eval_ds)
     assert len(batches) == 3
     model = ErnieZooForMaskedLM.from_pretrained(run_dir / "checkpoint-4")
-    expected = evaluate(SingleDeviceEngine(recipe, model, torch.device("cpu")), batches)
+    expected = evaluate(engine_for_recipe(recipe, model, torch.device("cpu"), backend="single"), batches)
     final = [r for r in records if "eval/loss" in r]
     assert [r["step"] for r in final] == [2, 4]
     for key in ("eval/loss", "eval/accuracy"):

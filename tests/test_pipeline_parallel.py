@@ -1,8 +1,8 @@
 """Pipeline parallelism (`distributed.backend: pipeline`): real gloo ranks on CPU against one process.
 
-The reference is `SingleDeviceEngine` on the whole global batch of every step; each layout trains the same
-4-layer encoder on the same batches for 3 steps (sequence lengths change between steps and rows carry padding,
-so stages are rebuilt for new shapes and the padding mask travels with the activations):
+The reference is the single-device engine (`PlainEngine`) on the whole global batch of every step; each layout
+trains the same 4-layer encoder on the same batches for 3 steps (sequence lengths change between steps and rows
+carry padding, so stages are rebuilt for new shapes and the padding mask travels with the activations):
 
 - PP 2 (2 ranks), 1F1B and interleaved 1F1B (2 virtual stages per rank, one layer each), grad accumulation 2;
 - PP 2 x TP 2 (4 ranks, each stage's TP plan layers DTensor-sharded), activation recompute on;
@@ -171,16 +171,17 @@ def _precision(layout: str) -> str:
 
 
 def _reference(layout: str = "pp2") -> dict:
-    from ernie_zoo.training.engine import SingleDeviceEngine
+    from ernie_zoo.training.backends import engine_for_recipe
 
     make_model, batch_of, clip = _kind(layout)
     recipe = _recipe(GLOBAL_BATCH, 1, clip, _precision(layout))
-    engine = SingleDeviceEngine(recipe, make_model(), torch.device("cpu"))
+    engine = engine_for_recipe(recipe, make_model(), torch.device("cpu"))
     losses, norms, lrs = [], [], []
     for step in range(STEPS):
-        loss, _, _ = engine.loss(batch_of(step))
+        loss, _, _ = engine.forward(batch_of(step))
         engine.backward(loss)
         norms.append(engine.step())
+        engine.zero_grad()
         losses.append(loss.item())
         lrs.append(engine.lr)
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
@@ -192,7 +193,7 @@ def _eval_loss(engine, batch_of=_global_batch) -> float:
     batches)."""
     engine.model.eval()
     with torch.no_grad():
-        loss, _, _ = engine.loss(batch_of(0))
+        loss, _, _ = engine.forward(batch_of(0))
     engine.model.train()
     return loss.item()
 
@@ -391,7 +392,7 @@ def test_decoder_pp2_tp2_matches_one_process(tmp_path, decoder_reference):
 @pytest.mark.parametrize("layout", ["pp2-bf16", "decoder-pp2-bf16"])
 def test_bf16_pp2_matches_one_process_in_bf16(tmp_path, bf16_references, layout):
     """precision bf16 (autocast in every stage and in the head's loss, as one process autocasts the whole model):
-    PP 2 against SingleDeviceEngine in bf16, the encoder and the decoder."""
+    PP 2 against the single-device engine (`PlainEngine`) in bf16, the encoder and the decoder."""
     from safetensors.torch import load_file
 
     results = _run(tmp_path, layout)
@@ -683,7 +684,7 @@ def _worker(out_dir: str, layout: str) -> None:
         total = 0.0
         for m in range(accum):
             start = engine.dp_rank * per_replica + m * micro
-            loss, _, _ = engine.loss(_rows(batch, slice(start, start + micro)))
+            loss, _, _ = engine.forward(_rows(batch, slice(start, start + micro)))
             engine.backward(loss / accum, m == accum - 1)
             total += loss.item() / accum
         norm = engine.step()

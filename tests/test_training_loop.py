@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from ernie_zoo.training.core import adamw, warmup_decay
+from ernie_zoo.training.engine import PlainEngine
 from ernie_zoo.training.loop import TrainLoop
-from ernie_zoo.training.task_engine import PlainEngine
 
 REPO = Path(__file__).resolve().parents[1]
 ACCUM, STEPS, ROWS = 3, 5, 4
@@ -134,7 +134,7 @@ def test_pretraining_and_fine_tuning_run_on_the_one_loop(tmp_path, monkeypatch):
     from ernie_zoo.finetune import build_args, run_finetune
     from ernie_zoo.training.supervised import SupervisedTraining
     from ernie_zoo.recipe_cli import load_recipe
-    from ernie_zoo.training.pretrain import _Pretraining, pretrain
+    from ernie_zoo.training.pretrain import Pretraining, pretrain
     from ernie_zoo.training.recipe import PretrainRecipe
 
     seen = []
@@ -173,4 +173,4 @@ def test_pretraining_and_fine_tuning_run_on_the_one_loop(tmp_path, monkeypatch):
         }
     )
     assert run_finetune(args)["steps"] == 2
-    assert seen == [_Pretraining, SupervisedTraining]
+    assert seen == [Pretraining, SupervisedTraining]

@@ -1,14 +1,13 @@
 """The DeepSpeed backend: one engine, ZeRO (stage 0-3) + AutoTP over the launched ranks, and the ZeRO-3 model
 builders.
 
-`DeepSpeedTaskEngine` implements the engine contract (`training.task_engine`) for a model whose forward returns
-its loss: the fine-tuning tasks train with it as it is. `DeepSpeedEngine` (`ernie-pretrain`) is the same engine
-with the pretraining parts, as `engine.SingleDeviceEngine` is `PlainEngine` with them: the recipe's DeepSpeed
-config and optimizer, `loss(batch)` and full checkpoints (`save` / `load`). DeepSpeed's ZeRO-3 bookkeeping
-(parameter-prefetch trace, backward prologue, accumulation boundary) hangs off the forward of the module it wraps,
-so the pretraining loss (`engine.pretrain_loss`) runs as the forward of a thin root module:
+`DeepSpeedEngine` implements the engine contract (`training.engine`) for fine-tuning (a model whose forward
+returns its loss) and pretraining (given pretraining's objective, `objective.PretrainObjective`, and the recipe's
+DeepSpeed config and optimizer: `backends.engine_for_recipe`). DeepSpeed's ZeRO-3 bookkeeping (parameter-prefetch
+trace, backward prologue, accumulation boundary) hangs off the forward of the module it wraps, so an objective
+runs as that root module:
 
-    DeepSpeed engine ── _MaskedLMStep.forward(**batch) ── pretrain_loss(mlm, batch)
+    DeepSpeed engine ── PretrainObjective.forward(**batch) ── pretrain_loss(mlm, batch)
                               └── .mlm = ErnieZooForMaskedLM (AutoTP-sharded, ZeRO-partitioned)
 
 What `parallel/` owns and this module uses from outside: the DeepSpeed config (`parallel.deepspeed_backend`: the
@@ -46,31 +45,14 @@ from ernie_zoo.parallel.deepspeed_backend import (
     WRAPPER_PREFIX,
     ZERO_DIR,
     build_config,
-    check_nvme_runtime,
     init_deepspeed_distributed,
-    offloads_optimizer,
     recipe_config,
     recipe_zero_stage,
 )
 
-from .engine import pretrain_loss
-from .task_engine import PlainEngine, check_trainable_state, trainable_parameters
+from .engine import PlainEngine, check_trainable_state, trainable_parameters
 
 logger = logging.getLogger(__name__)
-
-
-class _MaskedLMStep(nn.Module):
-    """Root module DeepSpeed wraps: forward(batch) = the pretraining loss of the inner model."""
-
-    def __init__(self, mlm: nn.Module, sparse_last_layer: bool = False, polarity_weight: float = 1.0):
-        super().__init__()
-        self.mlm = mlm
-        self.sparse_last_layer = sparse_last_layer
-        self.polarity_weight = polarity_weight  # the word-polarity loss of a sentiment stage (SKEP)
-
-    def forward(self, **batch: torch.Tensor):
-        # keyword tensors, not one dict argument: DeepSpeed's TP input-consistency check compares flat args
-        return pretrain_loss(self.mlm, batch, self.sparse_last_layer, self.polarity_weight)
 
 
 def model_factory(model_config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
@@ -107,7 +89,7 @@ def build_model_zero3(
 
     Seeded by `recipe.seed`, its weights are those of `training.build.build_model` in one process (in fp32 bit
     for bit: each weight drawn from the seed and its name, `models.seeded_init`).
-    `config` / `tp_size` default to the recipe's `distributed` section, as in `DeepSpeedEngine`.
+    `config` / `tp_size` default to the recipe's `distributed` section, as in `backends.engine_for_recipe`.
     """
     from ernie_zoo.models import ErnieZooForMaskedLM
 
@@ -389,14 +371,17 @@ class ZeroPartitionIO:
         self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
 
 
-class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
+class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
     """The model under DeepSpeed ZeRO (see the module docstring), on the ranks a launcher (torchrun, deepspeed)
     started. `config` is the run's DeepSpeed config (`parallel.deepspeed_backend.make_config`'s; fine-tuning's
     from `backends.task_deepspeed_config`: its micro batch is the rows one data-parallel rank reads, its
     clipping the run's). With `tensor_parallel.autotp_size` > 1, AutoTP splits the Linear layers of the TP plan
     (`parallel.tp_plan`; through peft's LoRA wrappers: `lora_tp_plan`) over groups of that many ranks, which read
     the same rows. `objective`: a root module holding `model` as `.mlm` whose forward is the loss (pretraining's
-    `_MaskedLMStep`); DeepSpeed wraps it instead of the model.
+    `objective.PretrainObjective`); DeepSpeed wraps it instead of the model. `fixed_accumulation`: every optimizer
+    step has exactly the config's gradient_accumulation_steps micro batches (pretraining), which DeepSpeed counts
+    itself (`backward`'s boundary is not needed); otherwise the caller's boundary is DeepSpeed's (a fine-tuning
+    epoch's last step may be short).
 
     The process group must already be up (`parallel.deepspeed_backend.init_deepspeed_distributed`). Every rank
     builds the same model (same seed): under ZeRO-3 already partitioned (`zero3_building`, `build_model_zero3`),
@@ -413,6 +398,7 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
         config: dict[str, Any],
         *,
         objective: nn.Module | None = None,
+        fixed_accumulation: bool = False,
     ):
         import deepspeed
         import torch.distributed as dist
@@ -451,6 +437,11 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
                 config=config,
             )
         self.model = self.ds.module if objective is None else self.ds.module.mlm
+        self.objective = objective
+        self.fixed_accumulation = fixed_accumulation
+        self._grad_accum = int(config["gradient_accumulation_steps"])
+        self._micro = 0
+        self._forward_pending = False
         self.max_grad_norm = float(config["gradient_clipping"])
         self.zero_stage = int(config["zero_optimization"].get("stage", 0))
         self.rank, self.world_size = rank, world
@@ -480,20 +471,46 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
             raise ValueError(f"a batch of {n} examples cannot feed {self.dp_world_size} data-parallel ranks")
         return {k: v.tensor_split(self.dp_world_size)[self.dp_rank] for k, v in batch.items()}
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Nothing to do: DeepSpeed keeps bf16/fp16 parameters itself (the loss is computed in fp32)."""
+        return contextlib.nullcontext()
+
     def forward(self, inputs: dict[str, torch.Tensor]) -> Any:
-        return self.ds(**inputs)
+        """The objective's (else the model's) output through DeepSpeed's forward."""
+        out = self.ds(**inputs)
+        self._forward_pending = self.ds.module.training and torch.is_grad_enabled()
+        return out
 
     def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
         """DeepSpeed reduces the gradients and, at the accumulation boundary, steps the optimizer and the LR
         schedule inside ds.step(). The caller owns the boundary (an epoch's last step may have fewer micro
-        batches); None: DeepSpeed's own count of the config's accumulation steps."""
-        if boundary is not None:
+        batches); None, or under `fixed_accumulation`: DeepSpeed's own count of the config's accumulation steps
+        (the loop's boundary falls on the same micro batch). The loss must come through `forward`."""
+        if not self._forward_pending:
+            raise RuntimeError(
+                "DeepSpeedEngine.backward needs a loss from engine.forward(batch): a forward that bypasses the "
+                "DeepSpeed engine skips ZeRO's gradient bookkeeping"
+            )
+        self._forward_pending = False
+        if self.fixed_accumulation:
+            if self._micro >= self._grad_accum:
+                raise RuntimeError(
+                    f"more than grad_accum_steps={self._grad_accum} backward calls before step()"
+                )
+            self._micro += 1
+        elif boundary is not None:
             self.ds.set_gradient_accumulation_boundary(boundary)
         self.ds.backward(loss, scale_wrt_gas=False)
         self.ds.step()
 
     def step(self) -> float:
         """Close the optimizer step (the update ran in the last `backward`); the pre-clip grad norm."""
+        if self.fixed_accumulation:
+            if self._micro != self._grad_accum:
+                raise RuntimeError(
+                    f"step() after {self._micro} backward calls; the recipe accumulates {self._grad_accum}"
+                )
+            self._micro = 0
         norm = self.ds.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
 
@@ -594,95 +611,6 @@ class DeepSpeedTaskEngine(ZeroPartitionIO, PlainEngine):
                 report[name] = [p.numel(), p.numel()]
         return report
 
-
-class DeepSpeedEngine(DeepSpeedTaskEngine):
-    """`DeepSpeedTaskEngine` with the pretraining parts (see the module docstring): the recipe's DeepSpeed config
-    and AdamW + schedule, `loss(batch)` and full checkpoints.
-
-    Args:
-        recipe: the run's recipe (batch sizes, precision, optim, max_steps, seed).
-        model: an `ErnieZooForMaskedLM` or ERNIE 4.5 decoder (built normally, or partitioned by `build_model_zero3`).
-        device: ignored (kept for `make_engine`): each rank uses its LOCAL_RANK GPU, or the CPU without CUDA.
-        config: DeepSpeed json path or dict; default `recipe.distributed.deepspeed_config`, else `DEFAULT_CONFIG`.
-        tp_size: tensor-parallel size; default `recipe.distributed.tp_size`, else the json's autotp_size, else 1.
-        zero_stage: overrides the json's ZeRO stage; default `recipe.distributed.zero_stage` if present.
-        recompute: "full" recomputes every encoder layer in backward (activation checkpointing, non-reentrant),
-            "none" keeps activations; default `recipe.distributed.recompute`, else "none".
-
-    Offload (`recipe.distributed.offload_optimizer` / `offload_param`, written into the config by `build_config`):
-    with the optimizer offloaded the engine hands DeepSpeed a `DeepSpeedCPUAdam` with the recipe's AdamW groups;
-    `offload` records the devices in use.
-    """
-
-    def __init__(
-        self,
-        recipe: Any,
-        model: nn.Module,
-        device: torch.device | None = None,
-        *,
-        config: str | os.PathLike | dict[str, Any] | None = None,
-        tp_size: int | None = None,
-        zero_stage: int | None = None,
-        recompute: str | None = None,
-    ):
-        from ernie_zoo.training.build import optimizer_and_schedule
-
-        dist_args = getattr(recipe, "distributed", None)
-        config = config if config is not None else recipe_config(recipe)
-        tp_size = tp_size if tp_size is not None else getattr(dist_args, "tp_size", None)
-        zero_stage = zero_stage if zero_stage is not None else getattr(dist_args, "zero_stage", None)
-        recompute = recompute if recompute is not None else getattr(dist_args, "recompute", "none")
-        if recompute not in ("none", "full"):
-            raise ValueError(f"recompute must be 'none' or 'full', got {recompute!r}")
-        self.recipe, self.recompute = recipe, recompute
-        self.sparse_last_layer = bool(getattr(recipe, "sparse_last_layer", False))
-        ds_config = build_config(recipe, config, tp_size=tp_size, zero_stage=zero_stage)
-        check_nvme_runtime(ds_config)
-        if recompute == "full":
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        polarity_weight = float(getattr(getattr(recipe, "masking", None), "polarity_weight", 1.0))
-        # ZeRO-Offload steps the optimizer on the host: DeepSpeed takes only its own CPU Adam there
-        optimizer, scheduler = optimizer_and_schedule(recipe, model, cpu_adam=offloads_optimizer(ds_config))
-        objective = _MaskedLMStep(model, self.sparse_last_layer, polarity_weight)
-        super().__init__(model, optimizer, scheduler, ds_config, objective=objective)
-        self._grad_accum = int(ds_config["gradient_accumulation_steps"])
-        self._micro = 0
-        self._forward_pending = False
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """Nothing to do: DeepSpeed keeps bf16/fp16 parameters itself (the loss is computed in fp32)."""
-        return contextlib.nullcontext()
-
-    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
-        """(mean masked-LM loss, masked tokens, correct predictions) through DeepSpeed's forward."""
-        out = self.forward(
-            {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        )
-        self._forward_pending = self.ds.module.training and torch.is_grad_enabled()
-        return out
-
-    def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
-        """`DeepSpeedTaskEngine.backward` at DeepSpeed's count of the json's accumulation steps (`boundary`, the
-        loop's, falls on the same micro batch), after checking that the loss came through `loss(batch)`."""
-        if not self._forward_pending:
-            raise RuntimeError(
-                "DeepSpeedEngine.backward needs a loss from engine.loss(batch): a forward that bypasses the "
-                "DeepSpeed engine skips ZeRO's gradient bookkeeping"
-            )
-        self._forward_pending = False
-        if self._micro >= self._grad_accum:
-            raise RuntimeError(f"more than grad_accum_steps={self._grad_accum} backward calls before step()")
-        super().backward(loss)
-        self._micro += 1
-
-    def step(self) -> float:
-        if self._micro != self._grad_accum:
-            raise RuntimeError(
-                f"step() after {self._micro} backward calls; the recipe accumulates {self._grad_accum}"
-            )
-        self._micro = 0
-        return super().step()
-
     def num_parameters(self) -> int:
         """Parameters of the whole model (tied weights once), whatever ZeRO and TP hold on this rank: counted
         on the meta device from the config."""
@@ -735,17 +663,10 @@ class DeepSpeedEngine(DeepSpeedTaskEngine):
         load_json_state(self.scheduler, directory / "scheduler.json")
 
 
-def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> DeepSpeedEngine:
-    """`make_engine`-compatible constructor: `ENGINES["deepspeed"] = engine_factory`."""
-    return DeepSpeedEngine(recipe, model, device)
-
-
 __all__ = [
     "DeepSpeedEngine",
-    "DeepSpeedTaskEngine",
     "ZeroPartitionIO",
     "build_model_zero3",
-    "engine_factory",
     "is_partitioned",
     "model_factory",
     "new_model",

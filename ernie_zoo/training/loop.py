@@ -15,7 +15,7 @@ optimizer and every collective.
         early); every save_every: task.save; ERNIE_ZOO_TEST_KILL_AT_STEP: SIGKILL (exact-resume tests)
     after the last step: task.run_eval and task.save unless this step already did them
 
-Every engine (one per backend, chosen by `backends.py`) has the contract written in `task_engine.py`; the loop
+Every engine (one per backend, chosen by `backends.py`) has the contract written in `engine.py`; the loop
 uses `backward(loss, boundary)`, `step() -> grad norm`, `zero_grad()`, `dp_sum(values)`, `dp_world_size`, `is_main`.
 """
 

@@ -14,7 +14,7 @@ the schedules (1F1B, interleaved 1F1B) run on gloo CPU ranks as on NCCL, and the
 contract. DeepSpeed's pipeline engine wants the model rewritten as a LayerSpec list and owns the loop
 (`train_batch` pulls from its own data iterator), which the one loop (`loop.TrainLoop`) cannot hand it.
 
-The loop's contract, as a pipeline keeps it: `loss(batch)` runs the whole schedule on the micro batch (its
+The loop's contract, as a pipeline keeps it: `forward(batch)` runs the whole schedule on the micro batch (its
 `distributed.pp_microbatches` chunks flow forward and backward interleaved, so the gradients are accumulated
 there), each chunk's loss being its masked tokens' summed cross-entropy / (the micro batch's masked tokens x
 grad_accum_steps): the sum over chunks is the one-process mean loss of the micro batch, divided as the loop
@@ -79,7 +79,7 @@ def shard_name(pp_rank: int, tp_rank: int) -> str:
 
 
 class _Stage(nn.Module):
-    """A stage's forward under the run's autocast (bf16 mixed precision, as `SingleDeviceEngine.autocast` runs the
+    """A stage's forward under the run's autocast (bf16 mixed precision, as `PlainEngine.autocast` runs the
     whole model; `dtype` None: fp32). What crosses to the next stage stays fp32: a layer's output is a LayerNorm's
     (encoder) or a residual sum onto the fp32 stream (decoder), which autocast leaves in fp32."""
 
@@ -188,10 +188,12 @@ class DecoderStage(_Stage):
 
 class PipelineEngine:
     """`distributed.backend: pipeline` (see the module docstring): the engine contract of `engine.py` over a
-    dp x pp x tp mesh of the ranks the launcher started."""
+    dp x pp x tp mesh of the ranks the launcher started, built from the pretraining recipe (its optimizer is
+    built here, for this rank's stages). The loss is the pretraining objective's (`objective.pretrain_loss`),
+    computed by the last stage on its hidden states (`_head_loss`)."""
 
     backend = "pipeline"
-    last_details = None  # the polarity objective is not pipelined (recipe validation refuses it)
+    objective = None  # the polarity objective is not pipelined (recipe validation refuses it)
 
     def __init__(self, recipe: Any, model: nn.Module, device: torch.device):
         from torch.distributed.device_mesh import init_device_mesh
@@ -395,7 +397,7 @@ class PipelineEngine:
         ce = F.cross_entropy(logits.float(), targets, reduction="sum")
         return ce, (logits.argmax(-1) == targets).sum().to(ce.dtype)
 
-    def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
         """(mean masked-LM loss, masked tokens, correct) of a micro batch, the same on every rank of the pipeline.
         Training (grad enabled, model.train()): the schedule runs forward and backward of its micro batches,
         accumulating this micro batch's gradients (divided by grad_accum_steps); otherwise forward only."""
@@ -496,7 +498,7 @@ class PipelineEngine:
                 )
 
     def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
-        """Nothing: `loss` already ran the backward of its micro batch inside the pipeline schedule."""
+        """Nothing: `forward` already ran the backward of its micro batch inside the pipeline schedule."""
 
     # ------------------------------------------------------------------------------------- step
     def _grads(self) -> list[tuple[str, torch.Tensor]]:
@@ -698,9 +700,4 @@ def model_factory(config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     return build_pretraining_model(config, tokenizer, recipe.seed, meta=True)
 
 
-def engine_factory(recipe: Any, model: nn.Module, device: torch.device) -> PipelineEngine:
-    """`make_engine`-compatible constructor: `ENGINES["pipeline"] = engine_factory`."""
-    return PipelineEngine(recipe, model, device)
-
-
-__all__ = ["DecoderStage", "EncoderStage", "PipelineEngine", "engine_factory", "model_factory", "shard_name"]
+__all__ = ["DecoderStage", "EncoderStage", "PipelineEngine", "model_factory", "shard_name"]

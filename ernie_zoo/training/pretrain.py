@@ -10,9 +10,11 @@ causal-LM pretraining of an ERNIE 4.5 decoder when `model.preset` is a decoder p
 A task on the one training loop (`loop.TrainLoop`, which owns accumulation, backward, the optimizer step, the
 cadences and the non-finite-loss check): a step's micro batches are the next indices of the epoch's seeded
 permutation (this data-parallel rank's share), masked by `KnowledgeMaskingCollator` (char / phrase / entity /
-sentiment by the schedule's stage; masks depend only on (seed, step)); the loss is `engine.loss` (mlm.py: logits
-at masked positions only, + polarity_weight x the SKEP word-polarity loss). The engine of the recipe's backend
-(`backends.make_engine`) steps the optimizer and saves / loads its state.
+sentiment by the schedule's stage; masks depend only on (seed, step)); the loss is the objective's
+(`objective.PretrainObjective`, run by `engine.forward`: mlm.py's logits at masked positions only, + polarity_weight
+x the SKEP word-polarity loss; causal_lm.py's next-token loss for a decoder). The engine of the recipe's backend
+(`backends.engine_for_recipe`, with the recipe's optimizer, precision and objective) steps the optimizer and saves
+/ loads its state.
 
 Exact resume: a checkpoint holds the weights, AdamW and LR-schedule state, the RNG states and the data
 position; masks are a function of (seed, step), so a run killed at any point and resumed from its newest
@@ -44,8 +46,8 @@ from ernie_zoo.recipe_cli import recipe_from_cli, recipe_to_yaml, to_dict
 from ernie_zoo.utils import atomic_write_text, resolve_device, run_console
 
 from . import checkpoint as ckpt
-from .backends import build_model_for, make_engine
-from .build import build_model_config
+from .backends import build_model_for, engine_for_recipe
+from .build import build_model_config, to_device
 from .causal_lm import (
     CausalCollator,
     decoder_config_for,
@@ -67,6 +69,12 @@ logger = logging.getLogger(__name__)
 REQUIRED_FILES = ("model.safetensors", "trainer_state.json", "rng.json", "recipe.yaml")
 
 
+def objective_loss(engine, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
+    """(mean loss, predicted tokens, correct predictions) of a collated batch: pretraining's objective
+    (`objective.PretrainObjective`; the pipeline's last stage) run by `engine.forward` on the engine's device."""
+    return engine.forward(to_device(batch, engine.device))
+
+
 @torch.no_grad()
 def evaluate(engine, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
     """Masked-token loss, perplexity and accuracy over fixed, pre-masked batches (dropout off).
@@ -84,7 +92,7 @@ def evaluate(engine, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]
     try:
         for i in range(-(-len(batches) // world)):  # ceil(len / world) forwards on every rank
             j = rank + i * world
-            loss, n, c = engine.loss(batches[j if j < len(batches) else 0])
+            loss, n, c = objective_loss(engine, batches[j if j < len(batches) else 0])
             if j < len(batches):
                 total_loss += float(loss) * n
                 total += n
@@ -175,7 +183,7 @@ def pretrain(
         else dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, init_from=None))
     )
     model = build_model_for(build_recipe, config, tokenizer)
-    engine = make_engine(build_recipe, model, device)  # the pipeline's stages load model.init_from
+    engine = engine_for_recipe(build_recipe, model, device)  # the pipeline's stages load model.init_from
     is_main = engine.is_main
     n_params = engine.num_parameters()
     if is_main:
@@ -234,7 +242,7 @@ def pretrain(
     metrics = MetricsLogger(
         output_dir, tensorboard=recipe.logging.tensorboard, resume_step=start_step, enabled=is_main
     )
-    task = _Pretraining(
+    task = Pretraining(
         recipe, engine, config, train_ds, sampler, collator, eval_batches, state, metrics, peak
     )
     loop = TrainLoop(
@@ -296,7 +304,7 @@ def pretrain(
 
 
 @dataclasses.dataclass
-class _Pretraining:
+class Pretraining:
     """Masked-LM pretraining as a task on the training loop (`loop.TrainTask`): the micro batches of a step
     (the sampler's data position, the collator's step-seeded masks), the loss and its counts, the metrics
     window, evaluation and checkpoints."""
@@ -338,9 +346,9 @@ class _Pretraining:
             yield self.collator(rows(self.train_ds, indices)), i == self.recipe.grad_accum_steps - 1
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        loss, n_masked, n_correct = self.engine.loss(batch)
+        loss, n_masked, n_correct = objective_loss(self.engine, batch)
         sums, tokens = self.sums, int(batch["attention_mask"].sum())
-        details = getattr(self.engine, "last_details", None) if self.polarity else None
+        details = self._details() if self.polarity else None
         if details:
             n_pol = details.get("polarity_n", 0)
             sums["mlm_loss"] += details["mlm_loss"] / self.recipe.grad_accum_steps
@@ -358,6 +366,10 @@ class _Pretraining:
         sums["masked"] += n_masked
         sums["correct"] += n_correct
         return loss
+
+    def _details(self) -> dict[str, float] | None:
+        """The parts of the last loss (mlm.masked_lm_loss), where the objective keeps them."""
+        return getattr(self.engine.objective, "last_details", None)
 
     def step_sums(self) -> dict[str, float]:
         return self.sums
@@ -390,7 +402,7 @@ class _Pretraining:
             "train/epoch": self.position.epoch,
             "train/tokens": self.state["tokens"],
         }
-        if self.polarity and getattr(self.engine, "last_details", None) is not None:
+        if self.polarity and self._details() is not None:
             record["train/mlm_loss"] = window["mlm_loss"] / window["steps"]
             if window["polarity_n"]:
                 record["train/polarity_loss"] = window["polarity_loss"] / window["polarity_n"]

@@ -571,7 +571,7 @@ class PretrainRecipe:
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 DECAYS = ("cosine", "linear", "constant")
-BACKENDS = ("single", "deepspeed", "pipeline")  # the names of ernie_zoo.training.backends.ENGINES
+BACKENDS = ("single", "deepspeed", "pipeline")  # the engines of ernie_zoo.training.backends
 PP_SCHEDULES = ("1f1b", "interleaved")  # ernie_zoo.parallel.pipeline.SCHEDULES
 ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 

@@ -4,7 +4,7 @@
 
     output_dir and resume checked ─ process group (DeepSpeed) ─ seed ─ job.prepare: tokenizer, encoded splits
         ─ job.build_model (under ZeRO-3 already partitioned: `backends.zero3_build_context`) ─ output_dir made
-        ─ job.adapt (full / peft / bottleneck) ─ engine (`backends.make_task_engine`) + AdamW + warm-up/decay
+        ─ job.adapt (full / peft / bottleneck) ─ engine (`backends.make_engine`) + AdamW + warm-up/decay
         ─ `SupervisedTraining` on `loop.TrainLoop`: every eval_every steps dev metric → best → last → early stop?
         ─ best weights restored (ZeRO: the model rebuilt whole on rank 0) ─ dev/test scores ─ job.export
         ─ eval_results.json
@@ -40,7 +40,7 @@ from torch import nn
 
 from ernie_zoo.utils import atomic_directory, atomic_write_text, resolve_device
 
-from .backends import make_task_engine, task_deepspeed_config, zero3_build_context
+from .backends import make_engine, task_deepspeed_config, zero3_build_context
 from .checkpoint import (
     list_checkpoints,
     load_json_state,
@@ -57,7 +57,7 @@ from .checkpoint import (
 from .core import adamw, seed_everything, warmup_decay
 from .deepspeed_engine import is_partitioned, save_partitioned_weights
 from .loop import TrainLoop
-from .task_engine import load_trainable_state
+from .engine import load_trainable_state
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class SupervisedTraining:
             total_steps=self.total_steps,
             decay="linear",
         )
-        self.engine = make_task_engine(
+        self.engine = make_engine(
             job.recipe.distributed.backend,
             model,
             optimizer,
