@@ -515,8 +515,8 @@ def test_zero3_builds_the_model_partitioned(tmp_path):
     from safetensors.torch import load_file
 
     from ernie_zoo.finetune import run_finetune
-    from ernie_zoo.training import supervised
     from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.training import supervised
 
     root, ref = tmp_path, tmp_path / "single"
     ref.mkdir()

@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
-from ernie_zoo.finetune.run import FinetuneJob
 from ernie_zoo.finetune.cli import main as cli_main
-from ernie_zoo.training.supervised import SupervisedJob, SupervisedTraining, drop_tokens
+from ernie_zoo.finetune.run import FinetuneJob
 from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
+from ernie_zoo.training.supervised import SupervisedJob, SupervisedTraining, drop_tokens
 
 DATA = Path(__file__).parent / "data" / "finetune"
 # A small random model whose features depend on its input (init std 0.2, see test_finetune_methods).

@@ -132,10 +132,10 @@ def test_early_stop_resume_point_and_non_finite_loss():
 
 def test_pretraining_and_fine_tuning_run_on_the_one_loop(tmp_path, monkeypatch):
     from ernie_zoo.finetune import build_args, run_finetune
-    from ernie_zoo.training.supervised import SupervisedTraining
     from ernie_zoo.recipe_cli import load_recipe
     from ernie_zoo.training.pretrain import Pretraining, pretrain
     from ernie_zoo.training.recipe import PretrainRecipe
+    from ernie_zoo.training.supervised import SupervisedTraining
 
     seen = []
     run = TrainLoop.run

@@ -56,8 +56,8 @@ from .checkpoint import (
 )
 from .core import adamw, seed_everything, warmup_decay
 from .deepspeed_engine import is_partitioned, save_partitioned_weights
-from .loop import TrainLoop
 from .engine import load_trainable_state
+from .loop import TrainLoop
 
 logger = logging.getLogger(__name__)
 
