@@ -139,6 +139,32 @@ class Objective:
     ) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _generation_scores(
+        self, model, features, examples, tokenizer, batch_size, device, reference: str
+    ) -> dict[str, Any]:
+        """A generating objective's scores: the loss (a mean over predicted tokens: batches weighted by their
+        token count) and perplexity on every example, and char F1 of greedy continuations of the first
+        `n_samples` prompts against each example's `reference` attribute (the first four kept as samples)."""
+        loss_sum, tokens = 0.0, 0
+        for _, inputs, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
+            n_tok = int((inputs["labels"][:, 1:] != IGNORE).sum())
+            loss_sum += float(out.loss) * n_tok
+            tokens += n_tok
+        loss = loss_sum / max(tokens, 1)
+        sample = [examples[f["_index"]] for f in features[: self.n_samples]]
+        refs = [getattr(ex, reference) for ex in sample]
+        max_new = min(64, max(len(r) for r in refs) + 1) if sample else 1
+        hyps = self.generate(model, tokenizer, [ex.prompt for ex in sample], max_new, device)
+        return {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50.0)),
+            "char_f1": sum(char_f1(h, r) for r, h in zip(refs, hyps)) / max(len(sample), 1),
+            "samples": [
+                {"prompt": ex.prompt, "reference": r, "generated": h}
+                for ex, r, h in zip(sample[:4], refs[:4], hyps[:4])
+            ],
+        }
+
 
 # ===================================================================== sequence classification
 
@@ -458,25 +484,7 @@ class GenerationObjective(Objective):
             model.train(was_training)
 
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
-        loss_sum, tokens = 0.0, 0
-        for _, inputs, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
-            # The loss is a mean over predicted tokens; weight batches by their token count.
-            n_tok = int((inputs["labels"][:, 1:] != IGNORE).sum())
-            loss_sum += float(out.loss) * n_tok
-            tokens += n_tok
-        loss = loss_sum / max(tokens, 1)
-        sample = [examples[f["_index"]] for f in features[: self.n_samples]]
-        max_new = min(64, max(len(ex.target) for ex in sample) + 1) if sample else 1
-        hyps = self.generate(model, tokenizer, [ex.prompt for ex in sample], max_new, device)
-        return {
-            "loss": loss,
-            "perplexity": math.exp(min(loss, 50.0)),
-            "char_f1": sum(char_f1(h, ex.target) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
-            "samples": [
-                {"prompt": ex.prompt, "reference": ex.target, "generated": h}
-                for ex, h in zip(sample[:4], hyps[:4])
-            ],
-        }
+        return self._generation_scores(model, features, examples, tokenizer, batch_size, device, "target")
 
 
 # ===================================================================== instruction (decoders)
@@ -574,24 +582,7 @@ class InstructionObjective(Objective):
             model.train(was_training)
 
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
-        loss_sum, tokens = 0.0, 0
-        for _, inputs, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
-            n_tok = int((inputs["labels"][:, 1:] != IGNORE).sum())  # the loss is a mean over these
-            loss_sum += float(out.loss) * n_tok
-            tokens += n_tok
-        loss = loss_sum / max(tokens, 1)
-        sample = [examples[f["_index"]] for f in features[: self.n_samples]]
-        max_new = min(64, max(len(ex.response) for ex in sample) + 1) if sample else 1
-        hyps = self.generate(model, tokenizer, [ex.prompt for ex in sample], max_new, device)
-        return {
-            "loss": loss,
-            "perplexity": math.exp(min(loss, 50.0)),
-            "char_f1": sum(char_f1(h, ex.response) for ex, h in zip(sample, hyps)) / max(len(sample), 1),
-            "samples": [
-                {"prompt": ex.prompt, "reference": ex.response, "generated": h}
-                for ex, h in zip(sample[:4], hyps[:4])
-            ],
-        }
+        return self._generation_scores(model, features, examples, tokenizer, batch_size, device, "response")
 
 
 # ===================================================================== text correction
