@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import os
 from pathlib import Path
 
@@ -77,3 +79,30 @@ def decoder_dir(tmp_path_factory):
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
+
+
+def load_recorder(name: str):
+    """scripts/<name>.py as a module: a recorder with OUTPUT (the committed record), record() and dumps()."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_as_recorded(module, what: str, context: int = 2) -> None:
+    """Fail with a diff (first 6,000 characters) where `module.record()` differs from its committed OUTPUT."""
+    expected = module.OUTPUT.read_text(encoding="utf-8")
+    actual = module.dumps(module.record())
+    if actual != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True),
+                actual.splitlines(True),
+                "recorded",
+                "now",
+                n=context,
+                lineterm="\n",
+            )
+        )
+        pytest.fail(f"{what} changed ({module.OUTPUT.name}):\n{diff[:6000]}")

@@ -8,34 +8,17 @@ why in the commit message.
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
 import json
-from pathlib import Path
 
-import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "record_resolved_recipes.py"
+from conftest import assert_as_recorded, load_recorder
 
 
 def _recorder():
-    spec = importlib.util.spec_from_file_location("record_resolved_recipes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_recorder("record_resolved_recipes")
 
 
 def test_resolved_recipes_unchanged():
-    recorder = _recorder()
-    expected = recorder.OUTPUT.read_text(encoding="utf-8")
-    actual = recorder.dumps(recorder.record())
-    if actual != expected:
-        diff = "".join(
-            difflib.unified_diff(
-                expected.splitlines(True), actual.splitlines(True), "recorded", "now", n=3, lineterm="\n"
-            )
-        )
-        pytest.fail(f"resolved recipes changed ({recorder.OUTPUT.name}):\n{diff[:6000]}")
+    assert_as_recorded(_recorder(), "resolved recipes", context=3)
 
 
 def test_every_recipe_is_recorded_with_both_schemas_covered():

@@ -7,34 +7,17 @@ the commit message.
 
 from __future__ import annotations
 
-import difflib
-import importlib.util
 import json
-from pathlib import Path
 
-import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "record_taskflow_outputs.py"
+from conftest import assert_as_recorded, load_recorder
 
 
 def _recorder():
-    spec = importlib.util.spec_from_file_location("record_taskflow_outputs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_recorder("record_taskflow_outputs")
 
 
 def test_shipped_taskflow_outputs_byte_identical():
-    recorder = _recorder()
-    expected = recorder.OUTPUT.read_text(encoding="utf-8")
-    actual = recorder.dumps(recorder.record())
-    if actual != expected:
-        diff = "".join(
-            difflib.unified_diff(
-                expected.splitlines(True), actual.splitlines(True), "recorded", "now", n=2, lineterm="\n"
-            )
-        )
-        pytest.fail(f"Taskflow outputs changed ({recorder.OUTPUT.name}):\n{diff[:6000]}")
+    assert_as_recorded(_recorder(), "Taskflow outputs", context=2)
 
 
 def test_recorded_outputs_cover_every_shipped_task():
