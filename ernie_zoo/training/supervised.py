@@ -38,6 +38,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ernie_zoo.parallel.deepspeed_backend import offloads_optimizer
 from ernie_zoo.utils import atomic_directory, atomic_write_text, resolve_device
 
 from .backends import make_engine, task_deepspeed_config, zero3_build_context
@@ -158,15 +159,6 @@ def deepspeed_config(recipe) -> dict[str, Any]:
     )
 
 
-def offloads_optimizer(recipe) -> bool:
-    """Whether the run steps its optimizer on the host (ZeRO-Offload: DeepSpeed's CPU Adam instead of AdamW)."""
-    if recipe.distributed.backend == "single":
-        return False
-    from ernie_zoo.parallel.deepspeed_backend import recipe_offloads_optimizer
-
-    return recipe_offloads_optimizer(recipe)
-
-
 def steps_of(t, n_train: int) -> tuple[int, int]:
     """(optimizer steps per epoch, total steps) of a run with `n_train` training examples."""
     per_epoch = max(1, math.ceil(math.ceil(n_train / t.batch_size) / t.grad_accum))
@@ -199,7 +191,9 @@ class SupervisedTraining:
         self.steps_per_epoch, self.total_steps = steps_of(self.t, len(features["train"]))
         self.eval_every = self.t.eval_every or self.steps_per_epoch
         lr = self.t.learning_rate or job.default_learning_rate(method.name)
-        optimizer = adamw(model, lr, self.t.weight_decay, cpu_adam=offloads_optimizer(job.recipe))
+        # ZeRO-Offload steps the optimizer on the host (DeepSpeed's CPU Adam): read from the run's one config
+        cpu_adam = ds_config is not None and offloads_optimizer(ds_config)
+        optimizer = adamw(model, lr, self.t.weight_decay, cpu_adam=cpu_adam)
         scheduler = warmup_decay(
             optimizer,
             warmup_steps=int(self.t.warmup_ratio * self.total_steps),
