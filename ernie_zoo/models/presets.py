@@ -16,6 +16,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128),
     # the zoo's shipped models: sized to pretrain on 2 CPU cores and ship in <= 25 MB (fp16)
     "zoo-mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    # multilingual-e5-small's shape (intfloat, MIT; models/e5.py): the zoo's pretrained base, BERT-style (no task-type
+    # embedding), 512 positions; its character vocabulary (e5.char_vocabulary) is 20,564 tokens
+    "e5-small": dict(
+        num_hidden_layers=12,
+        hidden_size=384,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        use_task_id=False,
+        layer_norm_eps=1e-12,
+    ),
     # ERNIE 3.0 family
     "nano": dict(num_hidden_layers=4, hidden_size=312, num_attention_heads=12, intermediate_size=1248),
     "micro": dict(num_hidden_layers=4, hidden_size=384, num_attention_heads=12, intermediate_size=1536),
@@ -68,7 +78,7 @@ DECODER_PRESETS: dict[str, dict[str, Any]] = {
 
 DEFAULTS: dict[str, Any] = dict(vocab_size=40000, max_position_embeddings=2048, use_task_id=True)
 SMALL_DEFAULTS: dict[str, Any] = dict(max_position_embeddings=512)
-SMALL = {"tiny", "zoo-mini", "nano", "micro", "mini", "medium", "base", "xbase"}
+SMALL = {"tiny", "zoo-mini", "e5-small", "nano", "micro", "mini", "medium", "base", "xbase"}
 
 
 def preset_config(name: str, **overrides: Any):
