@@ -127,7 +127,7 @@ NAMES = {"taskflow_fp32": "Taskflow fp32", "taskflow_int8": "Taskflow int8", "or
 
 
 def render_table(report: dict) -> str:
-    """The README's tables of a results file: texts/s (x the pipeline's) per size, task and thread count; load time;
+    """The tables of a results file that docs/serving.md shows: texts/s (x the pipeline's) per size, task and thread count; load time;
     RSS of the memory run."""
     rows = report["rows"]
     head = " | ".join(NAMES[s] for s in SYSTEMS)

@@ -250,7 +250,7 @@ def _spawn(spec: dict, log, records: Path) -> dict:
 
 
 def render_table(report: dict) -> str:
-    """The README's markdown table of a results file: one row per task and method, then LoRA minus full."""
+    """The markdown table of a results file (docs/finetuning.md shows it): one row per task and method, then LoRA minus full."""
     names = {"full": "full fine-tuning", "lora": "LoRA", "adapter": "bottleneck adapter"}
     rows = [
         "| task (test metric) | method | trainable params | test mean ± sd | dev mean | train s | peak RSS MiB |",
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", default="bench/results/lora_vs_full_zoo.json")
     p.add_argument(
-        "--table", action="store_true", help="print the markdown table of --out (the README's) and exit"
+        "--table", action="store_true", help="print --out's markdown table (docs/finetuning.md) and exit"
     )
     args = p.parse_args(argv)
     if args.table:

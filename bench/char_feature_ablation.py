@@ -15,7 +15,7 @@ mean and sd over seeds. These are fine-tuning ablations from one encoder pretrai
 pretraining ablations: they show what the features add on top of that encoder at this budget.
 
     python bench/char_feature_ablation.py --jobs 2       # 12 runs (4 of them reusable): about 1.5 h on 2 cores
-    python bench/char_feature_ablation.py --table        # the README's table of the results file
+    python bench/char_feature_ablation.py --table        # docs/zoo.md's table of the results file
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def chosen_rates(results: Path) -> dict[str, float]:
 
 
 def render_table(report: dict) -> str:
-    """The README's markdown table: one row per task and variant, then each variant minus the shipped one."""
+    """The markdown table docs/zoo.md shows: one row per task and variant, then each variant minus the shipped one."""
     rows = [
         "| task (test metric) | char features | test mean ± sd | dev mean ± sd | vs shipped (test) |",
         "|---|---|---:|---:|---:|",

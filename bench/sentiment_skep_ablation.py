@@ -23,6 +23,9 @@ split is read. Runs not finished yet are listed under ``missing``.
                         一点也不{n}。: sentiment_silver.py --turns), compared with the lexicon runs of the same seeds
 
     python bench/sentiment_skep_ablation.py     # ~1 min per run on one thread
+
+The two candidates not shipped (silver2, turn frames) have their recipes in git history only
+(`git show 5a6af2f:recipes/experiments/sentiment-turns-seed3.yaml`; recipes/experiments/README.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from ernie_zoo.recipe_cli import iter_fields
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO / "recipes" / "finetune").glob("*.yaml"))
 # The zoo's fine-tuning recipes (recipes/zoo/pretrain-*.yaml are ernie-pretrain's, tested in test_recipes.py): the
-# ones build_all.sh runs, and the experiments whose results the README, cards and benches quote.
+# ones build_all.sh runs, and the experiments that reproduce a shipped model's choices (recipes/experiments/README.md).
 ZOO = Path(__file__).parent.parent / "recipes" / "zoo"
 EXPERIMENTS = ZOO.parent / "experiments"
 ZOO_RECIPES = sorted(p for p in ZOO.glob("*.yaml") if not p.name.startswith("pretrain-"))

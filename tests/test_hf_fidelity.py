@@ -422,21 +422,23 @@ def test_ner_pipeline_refuses_with_what_to_do(zoo):
         pipeline("token-classification", model=zoo("ernie-zoo-mini-ner"))
 
 
-# ------------------------------------------------------------------ README: "Using the models from transformers / peft"
+# ------------------------------------------- docs/models.md (linked from the README): "Using the models from transformers / peft"
 def test_readme_transformers_section_runs(tmp_path, monkeypatch, capsys):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     blocks = [
         re.search(rf"<!-- tested: {m} -->\n```python\n(.*?)```", text, re.S)
         for m in ("hf-pipeline", "hf-peft")
     ]
-    assert all(blocks), "README lacks the tested transformers / peft blocks"
+    assert all(blocks), "neither the README nor docs/ has the tested transformers / peft blocks"
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block.group(1), "README.md", "exec"), namespace)
+        exec(compile(block.group(1), "docs", "exec"), namespace)
     out = capsys.readouterr().out
     assert "'label': 'positive'" in out
     assert "春眠不觉晓，春色已成秋。不是春风里,无人不见愁。" in out

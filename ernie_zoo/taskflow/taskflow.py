@@ -38,7 +38,7 @@ class Taskflow:
         precision: "fp32"; "fp16"/"bf16" on GPU ("bf16" is accepted on CPU but slow there); "int8": the Linear
             layers computed in int8, CPU only. None (default): fp32, or on CPU the precision the model's directory
             names in config.json `taskflow_cpu_precision` (both shipped NER models: int8, measured lossless on dev
-            at over twice the speed; README, "NER: accurate and fast modes").
+            at over twice the speed; docs/taskflow.md, "NER: accurate and fast modes").
         mode: for tasks that ship several models, which one: ner has "accurate" (the default,
             ernie-zoo-mini-ner) and "fast" (ernie-zoo-mini-ner-fast, a smaller distilled tagger); text_generation
             has "general" (the default, ernie-zoo-mini-generator: continues modern text) and "poetry"
