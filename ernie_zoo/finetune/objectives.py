@@ -791,9 +791,7 @@ class InformationExtractionObjective(Objective):
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
         tp = n_pred = n_gold = 0
         loss_sum, n = 0.0, 0
-        for chunk, _, out in self._forward_all(
-            model, features, batch_size, device, tokenizer.pad_token_id
-        ):
+        for chunk, _, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
             loss_sum += float(out.loss) * len(chunk)
             n += len(chunk)
             start_probs, end_probs = out.start_logits.sigmoid().tolist(), out.end_logits.sigmoid().tolist()
