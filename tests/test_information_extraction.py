@@ -496,3 +496,75 @@ def test_served_with_a_schema_per_request(random_ie_dir):
         assert reply.json()["results"] == [{}]  # a random model: nothing above 0.99
         bad = client.post("/v1/information_extraction", json={"texts": ["李明"], "options": {"schema": [1]}})
         assert bad.status_code == 422 and "items are names" in bad.text
+
+
+# ----------------------------------------------------------------------------------------------- UIE files, the MSRA mix
+def test_uie_prompt_files_round_trip_and_feed_the_objective(tmp_path):
+    from ernie_zoo.data.annotations import (
+        detect_annotation_format,
+        read_prompt_examples,
+        write_prompt_examples,
+    )
+    from ernie_zoo.finetune import build_args
+    from ernie_zoo.finetune.objectives import make_objective
+
+    examples = prompt_examples(read_annotations_from(_doccano_rows(10)), negative_ratio=1)
+    path = tmp_path / "uie.jsonl"
+    assert write_prompt_examples(path, examples) == len(examples)
+    assert detect_annotation_format(path.read_text(encoding="utf-8")) == "uie"
+    assert read_prompt_examples(path) == examples
+    with pytest.raises(ValueError, match="holds prompt examples"):
+        read_annotations(path)
+
+    args = build_args(
+        {"task": "information_extraction", "data": {"train_file": str(path), "dev_fraction": 0.0}}
+    )
+    objective = make_objective(args)
+    objective.read()
+    assert objective.splits["train"] == examples and "dev" not in objective.splits
+
+    lines = path.read_text(encoding="utf-8").splitlines()
+    row = json.loads(lines[1])
+    row["result_list"] = [{"text": "x", "start": 0, "end": 99}]
+    lines[1] = json.dumps(row, ensure_ascii=False)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{path}:2: result .* outside the text"):
+        read_prompt_examples(path)
+
+
+def test_msra_mix_asks_each_type_under_its_names(tmp_path):
+    from ernie_zoo.data.annotations import read_prompt_examples
+    from ernie_zoo.data.extraction_mix import (
+        HELD_OUT_NAMES,
+        TYPE_NAMES,
+        build_extraction_mix,
+        msra_prompt_examples,
+    )
+
+    records = [
+        {
+            "text": f"{name}在{city}工作。",
+            "entities": [{"start": 0, "end": 2, "type": "PER"}, {"start": 3, "end": 5, "type": "LOC"}],
+        }
+        for name in NAMES
+        for city in CITIES
+    ]
+    examples = list(msra_prompt_examples(records, seed=0))
+    assert len(examples) == 3 * len(records)
+    kind_of = {n: k for k, names in TYPE_NAMES.items() for n in names}
+    for ex in examples:
+        kind = kind_of[ex.prompt]
+        expected = {"PER": ((0, 2),), "LOC": ((3, 5),), "ORG": ()}[kind]
+        assert ex.spans == expected  # a negative only for the type the sentence lacks
+    assert {ex.prompt for ex in examples} == set(kind_of)  # every name is drawn
+    assert [ex.prompt for ex in msra_prompt_examples(records, seed=1)] != [ex.prompt for ex in examples]
+    assert not set(kind_of) & {n for names in HELD_OUT_NAMES.values() for n in names}
+
+    datasets = tmp_path / "datasets"
+    (datasets / "ner").mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        _write_jsonl(datasets / "ner" / f"{split}.jsonl", records[:6])
+    counts = build_extraction_mix(tmp_path / "mix", datasets)
+    assert counts == {"train": 18, "dev": 18, "test": 18, "test_unseen": 18}
+    unseen = read_prompt_examples(tmp_path / "mix" / "test_unseen.jsonl")
+    assert {ex.prompt for ex in unseen} == {"人", "地方", "单位"}

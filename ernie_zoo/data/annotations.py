@@ -11,8 +11,12 @@ turned into UIE prompt examples.
             {"id": "a", "type": "labels", "value": {"start": 0, "end": 2, "labels": ["人物"]}},
             {"type": "relation", "from_id": "a", "to_id": "b", "labels": ["毕业院校"]}, ...]}]}]
 
-The format is detected from the content (an array of tasks with "data"/"annotations": Label Studio; JSON lines:
-doccano). Every row is checked and a bad one is named by file:line: text missing or empty, an entity's offsets outside
+    PaddleNLP UIE prompt examples (JSONL, what PaddleNLP's doccano.py writes, and what `write_prompt_examples`
+    writes; read as they are, by `read_prompt_examples`):
+        {"content": "李明毕业于北京大学", "prompt": "李明的毕业院校", "result_list": [{"text": "北京大学", "start": 5, "end": 9}]}
+
+The format is detected from the content (an array of tasks with "data"/"annotations": Label Studio; JSON lines with
+"content" and "prompt": UIE prompt examples; other JSON lines: doccano). Every row is checked and a bad one is named by file:line: text missing or empty, an entity's offsets outside
 the text or not integers, two entities of the same label overlapping (one prompt's pointers cannot give both), an
 entity id used twice, a relation from or to an entity id the row does not have.
 
@@ -71,8 +75,73 @@ class PromptExample:
 
 
 def detect_annotation_format(text: str) -> str:
-    """ "label_studio" for a JSON array (Label Studio's export), "doccano" for JSON lines."""
-    return "label_studio" if text.lstrip().startswith("[") else "doccano"
+    """ "label_studio" for a JSON array (Label Studio's export), "uie" for JSON lines of prompt examples
+    ("content", "prompt"), "doccano" for other JSON lines."""
+    if text.lstrip().startswith("["):
+        return "label_studio"
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        row = json.loads(first)
+    except json.JSONDecodeError:
+        return "doccano"  # whose reader names the line
+    return "uie" if isinstance(row, dict) and {"content", "prompt"} <= set(row) else "doccano"
+
+
+def read_prompt_examples(path: str | Path, max_line_bytes: int | None = None) -> list[PromptExample]:
+    """The prompt examples of a UIE JSONL file (see the module docstring); a bad line is named by file:line."""
+    path = Path(path)
+    content = read_text_file(path, max_line_bytes)
+    out = []
+    for n, line in enumerate(content.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e.msg})") from None
+        if not isinstance(row, dict) or not {"content", "prompt"} <= set(row):
+            raise ValueError(f"{where}: a prompt example needs content, prompt and result_list")
+        text = _text(row["content"], where)
+        prompt = row["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"{where}: the prompt is missing or empty")
+        spans = set()
+        for item in row.get("result_list") or []:
+            start, end = (item.get("start"), item.get("end")) if isinstance(item, dict) else (None, None)
+            ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end))
+            if not ints or not 0 <= start < end <= len(text):
+                raise ValueError(
+                    f"{where}: result {item!r:.80} has offsets outside the text of {len(text)} characters"
+                )
+            if item.get("text") is not None and item["text"] != text[start:end]:
+                raise ValueError(
+                    f"{where}: result text {item['text']!r} != content[{start}:{end}] {text[start:end]!r}"
+                )
+            spans.add((start, end))
+        out.append(PromptExample(prompt.strip(), text, tuple(sorted(spans))))
+    if not out:
+        raise ValueError(f"data file {path} has no prompt examples")
+    return out
+
+
+def write_prompt_examples(path: str | Path, examples: Iterable[PromptExample]) -> int:
+    """Write `examples` as UIE JSONL (atomically: a temporary file renamed into place); returns their number."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for ex in examples:
+            row = {
+                "content": ex.text,
+                "prompt": ex.prompt,
+                "result_list": [{"text": ex.text[s:e], "start": s, "end": e} for s, e in ex.spans],
+            }
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(path)
+    return n
 
 
 def read_annotations(path: str | Path, max_line_bytes: int | None = None) -> list[AnnotatedText]:
@@ -83,6 +152,10 @@ def read_annotations(path: str | Path, max_line_bytes: int | None = None) -> lis
     content = read_text_file(path, max_line_bytes)
     if not content.strip():
         raise ValueError(f"data file {path} is empty")
+    if detect_annotation_format(content) == "uie":
+        raise ValueError(
+            f"{path} holds prompt examples (content/prompt/result_list): read it with read_prompt_examples"
+        )
     if detect_annotation_format(content) == "label_studio":
         rows = _label_studio(content, str(path))
     else:
@@ -271,4 +344,6 @@ __all__ = [
     "detect_annotation_format",
     "prompt_examples",
     "read_annotations",
+    "read_prompt_examples",
+    "write_prompt_examples",
 ]

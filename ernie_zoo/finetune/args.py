@@ -251,8 +251,8 @@ class FinetuneArgs:
 
     task: str = "sequence_classification"
     """One of sequence_classification, token_classification, generation, text_correction, instruction (prompt /
-    response pairs on an ERNIE 4.5 decoder, with a chat template), information_extraction (a doccano / Label Studio
-    export; Taskflow("information_extraction", schema=..., task_path=output_dir) runs the result)."""
+    response pairs on an ERNIE 4.5 decoder, with a chat template), information_extraction (doccano / Label Studio
+    exports; docs/information_extraction.md)."""
     data: FinetuneDataArgs = field(default_factory=FinetuneDataArgs)
     model: FinetuneModelArgs = field(default_factory=FinetuneModelArgs)
     method: MethodArgs = field(default_factory=MethodArgs)

@@ -27,8 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from ernie_zoo.data.annotations import PromptExample, prompt_examples, read_annotations
-from ernie_zoo.data.labelled import seeded_split
+from ernie_zoo.data.annotations import (
+    PromptExample,
+    detect_annotation_format,
+    prompt_examples,
+    read_annotations,
+    read_prompt_examples,
+)
+from ernie_zoo.data.labelled import read_text_file, seeded_split
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import LEXICON_FILE
@@ -699,7 +705,8 @@ class TextCorrectionObjective(Objective):
 
 class InformationExtractionObjective(Objective):
     """Schema-driven extraction (`ErnieZooForSpanExtraction`): doccano / Label Studio exports
-    (`ernie_zoo.data.annotations`, format detected) turned into prompt examples -- entity prompts, relation prompts
+    (`ernie_zoo.data.annotations`, format detected; or UIE prompt-example JSONL, read as it is) turned into prompt
+    examples -- entity prompts, relation prompts
     ("李明的毕业院校"), negative prompts -- each `[CLS] prompt [SEP] text [SEP]` with start/end bits on the text's
     tokens. Without data.dev_file, data.dev_fraction of the training texts (seeded by train.seed) is the dev set.
     Dev score: span F1 over every prompt (a span counts when its start and end are exact)."""
@@ -709,13 +716,18 @@ class InformationExtractionObjective(Objective):
 
     def read(self) -> None:
         d, seed = self.data_args, self.args.train.seed
-        rows: dict[str, list] = {}
+        rows: dict[str, list] = {}  # annotated texts (doccano, Label Studio) or prompt examples (UIE JSONL)
         for split in ("train", "dev", "test"):
             path = getattr(d, f"{split}_file")
             if path is None:
                 continue
             path = Path(path).expanduser()
-            rows[split] = read_annotations(path, d.max_line_bytes)
+            if not path.is_file():
+                raise ValueError(f"data.{split}_file: {path} does not exist")
+            if detect_annotation_format(read_text_file(path, d.max_line_bytes)) == "uie":
+                rows[split] = read_prompt_examples(path, d.max_line_bytes)
+            else:
+                rows[split] = read_annotations(path, d.max_line_bytes)
             self.where[split] = str(path)
         if "train" not in rows:
             raise ValueError(
@@ -730,9 +742,12 @@ class InformationExtractionObjective(Objective):
                 self.where["dev"] = (
                     f"{self.where['train']} (held out: {d.dev_fraction:g} of the texts, seed {seed})"
                 )
-        for split, annotated in rows.items():
+        for split, read in rows.items():
             limit = d.max_train_samples if split == "train" else d.max_eval_samples
-            self.splits[split] = prompt_examples(annotated[:limit], d.negative_ratio, seed)
+            if read and isinstance(read[0], PromptExample):
+                self.splits[split] = read[:limit]
+            else:
+                self.splits[split] = prompt_examples(read[:limit], d.negative_ratio, seed)
         counts = {s: len(v) for s, v in self.splits.items()}
         logger.info("information extraction prompt examples: %s", counts)
 
