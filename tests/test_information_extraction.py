@@ -568,3 +568,15 @@ def test_msra_mix_asks_each_type_under_its_names(tmp_path):
     assert counts == {"train": 18, "dev": 18, "test": 18, "test_unseen": 18}
     unseen = read_prompt_examples(tmp_path / "mix" / "test_unseen.jsonl")
     assert {ex.prompt for ex in unseen} == {"人", "地方", "单位"}
+
+
+def test_cli_lists_the_task_and_refuses_bad_schema_json(capsys, random_ie_dir):
+    from ernie_zoo.cli import main
+
+    assert main(["taskflow", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "information_extraction (aliases: ie)\n    default model: none shipped (give --task-path)" in out
+    assert main(["taskflow", "ie", "--task-path", str(random_ie_dir), "--schema", '["人物"', "李明"]) == 2
+    assert "--schema is not valid JSON" in capsys.readouterr().err
+    assert main(["taskflow", "ie", "--schema", '["人物"]', "李明"]) == 2  # no model shipped: a clear error
+    assert "has no default model: pass model= or task_path=" in capsys.readouterr().err

@@ -247,12 +247,13 @@ def _blocks(texts: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 def run(args: Args, argv: list[str]) -> int:
-    from ernie_zoo.taskflow import list_tasks, task_usage
+    from ernie_zoo.taskflow import get_task, list_tasks, task_usage
 
     if args.list_tasks:
         for name, info in list_tasks().items():
             aliases = f" (aliases: {', '.join(info['aliases'])})" if info["aliases"] else ""
-            model = info["default_model"] or "no model"
+            uses_model = get_task(name).auto_class is not None
+            model = info["default_model"] or ("none shipped (give --task-path)" if uses_model else "no model")
             if info["modes"]:
                 model += " (--mode " + ", ".join(f"{m}: {n}" for m, n in info["modes"].items()) + ")"
             print(
