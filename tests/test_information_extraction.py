@@ -580,3 +580,38 @@ def test_cli_lists_the_task_and_refuses_bad_schema_json(capsys, random_ie_dir):
     assert "--schema is not valid JSON" in capsys.readouterr().err
     assert main(["taskflow", "ie", "--schema", '["人物"]', "李明"]) == 2  # no model shipped: a clear error
     assert "has no default model: pass model= or task_path=" in capsys.readouterr().err
+
+
+def test_long_training_texts_are_cut_into_windows_like_taskflow():
+    from ernie_zoo.finetune import build_args
+    from ernie_zoo.finetune.objectives import make_objective
+
+    text = "李明毕业于北京大学。" + FILLER * 6 + "王芳毕业于南京大学。" + FILLER * 6 + "张伟"
+    spans = [(0, 2), (text.index("王芳"), text.index("王芳") + 2), (len(text) - 2, len(text))]
+    examples = [PromptExample("人物", text, tuple(spans)), PromptExample("城市", text)]
+    tokenizer = ErnieZooTokenizerFast.train_vocab(
+        [text, "人物城市"], vocab_size=200, min_frequency=1, show_progress=False
+    )
+    objective = make_objective(build_args({"task": "information_extraction", "data": {"max_length": 32}}))
+    features = objective.encode(examples, tokenizer)
+    assert len(features) > 2 * (len(text) // 32) and all(len(f["input_ids"]) <= 32 for f in features)
+    found = []
+    for f in features:
+        a, b = f["_window"]
+        starts = [t for t, label in enumerate(f["labels"]) if label > 0 and label & 1]
+        ends = [t for t, label in enumerate(f["labels"]) if label > 0 and label & 2]
+        assert len(starts) == len(ends) == len(f["_gold"])
+        for (s, e), ts, te in zip(f["_gold"], starts, ends):
+            assert (f["_offsets"][ts][0], f["_offsets"][te][1]) == (
+                s,
+                e,
+            )  # the labelled tokens are the span's
+            found.append((f["_index"], a + s, a + e))
+    assert found == [(0, s, e) for s, e in spans]  # every span trained, in the text's offsets; none for 城市
+    assert sum(f["_missed"] for f in features) == 0
+
+    # a span cut by a window boundary is lost, and counted as a miss once
+    boundary = features[0]["_window"][1]
+    cut = PromptExample("天气", text, ((boundary - 2, boundary + 2),))  # a prompt as long: the same windows
+    features = objective.encode([cut], tokenizer)
+    assert not any(f["_gold"] for f in features) and sum(f["_missed"] for f in features) == 1

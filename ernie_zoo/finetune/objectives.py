@@ -47,6 +47,7 @@ from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.metrics import char_f1, classification_scores, entity_scores, multilabel_scores
+from ernie_zoo.text.sentences import chunk_spans
 from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
@@ -756,42 +757,67 @@ class InformationExtractionObjective(Objective):
             yield ex.prompt
             yield ex.text
 
+    def windows(self, examples: Sequence[PromptExample], tokenizer) -> list[tuple[int, int, int]]:
+        """(example, start, end): each example's text cut into the windows Taskflow would cut it into at
+        data.max_length (`chunk_spans` on the room the prompt leaves), so a long text trains on all of its spans."""
+        prompts = list(dict.fromkeys(ex.prompt for ex in examples))
+        lengths = dict(zip(prompts, map(len, tokenizer(prompts, add_special_tokens=False)["input_ids"])))
+        n_special = tokenizer.num_special_tokens_to_add(pair=True)
+        out = []
+        for i, ex in enumerate(examples):
+            room = max(1, self.data_args.max_length - n_special - lengths[ex.prompt])
+            out += [(i, a, b) for a, b in chunk_spans(ex.text, room)]
+        return out
+
     def encode(self, examples: Sequence[PromptExample], tokenizer) -> list[dict[str, Any]]:
+        """`[CLS] prompt [SEP] window [SEP]` per window of each example (`windows`), labels on the window's tokens;
+        a span crossing two windows, or cut off where a window's tokens overflow max_length, is lost (counted)."""
+        windows = self.windows(examples, tokenizer)
         enc = tokenizer(
-            [ex.prompt for ex in examples],
-            [ex.text for ex in examples],
+            [examples[i].prompt for i, _, _ in windows],
+            [examples[i].text[a:b] for i, a, b in windows],
             truncation="only_second",
             max_length=self.data_args.max_length,
             return_offsets_mapping=True,
         )
-        features, lost = [], 0
-        for i, ex in enumerate(examples):
-            offsets = enc["offset_mapping"][i]
-            in_text = [s == 1 for s in enc.sequence_ids(i)]
+        features: list[dict[str, Any]] = []
+        kept: dict[int, int] = {}  # example -> its spans some window holds
+        first: dict[int, int] = {}  # example -> its first window's feature
+        for w, (i, a, b) in enumerate(windows):
+            offsets = enc["offset_mapping"][w]
+            in_text = [s == 1 for s in enc.sequence_ids(w)]
             starts = {o[0]: t for t, o in enumerate(offsets) if in_text[t] and o[1] > o[0]}
             ends = {o[1]: t for t, o in enumerate(offsets) if in_text[t] and o[1] > o[0]}
             labels = [0 if inside else IGNORE for inside in in_text]
-            for start, end in ex.spans:
-                if start in starts and end in ends:
-                    labels[starts[start]] |= START
-                    labels[ends[end]] |= END
-                else:
-                    lost += 1  # truncated away, or not on token boundaries
+            gold = []
+            for start, end in examples[i].spans:
+                if a <= start and end <= b and start - a in starts and end - a in ends:
+                    labels[starts[start - a]] |= START
+                    labels[ends[end - a]] |= END
+                    gold.append((start - a, end - a))
+            kept[i] = kept.get(i, 0) + len(gold)
+            first.setdefault(i, w)
             f = {
-                k: enc[k][i]
+                k: enc[k][w]
                 for k in ("input_ids", "token_type_ids", "attention_mask", "pinyin_ids")
                 if k in enc
             }
             f["labels"] = labels
             f["_offsets"] = [tuple(o) if inside else None for o, inside in zip(offsets, in_text)]
+            f["_gold"] = gold  # in the window's offsets
+            f["_window"] = (a, b)
             f["_index"] = i
+            f["_missed"] = 0
             features.append(f)
+        for i, w in first.items():  # the spans no window holds count as misses once, on the first window
+            features[w]["_missed"] = len(examples[i].spans) - kept[i]
+        total, lost = sum(len(ex.spans) for ex in examples), sum(f["_missed"] for f in features)
         if lost:
             logger.warning(
-                "%d of %d spans are past data.max_length = %d tokens or not on token boundaries: not trained on, "
+                "%d of %d spans cross two %d-token windows or are not on token boundaries: not trained on, "
                 "and misses in evaluation",
                 lost,
-                sum(len(ex.spans) for ex in examples),
+                total,
                 self.data_args.max_length,
             )
         return features
@@ -814,10 +840,11 @@ class InformationExtractionObjective(Objective):
                 offsets = f["_offsets"]
                 positions = [t for t, o in enumerate(offsets) if o is not None]
                 pred = {(offsets[s][0], offsets[e][1]) for s, e, _ in pair_pointers(sp, ep, 0.5, positions)}
-                gold = set(examples[f["_index"]].spans)
+                gold = set(f["_gold"])
                 tp += len(pred & gold)
                 n_pred += len(pred)
                 n_gold += len(gold)
+                n_gold += f["_missed"]
         precision = tp / n_pred if n_pred else 0.0
         recall = tp / n_gold if n_gold else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
