@@ -369,29 +369,31 @@ SMALL = {
 }
 
 
-def _finetune(tmp_path: Path, method: str, steps: int, out: str):
-    from ernie_zoo.finetune import build_args, run_finetune
+def _finetune(tmp_path: Path, method: str, steps: int, out: str) -> tuple[Path, dict]:
+    """`ernie-finetune RECIPE --task information_extraction --train_file F` (the command line); (output dir, its
+    eval_results.json)."""
+    import yaml
+
+    from ernie_zoo.finetune.cli import main
 
     train = _write_jsonl(tmp_path / "train.jsonl", _doccano_rows())
-    args = build_args(
-        {
-            "task": "information_extraction",
-            "data": {"train_file": str(train), "max_length": 48},
-            "model": {"vocab_size": 300, "config_overrides": SMALL},
-            "method": {"method": method},
-            "train": {
-                "output_dir": str(tmp_path / out),
-                "batch_size": 16,
-                "learning_rate": 5e-3,
-                "max_steps": steps,
-                "eval_every": steps,
-                "progress": False,
-                "num_threads": 1,
-                "seed": 0,
-            },
-        }
-    )
-    return args, run_finetune(args)
+    recipe = {
+        "data": {"max_length": 48},
+        "model": {"vocab_size": 300, "config_overrides": SMALL},
+        "method": {"method": method},
+        "train": {
+            "batch_size": 16,
+            "learning_rate": 5e-3,
+            "max_steps": steps,
+            "eval_every": steps,
+            "seed": 0,
+        },
+    }
+    recipe["train"].update(progress=False, num_threads=1, output_dir=str(tmp_path / out))
+    path = tmp_path / f"{out}.yaml"
+    path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
+    assert main([str(path), "--task", "information_extraction", "--train_file", str(train)]) == 0
+    return tmp_path / out, json.loads((tmp_path / out / "eval_results.json").read_text(encoding="utf-8"))
 
 
 def test_dev_split_is_seeded(tmp_path):
@@ -418,9 +420,9 @@ def test_dev_split_is_seeded(tmp_path):
 def test_finetuned_from_doccano_round_trips_through_taskflow_and_the_cli(tmp_path, capsys):
     from ernie_zoo.cli import main
 
-    args, result = _finetune(tmp_path, "full", 240, "full")
+    out, result = _finetune(tmp_path, "full", 240, "full")
     assert result["dev"]["f1"] > 0.9
-    out = args.train.output_dir
+    out = str(out)
     flow = Taskflow("information_extraction", schema={"人物": ["毕业院校", "出生地"]}, task_path=out)
     text = "赵磊出生在成都，后来考入武汉大学。"
     found = flow(text)
@@ -462,10 +464,10 @@ def test_finetuned_from_doccano_round_trips_through_taskflow_and_the_cli(tmp_pat
     assert "root[0]: items are names" in capsys.readouterr().err
 
     # LoRA: the merged output directory is what Taskflow loads
-    lora_args, _ = _finetune(tmp_path, "lora", 20, "lora")
-    lora = Taskflow("information_extraction", schema=["人物"], task_path=lora_args.train.output_dir)
+    lora_out, _ = _finetune(tmp_path, "lora", 20, "lora")
+    lora = Taskflow("information_extraction", schema=["人物"], task_path=lora_out)
     assert isinstance(lora([text]), list)
-    assert (Path(lora_args.train.output_dir) / "adapter").is_dir()
+    assert (lora_out / "adapter").is_dir()
 
 
 @pytest.mark.slow
