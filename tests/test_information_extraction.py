@@ -463,6 +463,23 @@ def test_finetuned_from_doccano_round_trips_through_taskflow_and_the_cli(tmp_pat
     assert main(["taskflow", "information_extraction", "--task-path", out, "--schema", "[1]", text]) == 2
     assert "root[0]: items are names" in capsys.readouterr().err
 
+    # ONNX: the exported head gives the same findings through the onnxruntime backend (fp32 and int8 graphs)
+    from ernie_zoo.taskflow.onnx import export_onnx
+
+    exported = export_onnx(out, tmp_path / "onnx")
+    texts = [text, "王芳毕业于南京大学。" + FILLER * 8 + "张伟出生在西安。"]
+    schema = {"人物": ["毕业院校", "出生地"]}
+    torch_found = Taskflow("ie", schema=schema, task_path=out, max_seq_len=32)(texts)
+    onnx_found = Taskflow("ie", schema=schema, task_path=exported, backend="onnxruntime", max_seq_len=32)(
+        texts
+    )
+    assert json.dumps(onnx_found, ensure_ascii=False) != "[{}, {}]"
+
+    def approx(found):
+        return json.loads(json.dumps(found), parse_float=lambda v: pytest.approx(float(v), abs=1e-4))
+
+    assert onnx_found == approx(torch_found)
+
     # LoRA: the merged output directory is what Taskflow loads
     lora_out, _ = _finetune(tmp_path, "lora", 20, "lora")
     lora = Taskflow("information_extraction", schema=["人物"], task_path=lora_out)
