@@ -14,6 +14,7 @@ from ernie_zoo.models import (
     ErnieZooForCausalLM,
     ErnieZooForMaskedLM,
     ErnieZooForSequenceClassification,
+    ErnieZooForSpanExtraction,
     ErnieZooForSpellingCorrection,
     ErnieZooForTokenClassification,
     ErnieZooForTokenClassificationCRF,
@@ -32,6 +33,7 @@ OWN = {
     ErnieZooForSpellingCorrection: ("logits_mask",),
     ErnieZooForTokenClassificationCRF: ("crf_mask",),
     ErnieZooEnsembleForTokenClassificationCRF: ("crf_mask",),
+    ErnieZooForSpanExtraction: (),
 }
 HEADS = sorted(
     (c for c in MODEL_CLASSES.values() if c.__module__.startswith("ernie_zoo.") and c is not ErnieZooModel),
@@ -208,6 +210,24 @@ class _Probe(torch.nn.Module):
     @head_forward
     def forward(self, inputs: HeadInputs, extra=None, **kwargs):
         return inputs, extra, kwargs
+
+
+@torch.no_grad()
+def test_span_extractor_computes_its_parts_and_its_loss(make_config, tiny_tokenizer, batch):
+    enc, _ = batch
+    model = _random(ErnieZooForSpanExtraction(make_config()), tiny_tokenizer)
+    logits = model.classifier(_hidden(model, enc).last_hidden_state)  # (B, T, 2)
+    labels = torch.full(enc["input_ids"].shape, -100)
+    labels[0, 1:4] = torch.tensor([1, 0, 2])  # a span from token 1 to token 3
+    labels[1, 1:3] = torch.tensor([3, 0])  # a one-token span
+    out = model(**enc, labels=labels)
+    assert torch.equal(out.start_logits, logits[..., 0]) and torch.equal(out.end_logits, logits[..., 1])
+    kept = labels != -100
+    target = torch.stack([(labels[kept] & 1) > 0, (labels[kept] & 2) > 0]).float()
+    by_hand = torch.nn.functional.binary_cross_entropy_with_logits(
+        torch.stack([logits[..., 0][kept], logits[..., 1][kept]]), target
+    )
+    assert torch.allclose(out.loss, by_hand)
 
 
 def test_head_forward_binds_as_its_signature_says():

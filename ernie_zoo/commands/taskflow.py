@@ -4,6 +4,7 @@
     ernie-zoo taskflow sentiment_analysis --task-path runs/senta --input reviews.txt --output out.jsonl
     cat prompts.jsonl | ernie-zoo taskflow text_generation --task-path runs/poet --option max_new_tokens=16
     ernie-zoo taskflow text_generation -O stream=true "今天天气很好，"   # printed as it is generated
+    ernie-zoo taskflow information_extraction --task-path runs/ie --schema '{"人物": ["毕业院校"]}' 李明毕业于北京大学。
     ernie-zoo taskflow ner --usage        # the task's usage example
     ernie-zoo taskflow --list             # tasks, aliases, default models and options
 
@@ -31,6 +32,8 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Literal, TextIO
+
+from ernie_zoo.text.extraction import schema_from_json
 
 BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
 #: Test hook: SIGKILL this process right after a --resume job has written this many blocks (the resume test kills
@@ -70,6 +73,9 @@ class Args:
     """For tasks with several shipped models: ner accurate (default) or fast."""
     user_dict: str | None = None
     """Jieba user dictionary file (word_segmentation, pos_tagging)."""
+    schema: str | None = None
+    """information_extraction: the schema as JSON, e.g. '["人物", "地点"]' or '{"人物": ["毕业院校"]}' (a bare name
+    is one type)."""
     option: dict[str, str] = field(default_factory=dict)
     """Task options, each as -O KEY=VALUE (repeatable), e.g. top_k=3 or decode_strategy=sampling; VALUE is parsed
     as JSON when it can be."""
@@ -241,12 +247,13 @@ def _blocks(texts: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 def run(args: Args, argv: list[str]) -> int:
-    from ernie_zoo.taskflow import list_tasks, task_usage
+    from ernie_zoo.taskflow import get_task, list_tasks, task_usage
 
     if args.list_tasks:
         for name, info in list_tasks().items():
             aliases = f" (aliases: {', '.join(info['aliases'])})" if info["aliases"] else ""
-            model = info["default_model"] or "no model"
+            uses_model = get_task(name).auto_class is not None
+            model = info["default_model"] or ("none shipped (give --task-path)" if uses_model else "no model")
             if info["modes"]:
                 model += " (--mode " + ", ".join(f"{m}: {n}" for m, n in info["modes"].items()) + ")"
             print(
@@ -309,6 +316,10 @@ def _run(args: Args, stdout: TextIO) -> int:
         return 2
     try:
         options = parse_options(args.option)
+        if args.schema is not None:
+            if "schema" in options:
+                raise ValueError("give the schema once: --schema or -O schema=..., not both")
+            options["schema"] = schema_from_json(args.schema)
         flow = Taskflow(
             args.task,
             args.model,

@@ -37,6 +37,7 @@ FINETUNE_TASKS = (
     "generation",
     "text_correction",
     "instruction",
+    "information_extraction",
 )
 
 
@@ -102,6 +103,12 @@ class FinetuneDataArgs:
     response_column: str = "response"
     """Column holding the response to learn (instruction; its prompt is data.prompt_column), e.g. jsonl lines
     {"prompt": ..., "response": ...}."""
+    dev_fraction: float = 0.1
+    """information_extraction without dev_file: this fraction of the training texts (drawn by a hash seeded with
+    train.seed) is held out as the dev set; 0: no dev set."""
+    negative_ratio: int = 3
+    """information_extraction: negative prompts (a type or relation with nothing to find in the text) per positive
+    prompt of each text, at most."""
     max_length: int = 128
     """Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated. Instruction:
     the templated prompt must fit with at least one response token (else an error names the row); the response
@@ -244,7 +251,8 @@ class FinetuneArgs:
 
     task: str = "sequence_classification"
     """One of sequence_classification, token_classification, generation, text_correction, instruction (prompt /
-    response pairs on an ERNIE 4.5 decoder, with a chat template)."""
+    response pairs on an ERNIE 4.5 decoder, with a chat template), information_extraction (doccano / Label Studio
+    exports; docs/information_extraction.md)."""
     data: FinetuneDataArgs = field(default_factory=FinetuneDataArgs)
     model: FinetuneModelArgs = field(default_factory=FinetuneModelArgs)
     method: MethodArgs = field(default_factory=MethodArgs)
@@ -260,6 +268,13 @@ class FinetuneArgs:
                 raise ValueError(f"recipe key {key!r} = {value!r}: {message}")
 
         check(self.task in FINETUNE_TASKS, "task", self.task, f"must be one of {FINETUNE_TASKS}")
+        check(
+            0.0 <= self.data.dev_fraction < 1.0,
+            "data.dev_fraction",
+            self.data.dev_fraction,
+            "must be in [0, 1)",
+        )
+        check(self.data.negative_ratio >= 0, "data.negative_ratio", self.data.negative_ratio, "must be >= 0")
         check(
             self.data.tag_scheme in ("bio", "bioes"),
             "data.tag_scheme",

@@ -48,6 +48,8 @@ PEFT_TASK_TYPES = {
     # peft has no task type for a masked-LM correction head with a detector: its plain PeftModel passes every
     # argument through to the model
     "text_correction": None,
+    # nor for a span extractor (its start/end head is `classifier`, saved whole like the other heads)
+    "information_extraction": None,
 }
 
 

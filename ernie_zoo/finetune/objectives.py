@@ -9,6 +9,7 @@ model head, evaluate predictions. (`run.FinetuneJob` is the run that trains an o
 | generation              | ErnieZooForCausalLM                             | loss (lower is better)        |
 | text_correction         | ErnieZooForSpellingCorrection                   | sentence_f1                   |
 | instruction             | Ernie4_5ForCausalLM / Ernie4_5_MoeForCausalLM   | loss (lower is better)        |
+| information_extraction  | ErnieZooForSpanExtraction                       | span f1 over prompts          |
 
 `generation` continues a text with the zoo's encoder-style causal LM (`[CLS] prompt continuation [SEP]`, no
 template); `instruction` teaches an ERNIE 4.5 decoder to answer prompts in a chat format that is saved with the
@@ -26,6 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from ernie_zoo.data.annotations import (
+    PromptExample,
+    detect_annotation_format,
+    prompt_examples,
+    read_annotations,
+    read_prompt_examples,
+)
+from ernie_zoo.data.labelled import read_text_file, seeded_split
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import LEXICON_FILE
@@ -33,10 +42,12 @@ from ernie_zoo.models.decoder import begin_end_tokens, chat_prompt_ids, chat_tem
 from ernie_zoo.models.generation import greedy_continuations
 from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, saved_file, sentiment_lexicon_ids, token_texts
 from ernie_zoo.models.registry import model_class_for
+from ernie_zoo.models.span_extraction import END, START, ErnieZooForSpanExtraction, pair_pointers
 from ernie_zoo.text.confusion import ConfusionSets, is_cjk
 from ernie_zoo.text.correction import correction_scores
 from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.metrics import char_f1, classification_scores, entity_scores, multilabel_scores
+from ernie_zoo.text.sentences import chunk_spans
 from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
@@ -690,12 +701,163 @@ class TextCorrectionObjective(Objective):
         return scores
 
 
+# ===================================================================== information extraction (UIE)
+
+
+class InformationExtractionObjective(Objective):
+    """Schema-driven extraction (`ErnieZooForSpanExtraction`): doccano / Label Studio exports
+    (`ernie_zoo.data.annotations`, format detected; or UIE prompt-example JSONL, read as it is) turned into prompt
+    examples -- entity prompts, relation prompts
+    ("李明的毕业院校"), negative prompts -- each `[CLS] prompt [SEP] text [SEP]` with start/end bits on the text's
+    tokens. Without data.dev_file, data.dev_fraction of the training texts (seeded by train.seed) is the dev set.
+    Dev score: span F1 over every prompt (a span counts when its start and end are exact)."""
+
+    name = "information_extraction"
+    default_metric = "f1"
+
+    def read(self) -> None:
+        d, seed = self.data_args, self.args.train.seed
+        rows: dict[str, list] = {}  # annotated texts (doccano, Label Studio) or prompt examples (UIE JSONL)
+        for split in ("train", "dev", "test"):
+            path = getattr(d, f"{split}_file")
+            if path is None:
+                continue
+            path = Path(path).expanduser()
+            if not path.is_file():
+                raise ValueError(f"data.{split}_file: {path} does not exist")
+            if detect_annotation_format(read_text_file(path, d.max_line_bytes)) == "uie":
+                rows[split] = read_prompt_examples(path, d.max_line_bytes)
+            else:
+                rows[split] = read_annotations(path, d.max_line_bytes)
+            self.where[split] = str(path)
+        if "train" not in rows:
+            raise ValueError(
+                "no training data: set data.train_file (a doccano JSONL or Label Studio JSON export)"
+            )
+        if "dev" not in rows and d.dev_fraction > 0:
+            texts = list(dict.fromkeys(r.text for r in rows["train"]))
+            held = set(seeded_split(texts, (1 - d.dev_fraction, d.dev_fraction, 0.0), seed)["dev"])
+            if held and len(held) < len(texts):
+                rows["dev"] = [r for r in rows["train"] if r.text in held]
+                rows["train"] = [r for r in rows["train"] if r.text not in held]
+                self.where["dev"] = (
+                    f"{self.where['train']} (held out: {d.dev_fraction:g} of the texts, seed {seed})"
+                )
+        for split, read in rows.items():
+            limit = d.max_train_samples if split == "train" else d.max_eval_samples
+            if read and isinstance(read[0], PromptExample):
+                self.splits[split] = read[:limit]
+            else:
+                self.splits[split] = prompt_examples(read[:limit], d.negative_ratio, seed)
+        counts = {s: len(v) for s, v in self.splits.items()}
+        logger.info("information extraction prompt examples: %s", counts)
+
+    def vocab_texts(self) -> Iterator[str]:
+        for ex in self.splits["train"]:
+            yield ex.prompt
+            yield ex.text
+
+    def windows(self, examples: Sequence[PromptExample], tokenizer) -> list[tuple[int, int, int]]:
+        """(example, start, end): each example's text cut into the windows Taskflow would cut it into at
+        data.max_length (`chunk_spans` on the room the prompt leaves), so a long text trains on all of its spans."""
+        prompts = list(dict.fromkeys(ex.prompt for ex in examples))
+        lengths = dict(zip(prompts, map(len, tokenizer(prompts, add_special_tokens=False)["input_ids"])))
+        n_special = tokenizer.num_special_tokens_to_add(pair=True)
+        out = []
+        for i, ex in enumerate(examples):
+            room = max(1, self.data_args.max_length - n_special - lengths[ex.prompt])
+            out += [(i, a, b) for a, b in chunk_spans(ex.text, room)]
+        return out
+
+    def encode(self, examples: Sequence[PromptExample], tokenizer) -> list[dict[str, Any]]:
+        """`[CLS] prompt [SEP] window [SEP]` per window of each example (`windows`), labels on the window's tokens;
+        a span crossing two windows, or cut off where a window's tokens overflow max_length, is lost (counted)."""
+        windows = self.windows(examples, tokenizer)
+        enc = tokenizer(
+            [examples[i].prompt for i, _, _ in windows],
+            [examples[i].text[a:b] for i, a, b in windows],
+            truncation="only_second",
+            max_length=self.data_args.max_length,
+            return_offsets_mapping=True,
+        )
+        features: list[dict[str, Any]] = []
+        kept: dict[int, int] = {}  # example -> its spans some window holds
+        first: dict[int, int] = {}  # example -> its first window's feature
+        for w, (i, a, b) in enumerate(windows):
+            offsets = enc["offset_mapping"][w]
+            in_text = [s == 1 for s in enc.sequence_ids(w)]
+            starts = {o[0]: t for t, o in enumerate(offsets) if in_text[t] and o[1] > o[0]}
+            ends = {o[1]: t for t, o in enumerate(offsets) if in_text[t] and o[1] > o[0]}
+            labels = [0 if inside else IGNORE for inside in in_text]
+            gold = []
+            for start, end in examples[i].spans:
+                if a <= start and end <= b and start - a in starts and end - a in ends:
+                    labels[starts[start - a]] |= START
+                    labels[ends[end - a]] |= END
+                    gold.append((start - a, end - a))
+            kept[i] = kept.get(i, 0) + len(gold)
+            first.setdefault(i, w)
+            f = {
+                k: enc[k][w]
+                for k in ("input_ids", "token_type_ids", "attention_mask", "pinyin_ids")
+                if k in enc
+            }
+            f["labels"] = labels
+            f["_offsets"] = [tuple(o) if inside else None for o, inside in zip(offsets, in_text)]
+            f["_gold"] = gold  # in the window's offsets
+            f["_window"] = (a, b)
+            f["_index"] = i
+            f["_missed"] = 0
+            features.append(f)
+        for i, w in first.items():  # the spans no window holds count as misses once, on the first window
+            features[w]["_missed"] = len(examples[i].spans) - kept[i]
+        total, lost = sum(len(ex.spans) for ex in examples), sum(f["_missed"] for f in features)
+        if lost:
+            logger.warning(
+                "%d of %d spans cross two %d-token windows or are not on token boundaries: not trained on, "
+                "and misses in evaluation",
+                lost,
+                total,
+                self.data_args.max_length,
+            )
+        return features
+
+    def model_class(self) -> type:
+        return ErnieZooForSpanExtraction
+
+    def config_updates(self) -> dict[str, Any]:
+        # Taskflow cuts texts to the length the model was trained on (EncoderTask, TRAINED_LENGTH_KEY)
+        return {"taskflow_max_seq_len": int(self.data_args.max_length)}
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        tp = n_pred = n_gold = 0
+        loss_sum, n = 0.0, 0
+        for chunk, _, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
+            loss_sum += float(out.loss) * len(chunk)
+            n += len(chunk)
+            start_probs, end_probs = out.start_logits.sigmoid().tolist(), out.end_logits.sigmoid().tolist()
+            for f, sp, ep in zip(chunk, start_probs, end_probs):
+                offsets = f["_offsets"]
+                positions = [t for t, o in enumerate(offsets) if o is not None]
+                pred = {(offsets[s][0], offsets[e][1]) for s, e, _ in pair_pointers(sp, ep, 0.5, positions)}
+                gold = set(f["_gold"])
+                tp += len(pred & gold)
+                n_pred += len(pred)
+                n_gold += len(gold)
+                n_gold += f["_missed"]
+        precision = tp / n_pred if n_pred else 0.0
+        recall = tp / n_gold if n_gold else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        return {"precision": precision, "recall": recall, "f1": f1, "loss": loss_sum / max(n, 1)}
+
+
 OBJECTIVES: dict[str, type[Objective]] = {
     "sequence_classification": SequenceClassificationObjective,
     "token_classification": TokenClassificationObjective,
     "generation": GenerationObjective,
     "text_correction": TextCorrectionObjective,
     "instruction": InstructionObjective,
+    "information_extraction": InformationExtractionObjective,
 }
 
 
@@ -705,6 +867,7 @@ def make_objective(args) -> Objective:
 
 __all__ = [
     "GenerationObjective",
+    "InformationExtractionObjective",
     "InstructionObjective",
     "SequenceClassificationObjective",
     "OBJECTIVES",

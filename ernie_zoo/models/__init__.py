@@ -1,5 +1,5 @@
-"""Every model class (encoder, heads, CRF tagger with entity-lexicon input, ensemble, spelling correction, and
-transformers' ERNIE 4.5 dense and MoE decoders, registered as they are) and the registry mapping a config to its
+"""Every model class (encoder, heads, CRF tagger with entity-lexicon input, ensemble, spelling correction,
+prompt-conditioned span extraction (UIE), and transformers' ERNIE 4.5 dense and MoE decoders, registered as they are) and the registry mapping a config to its
 class (`registry`); the inputs every head's `forward` names (`heads`); size presets; int8 storage; checkpoint
 conversion."""
 
@@ -18,6 +18,7 @@ from .modeling import (
     ErnieZooModel,
     ErnieZooPreTrainedModel,
 )
+from .span_extraction import ErnieZooForSpanExtraction
 
 __all__ = [
     "CharFeatureEmbeddings",
@@ -26,6 +27,7 @@ __all__ = [
     "ErnieZooForCausalLM",
     "ErnieZooForMaskedLM",
     "ErnieZooForSequenceClassification",
+    "ErnieZooForSpanExtraction",
     "ErnieZooForSpellingCorrection",
     "ErnieZooForTokenClassification",
     "ErnieZooForTokenClassificationCRF",

@@ -6,7 +6,7 @@
 
 Tasks (one file each, registered by name; `list_tasks()` lists them with their options):
 sentiment_analysis, ner (= named_entity_recognition), text_generation, word_segmentation, pos_tagging,
-fill_mask, feature_extraction, text_correction. `Taskflow(task).help()` prints a task's usage example.
+fill_mask, feature_extraction, text_correction, information_extraction (= ie). `Taskflow(task).help()` prints a task's usage example.
 
 Models: shipped models live in `ernie_zoo/zoo/<name>/` and are verified against their `manifest.json`
 (`verify_manifest`); `task_path=` takes any local save_pretrained directory; hub ids go through transformers'
@@ -16,6 +16,7 @@ cache (see `ernie_zoo.taskflow.models`).
 from . import (  # noqa: F401  (importing a task module registers it)
     feature_extraction,
     fill_mask,
+    information_extraction,
     ner,
     pos_tagging,
     sentiment_analysis,

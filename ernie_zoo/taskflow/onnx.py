@@ -71,6 +71,8 @@ OUTPUTS = {
     "fill_mask": ("mask_logits",),  # (M, V) at the flat positions `mask_index`
     "feature_extraction": ("last_hidden_state",),
     "text_correction": ("logits", "detection_logits"),
+    # (B, T) each; spans are paired outside the graph (taskflow/information_extraction.py)
+    "information_extraction": ("start_logits", "end_logits"),
 }
 #: a directory's head -> the task its export serves unless --task says otherwise
 DEFAULT_TASK = {
@@ -86,6 +88,7 @@ DEFAULT_TASK = {
     "ErnieZooForMaskedLM": "fill_mask",
     "ErnieZooModel": "feature_extraction",
     "ErnieZooForSpellingCorrection": "text_correction",
+    "ErnieZooForSpanExtraction": "information_extraction",
 }
 _TOKENIZER_KEYS = ("input_ids", "token_type_ids", "pinyin_ids")
 # weight files never copied into an exported directory (the graph holds the weights; no pickles)
@@ -126,6 +129,8 @@ class _Graph(nn.Module):
         out = model(**kw)
         if self.task == "text_correction":
             return out.logits, out.detection_logits
+        if self.task == "information_extraction":
+            return out.start_logits, out.end_logits
         return out.logits
 
 
@@ -253,6 +258,8 @@ class OnnxOutput:
     predictions: torch.Tensor | None = None
     last_hidden_state: torch.Tensor | None = None
     detection_logits: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
 
 
 def read_spec(directory: str | os.PathLike) -> dict[str, Any]:
@@ -383,6 +390,8 @@ class OnnxRuntimeModel:
             predictions=predictions,
             last_hidden_state=out.get("last_hidden_state"),
             detection_logits=out.get("detection_logits"),
+            start_logits=out.get("start_logits"),
+            end_logits=out.get("end_logits"),
         )
 
     def mask_logits(

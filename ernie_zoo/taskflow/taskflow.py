@@ -27,7 +27,8 @@ class Taskflow:
 
     Args:
         task: a task name or alias: sentiment_analysis, ner (named_entity_recognition), text_generation,
-            word_segmentation, pos_tagging, fill_mask, feature_extraction (see `ernie_zoo.taskflow.list_tasks()`).
+            word_segmentation, pos_tagging, fill_mask, feature_extraction, information_extraction (see
+            `ernie_zoo.taskflow.list_tasks()`).
         model: a shipped model name (ernie-zoo-mini-...), a local directory or a hub id; defaults to the task's
             shipped model.
         task_path: a local model directory (from save_pretrained / ernie-finetune); exclusive with `model`.
@@ -147,6 +148,15 @@ class Taskflow:
         texts, single = normalize_inputs(inputs)
         results = [r.to_dict() for r in self._task.run(texts)] if texts else []
         return results[0] if single else results
+
+    def set_schema(self, schema: Any) -> None:
+        """information_extraction: extract `schema` from now on (same forms as the `schema=` option; a bad schema
+        raises ValueError and leaves the current one in place)."""
+        setter = getattr(self._task, "set_schema", None)
+        if setter is None:
+            raise ValueError(f"task {self.task!r} takes no schema (information_extraction does)")
+        setter(schema)
+        self.options = self._task.options
 
     @property
     def model_path(self) -> str | None:
