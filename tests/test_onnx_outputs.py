@@ -74,7 +74,9 @@ def test_a_task_the_head_does_not_serve_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli_main(["export", "--onnx", str(SENTA), str(out), "--task", "ner"]) == 1
     err = capsys.readouterr().err
-    assert "ErnieZooForSequenceClassification head, which serves 'sentiment_analysis', not --task 'ner'" in err
+    assert (
+        "ErnieZooForSequenceClassification head, which serves 'sentiment_analysis', not --task 'ner'" in err
+    )
     assert not out.exists()
     with pytest.raises(OnnxExportError, match="serves 'ner', not --task 'fill_mask'"):
         export_onnx(NER, out, task="fill_mask")
@@ -91,7 +93,9 @@ def test_a_graph_that_does_not_match_onnx_json_is_refused(exported, tmp_path):
     swapped = _copy(exported["ner"], tmp_path / "swapped")
     shutil.copyfile(exported["senta"] / "model.onnx", swapped / "model.onnx")
     write_manifest(swapped)
-    with pytest.raises(OnnxExportError, match=r"swapped/model\.onnx does not match .*output 'logits' has shape"):
+    with pytest.raises(
+        OnnxExportError, match=r"swapped/model\.onnx does not match .*output 'logits' has shape"
+    ):
         Taskflow("ner", task_path=swapped, backend="onnxruntime", precision="fp32")("李明在北京工作")
 
 
