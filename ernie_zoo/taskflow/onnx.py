@@ -103,7 +103,7 @@ OUTPUT_RANKS = {
     "ner": {"logits": 3},  # (batch, length, labels)
     "fill_mask": {"mask_logits": 2},  # (masks, vocab)
     "feature_extraction": {"last_hidden_state": 3},  # (batch, length, hidden)
-    "text_correction": {"logits": 3, "detection_logits": 3},
+    "text_correction": {"logits": 3, "detection_logits": 2},  # (batch, length, vocab), (batch, length)
 }
 _TOKENIZER_KEYS = ("input_ids", "token_type_ids", "pinyin_ids")
 # weight files never copied into an exported directory (the graph holds the weights; no pickles)
