@@ -108,3 +108,15 @@ def test_a_truncated_graph_is_refused_naming_the_file(exported, tmp_path):
         Taskflow("ner", task_path=broken, backend="onnxruntime", precision="int8")("李明在北京工作")
     # the fp32 graph of the same directory still runs
     assert Taskflow("ner", task_path=broken, backend="onnxruntime", precision="fp32")("李明在北京工作")
+
+
+def test_atomic_directory_never_replaces_a_file(tmp_path):
+    from ernie_zoo.utils import atomic_directory
+
+    target = tmp_path / "out"
+    target.write_text("a user's file", encoding="utf-8")
+    with pytest.raises(FileExistsError, match="is a file, not a directory"):
+        with atomic_directory(target) as tmp:
+            (tmp / "x").write_text("x", encoding="utf-8")
+    assert target.read_text(encoding="utf-8") == "a user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
