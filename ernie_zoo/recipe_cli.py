@@ -218,6 +218,10 @@ def recipe_from_cli(
     if "-h" in argv or "--help" in argv:
         print(recipe_parser(cls, prog, description, positionals).format_help(), end="")
         return 0
+    bad = _not_utf8(argv)
+    if bad:
+        print(f"{prog}: error: {bad}", file=sys.stderr)
+        return 2
     print_config = any(a.startswith("--print_config") for a in argv)
     argv = [a for a in argv if not a.startswith("--print_config")]
     try:
@@ -229,6 +233,29 @@ def recipe_from_cli(
         print(recipe_to_yaml(recipe), end="")
         return 0
     return recipe
+
+
+def _not_utf8(argv: list[str]) -> str | None:
+    """Why an argument is not valid UTF-8, naming it (its position, its option), or None. Python decodes such
+    bytes in argv as lone surrogates (PEP 383), which fail later as "surrogates not allowed" far from the cause."""
+    for i, arg in enumerate(argv):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raw = os.fsencode(arg)  # the bytes as given
+            option, eq, _ = arg.partition("=")
+            if arg.startswith("--") and eq:
+                which = f"the value of {option}"
+            elif i > 0 and argv[i - 1].startswith("--") and "=" not in argv[i - 1]:
+                which = f"argument {i + 1} (after {argv[i - 1]})"
+            else:
+                which = f"argument {i + 1}"
+            at = len(arg[: exc.start].encode("utf-8", "surrogateescape"))
+            return (
+                f"{which} is not valid UTF-8: {raw!r} (undecodable byte at position {at}); give arguments in "
+                "UTF-8 (check the terminal's locale)"
+            )
+    return None
 
 
 def command_main(

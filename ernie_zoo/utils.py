@@ -35,6 +35,8 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = True) -> Iterato
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists")
+    if target.exists() and not target.is_dir():  # never a file replaced by a directory
+        raise FileExistsError(f"{target} is a file, not a directory")
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         yield tmp
@@ -42,6 +44,8 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = True) -> Iterato
             if file.is_file():
                 with open(file, "rb") as f:
                     os.fsync(f.fileno())
+        if target.exists() and not target.is_dir():  # a file appeared there while writing
+            raise FileExistsError(f"{target} is a file, not a directory")
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)

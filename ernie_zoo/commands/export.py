@@ -20,7 +20,8 @@ class Args:
     model_dir: str
     """A model directory (save_pretrained / ernie-finetune output, or a shipped model's directory)."""
     out_dir: str
-    """The exported directory to write (replaced atomically)."""
+    """The exported directory to write: new, empty, or an earlier export (written beside it and renamed into place;
+    a file there is never replaced)."""
     onnx: bool = False
     """Export to ONNX (the one export format; required, so that the command says what it writes)."""
     task: str | None = None
@@ -30,6 +31,9 @@ class Args:
     int8: bool = True
     """Also write the int8 graph (model.int8.onnx: per-token input scales, as Taskflow's torch int8 mode; run it
     with precision='int8'); --int8 false writes the fp32 graph only."""
+    overwrite: bool = False
+    """Replace out_dir even when it is a directory that holds something other than an earlier export (everything
+    in it is deleted)."""
 
 
 def run(args: Args, argv: list[str]) -> int:
@@ -37,7 +41,7 @@ def run(args: Args, argv: list[str]) -> int:
 
     if not args.onnx:
         raise ValueError("say the format: ernie-zoo export --onnx MODEL_DIR OUT_DIR (ONNX is the one format)")
-    out = export_onnx(args.model_dir, args.out_dir, task=args.task, int8=args.int8)
+    out = export_onnx(args.model_dir, args.out_dir, task=args.task, int8=args.int8, overwrite=args.overwrite)
     spec = read_spec(out)
     print(f"wrote {out} ({spec['task']}, {spec['architecture']}; graphs: {', '.join(spec['graphs'])})")
     return 0

@@ -47,7 +47,14 @@ from torch import nn
 
 from ernie_zoo.models.crf import LinearChainCRF
 from ernie_zoo.models.crf_tagger import default_crf_mask, viterbi_predictions
-from ernie_zoo.utils import atomic_directory, verify_manifest, write_manifest
+from ernie_zoo.utils import (
+    MANIFEST,
+    ManifestError,
+    atomic_directory,
+    read_manifest,
+    verify_manifest,
+    write_manifest,
+)
 from ernie_zoo.version import __version__
 
 from .models import LoadedModel, ModelSource, load_model
@@ -89,6 +96,17 @@ DEFAULT_TASK = {
     "ErnieZooModel": "feature_extraction",
     "ErnieZooForSpellingCorrection": "text_correction",
     "ErnieZooForSpanExtraction": "information_extraction",
+}
+#: a head's task -> the other tasks its export may serve (a masked LM's encoder gives the hidden states)
+ALSO_SERVES = {"fill_mask": ("feature_extraction",)}
+#: each task's graph outputs and their ranks, checked when a graph is loaded (`output_shapes` in onnx.json, where
+#: the export recorded them, also pins the fixed sizes)
+OUTPUT_RANKS = {
+    "sentiment_analysis": {"logits": 2},  # (batch, labels)
+    "ner": {"logits": 3},  # (batch, length, labels)
+    "fill_mask": {"mask_logits": 2},  # (masks, vocab)
+    "feature_extraction": {"last_hidden_state": 3},  # (batch, length, hidden)
+    "text_correction": {"logits": 3, "detection_logits": 2},  # (batch, length, vocab), (batch, length)
 }
 _TOKENIZER_KEYS = ("input_ids", "token_type_ids", "pinyin_ids")
 # weight files never copied into an exported directory (the graph holds the weights; no pickles)
@@ -160,30 +178,78 @@ def graph_inputs(loaded: LoadedModel, task: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def is_export(directory: str | os.PathLike) -> bool:
+    """Whether `directory` holds an earlier export and nothing else: its `onnx.json`, and only files its
+    manifest lists (a file a user added beside them, a subdirectory, makes it no export: replacing it would
+    delete them)."""
+    directory = Path(directory)
+    if not (directory / SPEC_FILE).is_file():
+        return False
+    try:
+        listed = set(read_manifest(directory))
+    except ManifestError:
+        return False
+    for entry in directory.rglob("*"):
+        rel = entry.relative_to(directory).as_posix()
+        if entry.is_symlink() or not entry.is_file() or (rel not in listed and rel != MANIFEST):
+            return False
+    return True
+
+
+def check_out_dir(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+    """Refuse an output path whose contents an export would destroy: a file or link (never replaced by a
+    directory), or a non-empty directory that is not an earlier export unless `overwrite`."""
+    out = Path(out_dir)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OnnxExportError(
+            f"{out_dir} is {'a symbolic link' if out.is_symlink() else 'a file'}, not a directory: give the "
+            "export a directory path (new, empty, or an earlier export)"
+        )
+    if out.is_dir() and any(out.iterdir()) and not overwrite and not is_export(out):
+        found = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise OnnxExportError(
+            f"{out_dir} is not empty and holds no earlier export ({shown}); an export replaces the whole "
+            "directory: give a new or empty directory, or --overwrite to replace it and everything in it"
+        )
+
+
 def export_onnx(
-    model_dir: str | os.PathLike, out_dir: str | os.PathLike, task: str | None = None, *, int8: bool = True
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    task: str | None = None,
+    *,
+    int8: bool = True,
+    overwrite: bool = False,
 ) -> Path:
     """Export the encoder head of `model_dir` (a directory written by save_pretrained / ernie-finetune, or a
-    shipped model's) for `task` (default: the head's task, `DEFAULT_TASK`) into `out_dir` (written atomically).
+    shipped model's) for `task` (default: the head's task, `DEFAULT_TASK`; a task the head does not serve is
+    refused) into `out_dir` (written in a temporary directory beside it and renamed into place).
     `int8`: also write the int8 graph (`model.int8.onnx`, per-token input scales as Taskflow's torch int8 mode:
-    `ernie_zoo.taskflow.onnx_int8`). Returns `out_dir`."""
+    `ernie_zoo.taskflow.onnx_int8`). `out_dir` must be new, empty or an earlier export (`is_export`); `overwrite`
+    replaces any other directory; a file is never replaced. Returns `out_dir`."""
     from .task import get_task
 
+    check_out_dir(out_dir, overwrite)
     source_dir = Path(model_dir).expanduser().resolve()
     if not (source_dir / "config.json").is_file():
         raise OnnxExportError(f"{model_dir}: not a model directory (no config.json)")
     config = json.loads((source_dir / "config.json").read_text(encoding="utf-8"))
     arch = (config.get("architectures") or ["?"])[0] if isinstance(config, dict) else "?"
-    if task is None:
-        if arch not in DEFAULT_TASK:
-            raise OnnxExportError(
-                f"{source_dir / 'config.json'}: architectures {arch!r} has no ONNX export; exportable heads: "
-                f"{', '.join(DEFAULT_TASK)} (decoders and generation are not exported)"
-            )
-        task = DEFAULT_TASK[arch]
-    task = get_task(task).name
+    if arch not in DEFAULT_TASK:
+        raise OnnxExportError(
+            f"{source_dir / 'config.json'}: architectures {arch!r} has no ONNX export; exportable heads: "
+            f"{', '.join(DEFAULT_TASK)} (decoders and generation are not exported)"
+        )
+    served = (DEFAULT_TASK[arch], *ALSO_SERVES.get(DEFAULT_TASK[arch], ()))
+    task = get_task(task).name if task is not None else served[0]
     if task not in OUTPUTS:
         raise OnnxExportError(f"task {task!r} has no ONNX export; tasks that do: {', '.join(OUTPUTS)}")
+    if task not in served:
+        raise OnnxExportError(
+            f"{model_dir} is a {arch} head, which serves {' or '.join(map(repr, served))}, not --task {task!r}: "
+            f"leave --task out, or export a model directory fine-tuned for {task}"
+        )
     cls = get_task(task)
     kind = "shipped" if source_dir.parent == Path(__file__).resolve().parent.parent / "zoo" else "local"
     # Taskflow's own loading: the directory checks, the manifest of a shipped model, finite weights
@@ -197,7 +263,7 @@ def export_onnx(
     if task == "sentiment_analysis":
         axes["logits"] = {0: "batch"}
     before = model.config._attn_implementation
-    with atomic_directory(out_dir) as tmp:
+    with atomic_directory(out_dir) as tmp:  # check_out_dir said what it may replace
         for entry in sorted(source_dir.iterdir()):
             if entry.is_file() and not entry.name.startswith("."):
                 if entry.name in _NOT_COPIED or entry.name.endswith(_NOT_COPIED_SUFFIXES):
@@ -238,6 +304,7 @@ def export_onnx(
             "architecture": type(model).__name__,
             "inputs": list(names),
             "outputs": list(outputs),
+            "output_shapes": _output_shapes(tmp / GRAPH_FILES["fp32"]),
             "graphs": graphs,
             "crf": CRF_FILE if (tmp / CRF_FILE).is_file() else None,
             "opset": OPSET,
@@ -247,6 +314,20 @@ def export_onnx(
         (tmp / SPEC_FILE).write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         write_manifest(tmp)
     return Path(out_dir)
+
+
+def _output_shapes(graph: Path) -> dict[str, list[str | int | None]]:
+    """{output: its dims} of an ONNX graph file: a dynamic axis by name, a fixed one by size, None if unknown."""
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    return {
+        o.name: [
+            d.dim_param or (d.dim_value if d.HasField("dim_value") else None)
+            for d in o.type.tensor_type.shape.dim
+        ]
+        for o in model.graph.output
+    }
 
 
 # ----------------------------------------------------------------------------------------------- runtime
@@ -294,6 +375,44 @@ def onnx_default_precision(directory: str | os.PathLike) -> str:
     return wanted if wanted in spec["graphs"] else "fp32"
 
 
+def _check_graph(graph: Path, spec: dict[str, Any], session: Any, config: Any) -> None:
+    """The loaded graph against `onnx.json`: the same inputs, the same outputs (names and count), each output of
+    the task's rank, with the fixed sizes the export recorded (`output_shapes`) and as many logits as the config
+    has labels. A graph copied from another export (a sentiment graph in a NER directory) fails here, naming
+    the file, instead of as an IndexError in postprocessing."""
+    where = f"{graph} does not match {graph.parent / SPEC_FILE}"
+    inputs = sorted(i.name for i in session.get_inputs())
+    if inputs != sorted(spec["inputs"]):
+        raise OnnxExportError(
+            f"{where}: the graph's inputs are {inputs}, onnx.json says {sorted(spec['inputs'])}"
+        )
+    shapes = {o.name: list(o.shape) for o in session.get_outputs()}
+    if sorted(shapes) != sorted(spec["outputs"]):
+        raise OnnxExportError(
+            f"{where}: the graph's outputs are {sorted(shapes)}, onnx.json says {sorted(spec['outputs'])}"
+        )
+    ranks = OUTPUT_RANKS.get(spec["task"], {})
+    recorded = spec.get("output_shapes") or {}
+    labels = getattr(config, "num_labels", None) if spec["task"] in ("sentiment_analysis", "ner") else None
+    for name, shape in shapes.items():
+        expected = recorded.get(name)
+        rank = len(expected) if isinstance(expected, list) else ranks.get(name)
+        if rank is not None and len(shape) != rank:
+            raise OnnxExportError(
+                f"{where}: output {name!r} has shape {shape} (rank {len(shape)}); a {spec['task']} export's "
+                f"{name} has rank {rank}" + (f" {expected}" if expected else "")
+            )
+        for axis, (got, want) in enumerate(zip(shape, expected or [])):
+            if isinstance(got, int) and isinstance(want, int) and got != want:
+                raise OnnxExportError(
+                    f"{where}: output {name!r} has {got} at axis {axis}, onnx.json says {want}"
+                )
+        if name == "logits" and labels and isinstance(shape[-1], int) and shape[-1] != labels:
+            raise OnnxExportError(
+                f"{where}: output 'logits' has {shape[-1]} labels, config.json has {labels}"
+            )
+
+
 class OnnxRuntimeModel:
     """An ONNX Runtime session standing where a torch head stands in a Taskflow task (module docstring)."""
 
@@ -328,7 +447,9 @@ class OnnxRuntimeModel:
         if not (isinstance(cls, type) and issubclass(cls, models.ErnieZooPreTrainedModel)):
             cls = getattr(transformers, spec["architecture"], None)  # a plain ERNIE 3.0 / BERT head
             if spec["architecture"] not in DEFAULT_TASK or not isinstance(cls, type):
-                raise OnnxExportError(f"{directory / SPEC_FILE}: unknown architecture {spec['architecture']!r}")
+                raise OnnxExportError(
+                    f"{directory / SPEC_FILE}: unknown architecture {spec['architecture']!r}"
+                )
         config = AutoConfig.from_pretrained(directory, local_files_only=True)
         with torch.device("meta"):
             self.module = cls(config)  # the head's code without its weights (the graph holds them)
@@ -343,16 +464,21 @@ class OnnxRuntimeModel:
         # the same thread count as torch in this process (OMP_NUM_THREADS / torch.set_num_threads)
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(
-            str(directory / spec["graphs"][precision]), options, providers=["CPUExecutionProvider"]
-        )
+        graph = directory / spec["graphs"][precision]
+        try:
+            self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        except (
+            Exception
+        ) as exc:  # onnxruntime's InvalidProtobuf / Fail / ... (pybind classes, no common base)
+            detail = " ".join(str(exc).split())[:200]
+            raise OnnxExportError(
+                f"{graph}: not a loadable ONNX graph, the file is corrupt or truncated ({detail}); export the "
+                "model again with `ernie-zoo export --onnx MODEL_DIR OUT_DIR`"
+            ) from None
         self.input_names = tuple(i.name for i in self.session.get_inputs())
         self.output_names = tuple(o.name for o in self.session.get_outputs())
-        if set(self.output_names) != set(spec["outputs"]):
-            raise OnnxExportError(
-                f"{directory}: the graph's outputs {self.output_names} are not {spec['outputs']}"
-            )
         self.task = spec["task"]
+        _check_graph(graph, spec, self.session, config)
 
     def __getattr__(self, name: str) -> Any:
         if name in OnnxRuntimeModel._FROM_MODULE:

@@ -29,7 +29,9 @@ poems):
 Works with any local causal-LM directory transformers can load (ErnieZooForCausalLM, GPT-2, ...). With a
 BERT-style tokenizer the prompt is `[CLS] text` (no `[SEP]`), generation stops at `[SEP]` and the continuation is
 joined without spaces between Chinese characters (ErnieZoo/BERT vocabularies are NFKC-normalised and lower-cased,
-so full-width punctuation such as "，" comes back as "," and Latin letters lower-case). A prompt longer than `max_seq_len - max_new_tokens` tokens keeps its last tokens (logged).
+so full-width punctuation such as "，" comes back as "," and Latin letters lower-case). A prompt longer than
+`max_seq_len - max_new_tokens` tokens keeps its start token and its last tokens (logged); where max_new_tokens leaves
+no room for even one token of the prompt, the prompt is refused (ValueError; HTTP 422).
 
 A tokenizer with a chat template (a decoder fine-tuned by `ernie-finetune` with task instruction saves one) turns
 each text into one user turn with the template's generation prompt, as `tokenizer.apply_chat_template(...,
@@ -209,6 +211,7 @@ class TextGeneration(Task):
             self.options.top_k <= vocab,
             f"top_k must be at most the vocabulary size ({vocab} tokens; 0 = no limit), got {self.options.top_k}",
         )
+        self.window = limit
         self.prompt_budget = limit - self.options.max_new_tokens
         if self.prompt_budget < 1:
             raise ValueError(
@@ -309,14 +312,27 @@ class TextGeneration(Task):
                     raise ValueError(f"text_generation input {i} is empty and the tokenizer has no BOS token")
                 ids = [tok.bos_token_id]
             if len(ids) > self.prompt_budget:
+                # keep the leading special token ([CLS] / BOS) and the prompt's tail; with no room for even one
+                # token of the prompt beside it, every prompt would generate the same text: refuse instead
                 head = 1 if special and special[0] else 0
+                keep = self.prompt_budget - head
+                if keep < 1:
+                    raise ValueError(
+                        f"text_generation input {i} has {len(ids) - head} prompt tokens (+{head} start token), "
+                        f"but max_new_tokens={self.options.max_new_tokens} leaves {self.prompt_budget} of the "
+                        f"{self.window}-token window for the prompt, not even one prompt token beside the start "
+                        f"token; use max_new_tokens <= {self.window - head - 1}"
+                    )
                 logger.warning(
-                    "prompt %d has %d tokens; keeping its last %d (max_seq_len - max_new_tokens)",
+                    "prompt %d has %d tokens; keeping %s its last %d (a %d-token window - max_new_tokens %d)",
                     i,
                     len(ids),
-                    self.prompt_budget,
+                    "its start token and" if head else "",
+                    keep,
+                    self.window,
+                    self.options.max_new_tokens,
                 )
-                ids = ids[:head] + ids[len(ids) - (self.prompt_budget - head) :]
+                ids = ids[:head] + ids[len(ids) - keep :]
             prompts.append(ids)
         return Prompts(texts, prompts)
 
@@ -343,7 +359,8 @@ class TextGeneration(Task):
 
     def _generate(self, input_ids: torch.Tensor, **extra: Any) -> torch.Tensor:
         opts = self.options
-        kwargs: dict[str, Any] = dict(extra,
+        kwargs: dict[str, Any] = dict(
+            extra,
             max_new_tokens=opts.max_new_tokens,
             min_new_tokens=opts.min_new_tokens,
             num_return_sequences=opts.num_return_sequences,
@@ -403,7 +420,9 @@ class TextGeneration(Task):
             finally:
                 pieces.put(_END)
 
-        return self._pieces(pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True))
+        return self._pieces(
+            pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True)
+        )
 
     def _pieces(self, pieces: queue.Queue, stop: threading.Event, worker: threading.Thread) -> Iterator[str]:
         ids: list[int] = []
@@ -427,7 +446,9 @@ class TextGeneration(Task):
                     sent = ready
             final = self.decode(self._trim(ids))
             if final != sent:
-                if not final.startswith(sent):  # a decoder that rewrites earlier text: say so, never send twice
+                if not final.startswith(
+                    sent
+                ):  # a decoder that rewrites earlier text: say so, never send twice
                     raise RuntimeError(
                         "the tokenizer's decoding of the continuation changed text already streamed "
                         f"({sent!r} -> {final!r}); use stream=False for this model"
@@ -481,5 +502,9 @@ class _Cancelled(StoppingCriteria):
     def __init__(self, stop: threading.Event):
         self.stop = stop
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device)
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        return torch.full(
+            (input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device
+        )

@@ -177,11 +177,19 @@ def optimizer_and_schedule(
 
 
 def compile_layers(model: torch.nn.Module) -> int:
-    """`torch.compile` every encoder layer in place (`nn.Module.compile`, dynamic shapes), the regional
+    """`torch.compile` every transformer layer in place (`nn.Module.compile`, dynamic shapes), the regional
     compilation PyTorch recommends for stacks of identical blocks: the layers share one compiled graph (no
     recompile per layer or per new sequence length), the masked-LM loss's data-dependent gathers stay eager, and
-    backward is compiled with the forward (AOTAutograd). Returns how many layers were compiled."""
-    layers = model.ernie.encoder.layer
+    backward is compiled with the forward (AOTAutograd). The layers are the encoder's (`ernie.encoder.layer`) or
+    a decoder's (`model.layers`, ERNIE 4.5 dense and MoE). Returns how many layers were compiled."""
+    base = getattr(model, "base_model", model)  # transformers: the body under the head (`ernie`, `model`)
+    encoder = getattr(base, "encoder", None)
+    layers = getattr(encoder, "layer", None) if encoder is not None else getattr(base, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(
+            f"torch_compile: {type(model).__name__} has no layer stack to compile (looked for "
+            "encoder.layer and layers under its base model)"
+        )
     for layer in layers:
         layer.compile(dynamic=True)
     return len(layers)

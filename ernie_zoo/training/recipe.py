@@ -406,9 +406,9 @@ class PretrainRecipe:
     loss reads nothing else: same value, less compute). Off: the full last layer, then the head on the masked
     rows."""
     torch_compile: bool = False
-    """torch.compile each encoder layer (regional compilation, dynamic shapes: one compiled graph serves every
-    layer and sequence length; Inductor's on-disk cache makes a second start faster). distributed.backend
-    single only. Off by default: on CPU it did not pay (bench/results/compile_step.json)."""
+    """torch.compile each encoder or decoder layer (regional compilation, dynamic shapes: one compiled graph
+    serves every layer and sequence length; Inductor's on-disk cache makes a second start faster).
+    distributed.backend single only. Off by default: on CPU it did not pay (bench/results/compile_step.json)."""
     resume: str = "auto"
     """auto: continue from the newest valid checkpoint in output_dir if there is one; latest: the same but one
     must exist; never: start fresh (output_dir must hold no checkpoints); or the path of a checkpoint
