@@ -649,6 +649,31 @@ def test_zero3_resume_continues_exactly(tmp_path, references):
 
 @pytest.mark.distributed
 @pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 2])
+def test_zero_0_and_2_resume_continues(tmp_path, references, stage):
+    """Full fine-tuning on 2 ranks under ZeRO stage 0 (the plain optimizer, masters whole on every rank) and 2
+    (each rank's half of the flat fp32 masters and moments) stopped right after the step-3 checkpoint, then
+    resumed to step 6: the numbers of one process. Before #50 these checkpoints held no optimizer state and the
+    resume was refused ("needs ZeRO stage 3")."""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    root, refs = references
+    ref_out, ref = refs["full"]
+    out = root / f"z{stage}-resumed"
+    worker = [__file__, "--worker", str(root), out.name, "full", str(stage)]
+    with pytest.raises(RuntimeError, match="stopped after the first checkpoint"):
+        run_local_ranks([*worker, "stop"], nproc=2, timeout=900)
+    saved = next((out / "checkpoints").glob("checkpoint-*"))
+    assert saved.name == "checkpoint-3" and not (out / "eval_results.json").exists()
+    metas = [json.loads((saved / "zero" / f"rank0000{r}.json").read_text()) for r in (0, 1)]
+    counts = [{g["partition_count"] for g in m["layout"]["groups"]} for m in metas]
+    assert [m["zero_stage"] for m in metas] == [stage, stage] and counts == [{1 if stage == 0 else 2}] * 2
+    run_local_ranks(worker, nproc=2, timeout=900)  # resume: auto
+    _compare(out, ref_out, ref, "full", world=2, stage=stage)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
 def test_autotp_resume_continues_exactly(tmp_path, references):
     """LoRA under TP 2 and ZeRO-3 (2 ranks) stopped right after the step-3 checkpoint (each rank's ZeRO-3
     partition of its own TP shards, as ernie-pretrain writes them), then resumed to step 6: the numbers of one

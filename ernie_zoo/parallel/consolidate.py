@@ -1,4 +1,4 @@
-"""Turn a sharded checkpoint (DeepSpeed ZeRO-3, optionally AutoTP; or the pipeline backend's stages, optionally
+"""Turn a sharded checkpoint (DeepSpeed ZeRO 0-3, optionally AutoTP; or the pipeline backend's stages, optionally
 TP-sharded: `read_pipeline_checkpoint`) into a plain `from_pretrained` directory.
 
 Every rank of a `DeepSpeedEngine` run writes `zero/rank<NNNNN>.safetensors` (its fp32 master partition as
@@ -8,6 +8,10 @@ order, with which shapes). Reading them back needs no process group and no DeepS
     rank files ──> fp32_flat.<i>[offset : offset + partition]      one ZeRO partition of a parameter
                ──> concat over the ZeRO ranks of one TP rank, [:numel], view(ds_shape)   the TP shard
                ──> concat over TP ranks along the split dimension (found from the full shape)   the weight
+
+At ZeRO stages 0-2 (layout kind "flat") a rank's `fp32_flat.<i>` is its piece of param group i's flat buffer
+instead (the parameters back to back at recorded offsets): the pieces are joined first, then each parameter is
+cut out at its offset.
 
 The result holds the fp32 master weights (not the 16-bit copy rank 0 exports under bf16/fp16), the model's
 character tables and the tokenizer, written atomically, then loaded with `AutoModelForMaskedLM` and
@@ -67,9 +71,11 @@ def _load_rank_meta(zero: Path) -> list[dict[str, Any]]:
             if meta.get(key) != head.get(key):
                 raise ValueError(f"rank {r} says {key}={meta.get(key)!r}, rank 0 says {head.get(key)!r}")
         metas.append(meta)
-    if head.get("zero_stage") != 3:
+    flat = head["layout"].get("kind") == "flat"
+    if flat == (head.get("zero_stage") == 3) or head.get("zero_stage") not in (0, 1, 2, 3):
         raise ValueError(
-            f"consolidation reads ZeRO-3 partitions; this checkpoint is ZeRO stage {head.get('zero_stage')}"
+            f"{first}: a layout of kind {head['layout'].get('kind', 'zero3')!r} for ZeRO stage "
+            f"{head.get('zero_stage')!r} (flat buffers: stages 0-2; per-parameter partitions: stage 3)"
         )
     return metas
 
@@ -123,7 +129,6 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
     Raises ValueError naming the problem for a directory that is not such a checkpoint, a missing or
     corrupt shard, or a checkpoint whose manifest does not match its files.
     """
-    from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
     from ernie_zoo.utils import MANIFEST, verify_manifest
 
     path = Path(checkpoint_dir)
@@ -140,7 +145,10 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
     if (path / MANIFEST).is_file():  # written by ernie-pretrain: sizes and sha256 of every file
         verify_manifest(path)  # ManifestError (a ValueError) naming the file
     metas = _load_rank_meta(zero)
-    config = ErnieZooConfig.from_pretrained(str(path))
+    config, skeleton = _config_and_skeleton(path)
+    full_shapes = {name: list(p.shape) for name, p in skeleton.named_parameters()}
+    if metas[0]["layout"].get("kind") == "flat":
+        return config, _read_flat_groups(path, metas, full_shapes)
     shards = [_Shard(zero / f"rank{r:05d}.safetensors", m["layout"]["groups"]) for r, m in enumerate(metas)]
 
     # rank -> (tp rank, ZeRO partition rank) for each parameter's flat group
@@ -154,10 +162,6 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
                 entries[name] = (group["partition_rank"], group["partition_count"], shape, numel, part)
         layouts.append((int(layout["tp_rank"]), entries))
     names = list(layouts[0][1])
-
-    with torch.device("meta"):
-        skeleton = ErnieZooForMaskedLM(config)
-    full_shapes = {name: list(p.shape) for name, p in skeleton.named_parameters()}
     unknown = [n for n in names if n not in full_shapes]
     absent = [n for n in full_shapes if n not in names]
     if unknown or absent:
@@ -193,6 +197,76 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
     return config, state
 
 
+def _read_flat_groups(
+    path: Path, metas: list[dict[str, Any]], full_shapes: dict[str, list[int]]
+) -> dict[str, torch.Tensor]:
+    """{name: full fp32 tensor} from the flat buffers of a ZeRO stage 0-2 checkpoint (layout kind "flat"): per TP
+    rank and param group, the ranks' pieces joined in partition order, each parameter read at its offset, then
+    the TP shards joined (`_merge_tp`). Stage 0 writes the whole buffer on every rank (one partition)."""
+    from safetensors import safe_open
+
+    tp_size = int(metas[0].get("tp_size") or 1)
+    pieces: dict[tuple[int, int], dict[int, torch.Tensor]] = {}  # (tp rank, group) -> {partition rank: piece}
+    groups: dict[tuple[int, int], dict[str, Any]] = {}
+    for rank, meta in enumerate(metas):
+        file = path / ZERO_DIR / f"rank{rank:05d}.safetensors"
+        tp_rank = int(meta["layout"]["tp_rank"])
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                for i, group in enumerate(meta["layout"]["groups"]):
+                    piece = f.get_tensor(f"fp32_flat.{i}")
+                    if list(piece.shape) != [group["partition_numel"]]:
+                        raise ValueError(
+                            f"fp32_flat.{i} has shape {list(piece.shape)}, not [{group['partition_numel']}]"
+                        )
+                    pieces.setdefault((tp_rank, i), {})[int(group["partition_rank"])] = piece
+                    groups.setdefault((tp_rank, i), group)
+        except Exception as err:  # safetensors raises its own error types for a bad header or a short file
+            raise ValueError(f"{file}: corrupt or truncated shard ({err})") from None
+    shards: dict[str, dict[int, torch.Tensor]] = {}
+    for (tp_rank, i), parts in pieces.items():
+        count = int(groups[tp_rank, i]["partition_count"])
+        if sorted(parts) != list(range(count)):
+            raise ValueError(
+                f"group {i} of TP rank {tp_rank}: partitions {sorted(parts)} in the shards, expected {count}"
+            )
+        flat = torch.cat([parts[r] for r in range(count)])
+        for name, shape, numel, offset in groups[tp_rank, i]["params"]:
+            if offset + numel > flat.numel():
+                raise ValueError(
+                    f"{name}: offset {offset} + {numel} elements past group {i}'s {flat.numel()}"
+                )
+            shards.setdefault(name, {})[tp_rank] = flat[offset : offset + numel].view(shape).clone()
+    unknown = [n for n in shards if n not in full_shapes]
+    absent = [n for n in full_shapes if n not in shards]
+    if unknown or absent:
+        raise ValueError(
+            f"{path}: the shards do not match config.json's model: unknown {unknown[:5]}, absent {absent[:5]}"
+        )
+    state = {}
+    for name, by_tp in shards.items():
+        if sorted(by_tp) != list(range(tp_size)):
+            raise ValueError(f"{name}: TP ranks {sorted(by_tp)} in the shards, expected 0..{tp_size - 1}")
+        state[name] = _merge_tp(name, [by_tp[t] for t in range(tp_size)], full_shapes[name])
+    return state
+
+
+def _config_and_skeleton(path: Path) -> tuple[Any, torch.nn.Module]:
+    """The checkpoint's config (an encoder's ErnieZooConfig or an ERNIE 4.5 decoder's, by config.json's
+    model_type) and its model on the meta device."""
+    from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
+    from ernie_zoo.models.decoder import DECODER_CLASSES
+
+    model_type = (
+        _read_json(path / "config.json").get("model_type") if (path / "config.json").is_file() else None
+    )
+    decoder = next((c for c in DECODER_CLASSES if c.model_type == model_type), None)  # an ERNIE 4.5 decoder
+    config = (decoder or ErnieZooConfig).from_pretrained(str(path))
+    with torch.device("meta"):
+        skeleton = DECODER_CLASSES[decoder](config) if decoder else ErnieZooForMaskedLM(config)
+    return config, skeleton
+
+
 def _merge_tp(name: str, shards: list[torch.Tensor], full: list[int]) -> torch.Tensor:
     """One weight from its TP shards: replicated (every shard whole) or split along the one dimension whose
     size differs from the full shape, in TP-rank order (AutoTP splits contiguously)."""
@@ -223,8 +297,6 @@ def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, di
     """
     from safetensors import safe_open
 
-    from ernie_zoo.models import ErnieZooConfig, ErnieZooForMaskedLM
-    from ernie_zoo.models.decoder import DECODER_CLASSES
     from ernie_zoo.utils import tied_names
 
     path = Path(checkpoint_dir)
@@ -249,13 +321,7 @@ def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, di
         raise ValueError(
             f"{path}: the pipeline checkpoint of {pp} x {tp} ranks is missing {', '.join(missing)}"
         )
-    model_type = (
-        _read_json(path / "config.json").get("model_type") if (path / "config.json").is_file() else None
-    )
-    decoder = next((c for c in DECODER_CLASSES if c.model_type == model_type), None)  # an ERNIE 4.5 decoder
-    config = (decoder or ErnieZooConfig).from_pretrained(str(path))
-    with torch.device("meta"):
-        skeleton = DECODER_CLASSES[decoder](config) if decoder else ErnieZooForMaskedLM(config)
+    config, skeleton = _config_and_skeleton(path)
     tied = tied_names(skeleton)
     full = {k: list(v.shape) for k, v in skeleton.state_dict().items() if k not in tied}
     state: dict[str, torch.Tensor] = {}

@@ -17,8 +17,9 @@ written over them), the process-group start, and the TP plan (`parallel.tp_plan`
 data-parallel replica must see the same batch: use `dp_rank` / `dp_world_size` (not the global rank) to shard
 the data.
 
-Checkpoints are pickle-free: every rank writes its ZeRO-3 partition (fp32 master weights + Adam moments) as
-`zero/rank<NNNNN>.safetensors` + `.json` (`ZeroPartitionIO`, with the partition layout); a pretraining checkpoint
+Checkpoints are pickle-free, at every ZeRO stage: every rank writes its fp32 master weights + Adam moments (under
+ZeRO 1-3 its partition of them) as `zero/rank<NNNNN>.safetensors` + `.json` (`ZeroPartitionIO`, with the
+partition layout); a pretraining checkpoint
 adds the consolidated 16-bit model as `model.safetensors` + `config.json` (rank 0; `from_pretrained` loads it).
 Resuming needs the same DP x TP layout; `ernie-zoo consolidate` (`ernie_zoo.parallel.consolidate`) rebuilds the
 fp32 model from the shards alone, in one process.
@@ -238,10 +239,25 @@ _SAFETENSORS_DTYPES = {
 
 
 class ZeroPartitionIO:
-    """Pickle-free save / load of one rank's ZeRO-3 optimizer partition (fp32 master weights + Adam moments) as
-    `zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout `consolidate` reads), for an engine
-    with `optimizer` (DeepSpeed's ZeRO-3 optimizer), `model`, `rank`, `world_size`, `tp_size`, `zero_stage`.
-    Resuming needs the same ranks, TP size and ZeRO stage."""
+    """Pickle-free save / load of one rank's optimizer state, any ZeRO stage: its fp32 master weights and Adam
+    moments as `zero/rank<NNNNN>.safetensors` + `.json` (with the partition layout `consolidate` reads), for an
+    engine with `optimizer` (what `deepspeed.initialize` returned), `model`, `rank`, `world_size`, `tp_size`,
+    `zero_stage`. Resuming needs the same ranks, TP size and ZeRO stage.
+
+    What `fp32_flat.<i>` of a rank holds, by what DeepSpeed made of the optimizer:
+
+        ZeRO-3            per parameter of group i, partition r of ceil(numel / count)   layout "zero3" (no kind)
+                          elements, back to back
+        ZeRO-1/2          partition r of group i's flat buffer: the parameters back to   layout kind "flat"
+                          back at their offsets, split into `count` equal pieces
+        stage 0, bf16/    the whole flat buffer of group i (one partition; BF16 at       layout kind "flat"
+          fp16 wrappers   stage 1 partitions it like ZeRO-1)
+        stage 0, fp32     no wrapper: the model's own parameters, flattened per group     layout kind "flat"
+                          (every rank the same)
+
+    The Adam moments are the base optimizer's state, shaped as its parameters (the flat partitions, or under
+    stage 0 fp32 the model's parameters).
+    """
 
     def save_zero_partition(self, directory: str | os.PathLike) -> None:
         from safetensors.torch import save_file
@@ -249,7 +265,7 @@ class ZeroPartitionIO:
         from ernie_zoo.training.checkpoint import write_json
 
         (Path(directory) / ZERO_DIR).mkdir(parents=True, exist_ok=True)
-        tensors, meta = self._zero_state()
+        tensors, meta = self._zero3_state() if self.zero_stage == 3 else self._flat_state()
         stem = Path(directory) / ZERO_DIR / f"rank{self.rank:05d}"
         save_file(tensors, str(stem.with_suffix(".safetensors")))
         write_json(stem.with_suffix(".json"), meta)
@@ -272,31 +288,20 @@ class ZeroPartitionIO:
                 f"checkpoint layout {saved} differs from this run's {layout}; resume with the same ranks, TP size "
                 "and ZeRO stage (or load the consolidated model.safetensors as new weights)"
             )
-        self._load_zero_state(load_file(str(stem.with_suffix(".safetensors"))), meta)
+        tensors = load_file(str(stem.with_suffix(".safetensors")))
+        if self.zero_stage == 3:
+            self._load_zero3_state(tensors, meta)
+        else:
+            self._load_flat_state(tensors, meta)
 
-    def _zero_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """This rank's optimizer partition as (tensors, JSON metadata)."""
-        if self.zero_stage != 3:
-            raise NotImplementedError("sharded checkpoints are implemented for ZeRO stage 3")
+    # ---- ZeRO-3: DeepSpeed's partitioned optimizer state dict
+    def _zero3_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """This rank's ZeRO-3 optimizer partition as (tensors, JSON metadata)."""
         sd = self.optimizer.state_dict()
         tensors: dict[str, torch.Tensor] = {}
         for i, flat in enumerate(sd["fp32_flat_groups"]):
             tensors[f"fp32_flat.{i}"] = flat.detach().contiguous().cpu()
-        inner = sd["optimizer_state_dict"]
-        scalars: dict[str, dict[str, Any]] = {}
-        for index, entries in inner["state"].items():
-            for key, value in entries.items():
-                if isinstance(value, torch.Tensor):
-                    tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
-                else:
-                    scalars.setdefault(str(index), {})[key] = value
-        groups = [
-            {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
-            for g in inner["param_groups"]
-        ]
-        for g in groups:
-            if isinstance(g.get("betas"), tuple):
-                g["betas"] = list(g["betas"])
+        moments, groups, scalars = _optimizer_arrays(sd["optimizer_state_dict"])
         meta = {
             "world_size": self.world_size,
             "tp_size": self.tp_size,
@@ -309,12 +314,12 @@ class ZeroPartitionIO:
             "scalars": scalars,
             "layout": self._partition_layout(),
         }
-        return tensors, meta
+        return tensors | moments, meta
 
     def _partition_layout(self) -> dict[str, Any]:
-        """What `fp32_flat.<i>` of this rank holds, for `ernie_zoo.parallel.consolidate` (no ranks needed to
-        read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in flat
-        order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
+        """What `fp32_flat.<i>` of this rank holds under ZeRO-3, for `ernie_zoo.parallel.consolidate` (no ranks
+        needed to read a checkpoint back): per flat group, the ZeRO partition rank and count, and per parameter in
+        flat order [name, shape on this TP rank (ds_shape), numel, elements in this partition]; plus this rank's
         TP index (the order AutoTP split the weights in).
 
         ZeRO-3 stores parameter j of a group as partition `partition_rank` of ceil(numel / count) elements
@@ -341,34 +346,204 @@ class ZeroPartitionIO:
                     ],
                 }
             )
-        # AutoTP layers record their index in the TP group (their shard's position); 0 without TP
-        tp_rank = next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
-        return {"format": 1, "tp_rank": tp_rank, "groups": groups}
+        return {"format": 1, "tp_rank": self._tp_rank(), "groups": groups}
 
-    def _load_zero_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    def _tp_rank(self) -> int:
+        """AutoTP layers record their index in the TP group (their shard's position); 0 without TP."""
+        return next((int(m.tp_index) for m in self.model.modules() if hasattr(m, "tp_index")), 0)
+
+    def _load_zero3_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         current = self.optimizer.state_dict()
         flats = [tensors[f"fp32_flat.{i}"] for i in range(meta["n_flat_groups"])]
         if len(flats) != len(current["fp32_flat_groups"]) or any(
             a.shape != b.shape for a, b in zip(flats, current["fp32_flat_groups"])
         ):
             raise ValueError("ZeRO partition shapes differ from the checkpoint's: was the model changed?")
-        state: dict[int, dict[str, Any]] = {}
-        for key, value in tensors.items():
-            if key.startswith("state."):
-                _, index, field = key.split(".", 2)
-                state.setdefault(int(index), {})[field] = value
-        for index, entries in meta["scalars"].items():
-            state.setdefault(int(index), {}).update(entries)
-        groups = []
-        for g in meta["param_groups"]:
-            g = dict(g)
-            if isinstance(g.get("betas"), list):
-                g["betas"] = tuple(g["betas"])
-            groups.append(g)
         sd = dict(current)
-        sd["optimizer_state_dict"] = {"state": state, "param_groups": groups}
+        sd["optimizer_state_dict"] = _optimizer_from_arrays(tensors, meta)
         sd["fp32_flat_groups"] = flats
         self.optimizer._rigid_load_state_dict(sd, load_optimizer_states=True)
+
+    # ---- stages 0-2: flat fp32 buffers per param group
+    def _flat_groups(self) -> tuple[list[_FlatGroup], torch.optim.Optimizer, Any]:
+        """(this rank's flat groups, the torch optimizer stepping them, the function that writes the fp32 masters
+        into the model's parameters) for the optimizer DeepSpeed built at stages 0-2."""
+        import torch.distributed as dist
+        from torch._utils import _unflatten_dense_tensors
+
+        opt = self.optimizer
+
+        def packed(
+            params: list[torch.Tensor],
+        ) -> list[int]:  # back to back, as _flatten_dense_tensors lays them
+            return [sum(p.numel() for p in params[:j]) for j in range(len(params))]
+
+        if hasattr(opt, "single_partition_of_fp32_groups"):  # ZeRO-1/2: DeepSpeedZeroOptimizer
+            groups = [
+                _FlatGroup(
+                    list(params),
+                    [int(o) for o in offsets],
+                    master,
+                    dist.get_rank(group=pg),
+                    dist.get_world_size(group=pg),
+                )  # fmt: skip
+                for params, offsets, master, pg in zip(
+                    opt.round_robin_bit16_groups,
+                    opt.round_robin_bit16_offsets,
+                    opt.single_partition_of_fp32_groups,
+                    opt.real_dp_process_group,
+                )
+            ]
+            return groups, opt.optimizer, opt.update_lp_params
+        if hasattr(opt, "fp32_groups_flat_partition"):  # bf16 at stage 0-1: BF16_Optimizer
+            groups = [
+                _FlatGroup(
+                    list(params),
+                    packed(params),
+                    master,
+                    dist.get_rank(group=pg),
+                    dist.get_world_size(group=pg),
+                )  # fmt: skip
+                for params, master, pg in zip(
+                    opt.bf16_groups, opt.fp32_groups_flat_partition, opt.real_dp_process_group
+                )
+            ]
+            return groups, opt.optimizer, opt.update_lp_params
+        if hasattr(opt, "fp32_groups_flat"):  # 16-bit at stage 0: FP16_Optimizer, every rank the whole buffer
+
+            def refresh() -> None:
+                for params, flat in zip(opt.fp16_groups, opt.fp32_groups_flat):
+                    for p, q in zip(params, _unflatten_dense_tensors(flat, params)):
+                        p.data.copy_(q.data)
+
+            groups = [
+                _FlatGroup(list(params), packed(params), master, 0, 1)
+                for params, master in zip(opt.fp16_groups, opt.fp32_groups_flat)
+            ]
+            return groups, opt.optimizer, refresh
+        if isinstance(opt, torch.optim.Optimizer):  # stage 0, fp32: the parameters are the masters
+            groups = [
+                _FlatGroup(list(g["params"]), packed(g["params"]), None, 0, 1) for g in opt.param_groups
+            ]
+            return groups, opt, lambda: None
+        raise NotImplementedError(f"checkpoints of DeepSpeed's {type(opt).__name__} are not implemented")
+
+    def _flat_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """This rank's masters and moments at stages 0-2 as (tensors, JSON metadata); the layout (kind "flat")
+        names every parameter's offset in its group's flat buffer."""
+        groups, base, _ = self._flat_groups()
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        tensors = {f"fp32_flat.{i}": g.flat().detach().contiguous().cpu() for i, g in enumerate(groups)}
+        moments, param_groups, scalars = _optimizer_arrays(base.state_dict())
+        scaler = getattr(self.optimizer, "loss_scaler", None)  # fp16's dynamic loss scale travels too
+        meta = {
+            "world_size": self.world_size,
+            "tp_size": self.tp_size,
+            "zero_stage": self.zero_stage,
+            "n_flat_groups": len(groups),
+            "param_groups": param_groups,
+            "scalars": scalars,
+            "loss_scaler": {k: v for k, v in vars(scaler).items() if type(v) in (int, float, bool)}
+            if scaler is not None
+            else {},
+            "layout": {
+                "format": 1,
+                "kind": "flat",
+                "tp_rank": self._tp_rank(),
+                "groups": [
+                    {
+                        "partition_rank": g.rank,
+                        "partition_count": g.count,
+                        "partition_numel": int(tensors[f"fp32_flat.{i}"].numel()),
+                        "params": [
+                            [names[id(p)], [int(d) for d in p.shape], p.numel(), offset]
+                            for p, offset in zip(g.params, g.offsets)
+                        ],
+                    }
+                    for i, g in enumerate(groups)
+                ],
+            },
+        }
+        return tensors | moments, meta
+
+    def _load_flat_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        groups, base, refresh = self._flat_groups()
+        flats = [tensors.get(f"fp32_flat.{i}") for i in range(int(meta.get("n_flat_groups", -1)))]
+        if len(flats) != len(groups) or any(
+            f is None or f.shape != g.flat().shape for f, g in zip(flats, groups)
+        ):
+            raise ValueError(
+                "the optimizer's flat buffers differ from the checkpoint's: was the model changed?"
+            )
+        with torch.no_grad():
+            for flat, g in zip(flats, groups):
+                g.load(flat)
+        base.load_state_dict(_optimizer_from_arrays(tensors, meta))
+        scaler = getattr(self.optimizer, "loss_scaler", None)
+        for key, value in (meta.get("loss_scaler") or {}).items():
+            setattr(scaler, key, value)
+        refresh()
+
+
+class _FlatGroup:
+    """One param group of the optimizer at stages 0-2: its parameters in flat order with their offsets, and this
+    rank's piece `rank` of `count` of the fp32 flat buffer (`master`; None: the parameters are the masters)."""
+
+    def __init__(self, params: list[torch.Tensor], offsets: list[int], master: torch.Tensor | None,
+                 rank: int, count: int):  # fmt: skip
+        self.params, self.offsets, self.master, self.rank, self.count = params, offsets, master, rank, count
+
+    def flat(self) -> torch.Tensor:
+        if self.master is not None:
+            return self.master
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
+
+    def load(self, flat: torch.Tensor) -> None:
+        if self.master is not None:
+            self.master.data.copy_(flat)
+            return
+        for p, offset in zip(self.params, self.offsets):
+            p.data.copy_(flat[offset : offset + p.numel()].view_as(p))
+
+
+def _optimizer_arrays(
+    inner: dict[str, Any],
+) -> tuple[dict[str, torch.Tensor], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """A torch optimizer's `state_dict()` as (`state.<index>.<key>` tensors, JSON param groups, JSON scalars)."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, entries in inner["state"].items():
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{key}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(index), {})[key] = value
+    groups = [
+        {k: v for k, v in g.items() if k != "params"} | {"params": list(g["params"])}
+        for g in inner["param_groups"]
+    ]
+    for g in groups:
+        if isinstance(g.get("betas"), tuple):
+            g["betas"] = list(g["betas"])
+    return tensors, groups, scalars
+
+
+def _optimizer_from_arrays(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `_optimizer_arrays`: a state dict for `load_state_dict`."""
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("state."):
+            _, index, field = key.split(".", 2)
+            state.setdefault(int(index), {})[field] = value
+    for index, entries in meta["scalars"].items():
+        state.setdefault(int(index), {}).update(entries)
+    groups = []
+    for g in meta["param_groups"]:
+        g = dict(g)
+        if isinstance(g.get("betas"), list):
+            g["betas"] = tuple(g["betas"])
+        groups.append(g)
+    return {"state": state, "param_groups": groups}
 
 
 class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
@@ -581,16 +756,11 @@ class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
         return {"backend": self.backend, "world_size": self.world_size, "zero_stage": self.zero_stage, **tp}
 
     def save_optimizer_state(self, directory: str | os.PathLike) -> None:
-        """This rank's ZeRO-3 partition (fp32 master weights and Adam moments); other stages keep none."""
-        if self.zero_stage == 3:
-            self.save_zero_partition(directory)
+        """This rank's fp32 master weights and Adam moments (its partition of them under ZeRO 1-3)."""
+        self.save_zero_partition(directory)
 
     def load_optimizer_state(self, directory: str | os.PathLike) -> None:
-        if self.zero_stage != 3:
-            raise ValueError(
-                f"resuming a distributed.backend deepspeed run needs ZeRO stage 3 (this run's is {self.zero_stage}): "
-                "only its checkpoints hold each rank's optimizer partition; start afresh with train.overwrite true"
-            )
+        """Restore what `save_optimizer_state` wrote; the model's (16-bit) weights are set from the masters."""
         self.load_zero_partition(directory)
 
     def tp_shapes(self) -> dict[str, list[int]]:
@@ -624,16 +794,24 @@ class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
         Every rank must call it. Keys are the model's own (`ernie...`, `cls...`)."""
         if self.zero_stage == 3:
             state = self.ds._zero3_consolidated_16bit_state_dict()
-        else:
-            if self.tp_size > 1:
-                raise NotImplementedError("consolidating AutoTP weights needs ZeRO stage 3 in this backend")
+        elif self.tp_size == 1:  # stages 0-2 hold the whole model on every rank
             state = self.ds.module.state_dict() if self.is_main else None
+        else:  # AutoTP shards: one weight gathered at a time
+            params = dict(self.model.named_parameters())
+            state = {}
+            for name, t in self.model.state_dict(keep_vars=True).items():
+                whole = self._whole(name, params[name]) if name in params else contextlib.nullcontext()
+                with whole:
+                    if self.is_main:
+                        state[name] = t.detach().to("cpu", copy=True)
+            state = state if self.is_main else None
         if state is None:
             return None
         return {k.removeprefix(WRAPPER_PREFIX): v for k, v in state.items()}
 
     def save(self, directory: str | os.PathLike) -> None:
-        """Write this rank's ZeRO partition; rank 0 adds the consolidated model and the LR schedule.
+        """Write this rank's optimizer state (`ZeroPartitionIO`); rank 0 adds the consolidated model and the LR
+        schedule.
 
         Call it on every rank with the same (shared) directory.
         """

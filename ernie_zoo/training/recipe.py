@@ -220,7 +220,7 @@ class DistributedArgs:
     (ernie-pretrain only: pipeline parallelism over pp_size stages x tp_size tensor parallelism x data
     parallelism over the remaining ranks, ernie_zoo.training.pipeline_engine). Fine-tuning
     under deepspeed splits every batch of train.batch_size examples over the ranks, runs method full or lora
-    only, takes train.device as each rank's own, and resumes with the same number of ranks under ZeRO stage 3.
+    only, takes train.device as each rank's own, and resumes with the same number of ranks and ZeRO stage (0-3).
     """
     deepspeed_config: str | None = None
     """deepspeed backend: the DeepSpeed json (ZeRO stage, communication); the run's batch sizes, gradient

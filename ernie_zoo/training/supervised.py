@@ -337,7 +337,7 @@ class SupervisedTraining:
                     "resumed run would see a different data order; set it back, or start afresh with "
                     "train.overwrite true"
                 )
-        if self.engine.backend == "single":  # under ZeRO-3 the partitions' fp32 masters are the weights
+        if self.engine.backend == "single":  # deepspeed, any stage: the saved fp32 masters are the weights
             self.engine.load_trainable_state(load_file(str(checkpoint / TRAINABLE), device=str(self.device)))
         self.engine.load_optimizer_state(checkpoint)
         load_json_state(self.scheduler, checkpoint / "scheduler.json")
