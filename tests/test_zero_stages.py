@@ -1,6 +1,6 @@
 """Every ZeRO stage the docs name checkpoints, resumes and consolidates (#50): `ernie-pretrain` with
 `distributed.backend: deepspeed` on 2 gloo ranks, the encoder's tiny-cpu recipe and the ERNIE 4.5 tiny decoder
-(dense; MoE at stage 2).
+(dense; MoE at stage 2), and the encoder at TP 2 x ZeRO-2 (what `ernie-zoo plan` picks for tiny-cpu on 8 GPUs).
 
 Per stage 0-2: a run of 4 steps (checkpoints at 2 and 4), and a second run resumed from the first one's
 checkpoint-2, log bit-identical losses and grad norms at steps 3-4 and write bit-identical checkpoint-4 files
@@ -9,6 +9,9 @@ the fp32 masters (sharding happened); stage 0 holds them whole on every rank. `c
 checkpoint-4 into the fp32 model: the exported weights bit for bit (fp32 on CPU: the exported model is the
 masters), and the whole model a ZeRO-3 run of the same recipe consolidates to (same seed, same batches; 1e-6).
 Before #50 the first checkpoint of stages 0-2 raised "sharded checkpoints are implemented for ZeRO stage 3".
+
+bf16 (the GPU recipes' precision) steps through other DeepSpeed wrappers at stages 0-2; the last test saves and
+restores each of them on 2 ranks.
 """
 
 from __future__ import annotations
@@ -156,3 +159,85 @@ def test_stage_checkpoints_resumes_exactly_and_consolidates(tmp_path, tok, recip
 def _initial(checkpoint: Path, name: str) -> torch.Tensor:
     """`name` as the run's step-2 checkpoint exported it (the weights two steps before)."""
     return _tensors(checkpoint.parent / "checkpoint-2" / "model.safetensors")[name]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_16_bit_wrappers_save_and_restore_exactly(tmp_path):
+    """bf16 on 2 gloo ranks: DeepSpeed steps through another wrapper at each of stages 0, 1 and 2 (per-weight
+    fp32 copies, BF16_Optimizer's partitioned flat buffer, ZeRO-2's); the saved state, loaded back after 2
+    more steps, restores the bf16 weights bit for bit, and those 2 steps run again give the same losses and grad
+    norms. (The recipes' bf16 is a GPU setting; the CPU engine runs bf16 too.)"""
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    run_local_ranks([__file__, "--worker", str(tmp_path)], nproc=2, timeout=600)
+    wrappers = {0: "FP16_UnfusedOptimizer", 1: "BF16_Optimizer", 2: "DeepSpeedZeroOptimizer"}
+    for rank in (0, 1):
+        results = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        for stage, wrapper in wrappers.items():
+            res = results[str(stage)]
+            assert res["optimizer"] == wrapper and res["dtype"] == "torch.bfloat16"
+            assert res["partitions"] == (1 if stage == 0 else 2)
+            assert res["weights_restored"] and res["again"] == res["first"]
+            assert res["moved"] > 0  # the 2 steps between saving and loading changed the weights
+
+
+def _worker(out: str) -> None:
+    import os
+    import tempfile
+
+    from ernie_zoo.models.decoder import DECODER_CLASSES, decoder_config
+    from ernie_zoo.training.deepspeed_engine import DeepSpeedEngine
+
+    torch.set_num_threads(1)
+    results = {}
+    for stage in (0, 1, 2):
+        torch.manual_seed(0)
+        config = decoder_config(False, num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=300,
+                                max_position_embeddings=64)  # fmt: skip
+        model = DECODER_CLASSES[type(config)](config)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+        ds_config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+                     "zero_optimization": {"stage": stage}, "bf16": {"enabled": True}, "steps_per_print": 10**9}  # fmt: skip
+        if stage == 1:  # fp32 gradient accumulation: DeepSpeed's BF16_Optimizer
+            ds_config["data_types"] = {"grad_accum_dtype": "fp32"}
+        engine = DeepSpeedEngine(model, optimizer, schedule, ds_config)
+
+        def step(i: int, engine: DeepSpeedEngine = engine) -> list[float]:
+            ids = torch.randint(1, 300, (4, 16), generator=torch.Generator().manual_seed(i))
+            loss = engine.forward(engine.shard({"input_ids": ids, "labels": ids})).loss
+            engine.backward(loss)
+            return [loss.item(), engine.step()]
+
+        for i in range(2):
+            step(i)
+        saved = tempfile.mkdtemp(dir=out)
+        engine.save_optimizer_state(saved)
+        before = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+        first = [step(i) for i in (2, 3)]
+        moved = max((v - before[k]).abs().max().item() for k, v in engine.model.state_dict().items())
+        engine.load_optimizer_state(saved)
+        restored = all(torch.equal(before[k], v) for k, v in engine.model.state_dict().items())
+        meta = json.loads((Path(saved) / "zero" / f"rank{engine.rank:05d}.json").read_text())
+        results[stage] = {
+            "optimizer": type(engine.optimizer).__name__,
+            "dtype": str(next(engine.model.parameters()).dtype),
+            "partitions": max(g["partition_count"] for g in meta["layout"]["groups"]),
+            "first": first,
+            "moved": float(moved),
+            "weights_restored": restored,
+            "again": [step(i) for i in (2, 3)],
+        }
+    Path(out, f"rank{os.environ['RANK']}.json").write_text(json.dumps(results))
+
+
+if __name__ == "__main__":
+    import sys
+
+    from ernie_zoo.parallel.distributed import finish_distributed
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        _worker(sys.argv[2])
+        finish_distributed()  # every rank, after its last collective (a live group can abort at exit)

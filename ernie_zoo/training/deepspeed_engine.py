@@ -251,7 +251,8 @@ class ZeroPartitionIO:
         ZeRO-1/2          partition r of group i's flat buffer: the parameters back to   layout kind "flat"
                           back at their offsets, split into `count` equal pieces
         stage 0, bf16/    the whole flat buffer of group i (one partition; BF16 at       layout kind "flat"
-          fp16 wrappers   stage 1 partitions it like ZeRO-1)
+          fp16 wrappers   stage 1 partitions it like ZeRO-1; the unfused wrapper's
+                          per-weight fp32 copies written back to back)
         stage 0, fp32     no wrapper: the model's own parameters, flattened per group     layout kind "flat"
                           (every rank the same)
 
@@ -421,6 +422,20 @@ class ZeroPartitionIO:
                 for params, master in zip(opt.fp16_groups, opt.fp32_groups_flat)
             ]
             return groups, opt.optimizer, refresh
+        if hasattr(opt, "fp32_groups") and hasattr(
+            opt, "fp16_groups"
+        ):  # ... FP16_UnfusedOptimizer: one per weight
+
+            def refresh_each() -> None:
+                for masters, params in zip(opt.fp32_groups, opt.fp16_groups):
+                    for master, p in zip(masters, params):
+                        p.data.copy_(master.data)
+
+            groups = [
+                _FlatGroup(list(params), packed(params), list(masters), 0, 1)
+                for params, masters in zip(opt.fp16_groups, opt.fp32_groups)
+            ]
+            return groups, opt.optimizer, refresh_each
         if isinstance(opt, torch.optim.Optimizer):  # stage 0, fp32: the parameters are the masters
             groups = [
                 _FlatGroup(list(g["params"]), packed(g["params"]), None, 0, 1) for g in opt.param_groups
@@ -487,23 +502,24 @@ class ZeroPartitionIO:
 
 class _FlatGroup:
     """One param group of the optimizer at stages 0-2: its parameters in flat order with their offsets, and this
-    rank's piece `rank` of `count` of the fp32 flat buffer (`master`; None: the parameters are the masters)."""
+    rank's piece `rank` of `count` of the fp32 flat buffer `master` (a list: one fp32 copy per parameter,
+    written as one buffer; None: the parameters are the masters)."""
 
-    def __init__(self, params: list[torch.Tensor], offsets: list[int], master: torch.Tensor | None,
-                 rank: int, count: int):  # fmt: skip
+    def __init__(self, params: list[torch.Tensor], offsets: list[int],
+                 master: torch.Tensor | list[torch.Tensor] | None, rank: int, count: int):  # fmt: skip
         self.params, self.offsets, self.master, self.rank, self.count = params, offsets, master, rank, count
 
     def flat(self) -> torch.Tensor:
-        if self.master is not None:
+        if isinstance(self.master, torch.Tensor):
             return self.master
-        return torch.cat([p.detach().reshape(-1) for p in self.params])
+        return torch.cat([t.detach().reshape(-1) for t in self.master or self.params])
 
     def load(self, flat: torch.Tensor) -> None:
-        if self.master is not None:
+        if isinstance(self.master, torch.Tensor):
             self.master.data.copy_(flat)
             return
-        for p, offset in zip(self.params, self.offsets):
-            p.data.copy_(flat[offset : offset + p.numel()].view_as(p))
+        for t, offset in zip(self.master or self.params, self.offsets):
+            t.data.copy_(flat[offset : offset + t.numel()].view_as(t))
 
 
 def _optimizer_arrays(
