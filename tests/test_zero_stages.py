@@ -80,7 +80,7 @@ def _zero3_model(recipe: str, tok: Path, *extra: str) -> dict[str, torch.Tensor]
     """The whole fp32 model a ZeRO-3 run of the same recipe consolidates to (one run per recipe and module)."""
     key = (recipe, " ".join(extra))
     if key not in _ZERO3:
-        out = tok.parent / f"zero3-{len(_ZERO3)}"
+        out = tok.parent / f"zero3-{recipe.rpartition('/')[2]}-{'-'.join(extra)}"
         _pretrain(out, recipe, tok, 3, *extra)
         _ZERO3[key] = _consolidated(out / "checkpoint-4", out / "consolidated")
     return _ZERO3[key]

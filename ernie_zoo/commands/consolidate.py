@@ -1,6 +1,6 @@
-"""`ernie-zoo consolidate CHECKPOINT_DIR OUT_DIR`: a sharded checkpoint of the DeepSpeed backend (ZeRO-3,
-optionally tensor-parallel) or of the pipeline backend (stages, optionally tensor-parallel) -> a plain `from_pretrained` directory (config.json, model.safetensors,
-tokenizer files), written atomically and checked by loading it with AutoModelForMaskedLM.
+"""`ernie-zoo consolidate CHECKPOINT_DIR OUT_DIR`: a sharded checkpoint of the DeepSpeed backend (ZeRO stage
+0-3, optionally tensor-parallel) or of the pipeline backend (stages, optionally tensor-parallel) -> a plain `from_pretrained` directory (config.json, model.safetensors,
+tokenizer files), written atomically and checked by loading it with AutoModelForMaskedLM (a decoder: AutoModelForCausalLM).
 
     ernie-zoo consolidate runs/ernie-100b/checkpoint-20000 models/ernie-100b --dtype bf16
 """

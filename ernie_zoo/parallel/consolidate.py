@@ -177,12 +177,17 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
             if name not in entries:
                 raise ValueError(f"rank {rank}'s shard has no {name}")
             part_rank, count, shape, numel, _ = entries[name]
-            pieces.setdefault(tp_rank, {})[part_rank] = (shards[rank].partition(name), shape, numel)
-            counts[tp_rank] = count
-        if sorted(pieces) != list(range(tp_size)):
+            # a weight TP leaves whole is the same on every TP rank, and ZeRO may partition it over the TP ranks
+            # too (TP 2 x DP 1: over both ranks): its partitions are read from any rank, as one TP rank's
+            replicated = shape == full_shapes[name]
+            key = 0 if replicated else tp_rank
+            pieces.setdefault(key, {})[part_rank] = (shards[rank].partition(name), shape, numel)
+            counts[key] = count
+        expected = [0] if replicated else list(range(tp_size))
+        if sorted(pieces) != expected:
             raise ValueError(f"{name}: TP ranks {sorted(pieces)} in the shards, expected 0..{tp_size - 1}")
         tp_shards = []
-        for tp_rank in range(tp_size):
+        for tp_rank in expected:
             parts, count = pieces[tp_rank], counts[tp_rank]
             if sorted(parts) != list(range(count)):
                 raise ValueError(
