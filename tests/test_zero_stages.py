@@ -7,7 +7,8 @@ checkpoint-2, log bit-identical losses and grad norms at steps 3-4 and write bit
 (every rank's fp32 masters and Adam moments, the exported model). Under ZeRO 1-2 each rank's file holds half of
 the fp32 masters (sharding happened); stage 0 holds them whole on every rank. `consolidate_checkpoint` turns
 checkpoint-4 into the fp32 model: the exported weights bit for bit (fp32 on CPU: the exported model is the
-masters), and the whole model a ZeRO-3 run of the same recipe consolidates to (same seed, same batches; 1e-6).
+masters), and (but for MoE) the whole model a ZeRO-3 run of the same recipe consolidates to (same seed, same
+batches; 1e-6).
 Before #50 the first checkpoint of stages 0-2 raised "sharded checkpoints are implemented for ZeRO stage 3".
 
 bf16 (the GPU recipes' precision) steps through other DeepSpeed wrappers at stages 0-2; the last test saves and
@@ -17,6 +18,7 @@ restores each of them on 2 ranks.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -120,6 +122,9 @@ def test_stage_checkpoints_resumes_exactly_and_consolidates(tmp_path, tok, recip
     first, second = _losses(straight), _losses(resumed)
     assert sorted(first) == [1, 2, 3, 4] and sorted(second) == [3, 4]
     assert {s: first[s] for s in (3, 4)} == second
+    assert all(
+        math.isfinite(norm) and norm > 0 for _, norm in first.values()
+    )  # stage 0 logged NaN before #50
     a, b = straight / "checkpoint-4", resumed / "checkpoint-4"
     files = ["model.safetensors"] + [f"zero/rank0000{r}.safetensors" for r in (0, 1)]
     for name in files:
@@ -148,12 +153,14 @@ def test_stage_checkpoints_resumes_exactly_and_consolidates(tmp_path, tok, recip
     whole = _consolidated(a, tmp_path / "consolidated")
     for name, value in whole.items():
         assert torch.equal(value, exported[name]), name
+    moved = max((whole[k] - _initial(a, k)).abs().max().item() for k in whole if "weight" in k)
+    assert moved > 1e-4  # training changed the weights, so agreeing with ZeRO-3 means something
+    if "ernie4.5-moe-tiny" in extra:  # the dense decoder's case compares the decoder with ZeRO-3 (CI time)
+        return
     reference = _zero3_model(recipe, tok, *extra)
     assert whole.keys() == reference.keys()
     diff = max((whole[k] - reference[k]).abs().max().item() for k in whole)
     assert diff < 1e-6, diff
-    moved = max((whole[k] - _initial(a, k)).abs().max().item() for k in whole if "weight" in k)
-    assert moved > 1e-4  # training changed the weights, so agreeing with ZeRO-3 means something
 
 
 def _initial(checkpoint: Path, name: str) -> torch.Tensor:

@@ -374,9 +374,8 @@ class ZeroPartitionIO:
 
         opt = self.optimizer
 
-        def packed(
-            params: list[torch.Tensor],
-        ) -> list[int]:  # back to back, as _flatten_dense_tensors lays them
+        # offsets of parameters laid back to back, as DeepSpeed's _flatten_dense_tensors lays them
+        def packed(params: list[torch.Tensor]) -> list[int]:
             return [sum(p.numel() for p in params[:j]) for j in range(len(params))]
 
         if hasattr(opt, "single_partition_of_fp32_groups"):  # ZeRO-1/2: DeepSpeedZeroOptimizer
@@ -387,7 +386,7 @@ class ZeroPartitionIO:
                     master,
                     dist.get_rank(group=pg),
                     dist.get_world_size(group=pg),
-                )  # fmt: skip
+                )
                 for params, offsets, master, pg in zip(
                     opt.round_robin_bit16_groups,
                     opt.round_robin_bit16_offsets,
@@ -404,7 +403,7 @@ class ZeroPartitionIO:
                     master,
                     dist.get_rank(group=pg),
                     dist.get_world_size(group=pg),
-                )  # fmt: skip
+                )
                 for params, master, pg in zip(
                     opt.bf16_groups, opt.fp32_groups_flat_partition, opt.real_dp_process_group
                 )
@@ -422,9 +421,8 @@ class ZeroPartitionIO:
                 for params, master in zip(opt.fp16_groups, opt.fp32_groups_flat)
             ]
             return groups, opt.optimizer, refresh
-        if hasattr(opt, "fp32_groups") and hasattr(
-            opt, "fp16_groups"
-        ):  # ... FP16_UnfusedOptimizer: one per weight
+        # 16-bit at stage 0 with an optimizer DeepSpeed does not fuse: FP16_UnfusedOptimizer, an fp32 copy per weight
+        if hasattr(opt, "fp32_groups") and hasattr(opt, "fp16_groups"):
 
             def refresh_each() -> None:
                 for masters, params in zip(opt.fp32_groups, opt.fp16_groups):
@@ -451,6 +449,7 @@ class ZeroPartitionIO:
         tensors = {f"fp32_flat.{i}": g.flat().detach().contiguous().cpu() for i, g in enumerate(groups)}
         moments, param_groups, scalars = _optimizer_arrays(base.state_dict())
         scaler = getattr(self.optimizer, "loss_scaler", None)  # fp16's dynamic loss scale travels too
+        scalars_of_scaler = getattr(scaler, "__dict__", {})
         meta = {
             "world_size": self.world_size,
             "tp_size": self.tp_size,
@@ -458,9 +457,7 @@ class ZeroPartitionIO:
             "n_flat_groups": len(groups),
             "param_groups": param_groups,
             "scalars": scalars,
-            "loss_scaler": {k: v for k, v in vars(scaler).items() if type(v) in (int, float, bool)}
-            if scaler is not None
-            else {},
+            "loss_scaler": {k: v for k, v in scalars_of_scaler.items() if type(v) in (int, float, bool)},
             "layout": {
                 "format": 1,
                 "kind": "flat",
@@ -632,6 +629,7 @@ class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
         self.fixed_accumulation = fixed_accumulation
         self._grad_accum = int(config["gradient_accumulation_steps"])
         self._micro = 0
+        self._norm: float | None = None  # stage 0 fp32: the gradient norm DeepSpeed does not keep
         self._forward_pending = False
         self.max_grad_norm = float(config["gradient_clipping"])
         self.zero_stage = int(config["zero_optimization"].get("stage", 0))
@@ -692,7 +690,20 @@ class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
         elif boundary is not None:
             self.ds.set_gradient_accumulation_boundary(boundary)
         self.ds.backward(loss, scale_wrt_gas=False)
+        if self.ds.is_gradient_accumulation_boundary() and isinstance(self.optimizer, torch.optim.Optimizer):
+            self._norm = self._plain_grad_norm()
         self.ds.step()
+
+    def _plain_grad_norm(self) -> float | None:
+        """ZeRO stage 0 in fp32 steps torch's optimizer itself: DeepSpeed clips the (all-reduced) gradients but
+        keeps no record of their norm. The same norm, before clipping; None under TP (a TP shard's gradients
+        alone do not make it)."""
+        grads = [p.grad for p in self.ds.module.parameters() if p.grad is not None]
+        if self.tp_size > 1 or not grads:
+            return None
+        return float(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+        )
 
     def step(self) -> float:
         """Close the optimizer step (the update ran in the last `backward`); the pre-clip grad norm."""
@@ -703,6 +714,8 @@ class DeepSpeedEngine(ZeroPartitionIO, PlainEngine):
                 )
             self._micro = 0
         norm = self.ds.get_global_grad_norm()
+        if norm is None:
+            norm, self._norm = self._norm, None
         return float(norm) if norm is not None else float("nan")
 
     def zero_grad(self) -> None:
