@@ -162,14 +162,7 @@ def read_zero_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[s
                 entries[name] = (group["partition_rank"], group["partition_count"], shape, numel, part)
         layouts.append((int(layout["tp_rank"]), entries))
     names = list(layouts[0][1])
-    unknown = [n for n in names if n not in full_shapes]
-    absent = [n for n in full_shapes if n not in names]
-    if unknown or absent:
-        raise ValueError(
-            f"{path}: the shards do not match config.json's model: unknown {unknown[:5]}, absent {absent[:5]}"
-        )
-
-    state: dict[str, torch.Tensor] = {}
+    state = _frozen_from_export(path, names, full_shapes)
     for name in names:
         pieces: dict[int, dict[int, tuple[torch.Tensor, list[int], int]]] = {}
         counts: dict[int, int] = {}
@@ -242,18 +235,36 @@ def _read_flat_groups(
                     f"{name}: offset {offset} + {numel} elements past group {i}'s {flat.numel()}"
                 )
             shards.setdefault(name, {})[tp_rank] = flat[offset : offset + numel].view(shape).clone()
-    unknown = [n for n in shards if n not in full_shapes]
-    absent = [n for n in full_shapes if n not in shards]
-    if unknown or absent:
-        raise ValueError(
-            f"{path}: the shards do not match config.json's model: unknown {unknown[:5]}, absent {absent[:5]}"
-        )
-    state = {}
+    state = _frozen_from_export(path, list(shards), full_shapes)
     for name, by_tp in shards.items():
         if sorted(by_tp) != list(range(tp_size)):
             raise ValueError(f"{name}: TP ranks {sorted(by_tp)} in the shards, expected 0..{tp_size - 1}")
         state[name] = _merge_tp(name, [by_tp[t] for t in range(tp_size)], full_shapes[name])
     return state
+
+
+def _frozen_from_export(
+    path: Path, names: list[str], full_shapes: dict[str, list[int]]
+) -> dict[str, torch.Tensor]:
+    """The parameters the optimizer never held (frozen ones, e.g. an MoE router's `e_score_correction_bias`): no
+    rank has a master copy of them, the model's own weight is their value, read from rank 0's export
+    (`model.safetensors`). Raises ValueError for a shard name the model does not have, or a parameter neither
+    the shards nor the export hold."""
+    unknown = [n for n in names if n not in full_shapes]
+    absent = [n for n in full_shapes if n not in names]
+    export = path / MODEL_FILE
+    frozen: dict[str, torch.Tensor] = {}
+    if absent and not unknown and export.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(export), framework="pt") as f:
+            frozen = {n: f.get_tensor(n).float() for n in absent if n in f.keys()}
+    missing = [n for n in absent if n not in frozen or list(frozen[n].shape) != full_shapes[n]]
+    if unknown or missing:
+        raise ValueError(
+            f"{path}: the shards do not match config.json's model: unknown {unknown[:5]}, absent {missing[:5]}"
+        )
+    return frozen
 
 
 def _config_and_skeleton(path: Path) -> tuple[Any, torch.nn.Module]:
