@@ -97,8 +97,7 @@ def _zero3_model(recipe: str, tok: Path, *extra: str) -> dict[str, torch.Tensor]
         (ENCODER, 1, ()),
         (ENCODER, 2, ()),
         (ENCODER, 2, ("--distributed.tp_size", "2")),
-        (DECODER, 0, ()),
-        (DECODER, 1, ()),
+        # stages 0 and 1 run the same engine code for a decoder as for the encoder (CI time): the decoder at 2
         (DECODER, 2, ()),
         (DECODER, 2, ("--model.preset", "ernie4.5-moe-tiny")),
     ],
@@ -107,8 +106,6 @@ def _zero3_model(recipe: str, tok: Path, *extra: str) -> dict[str, torch.Tensor]
         "encoder-1",
         "encoder-2",
         "encoder-tp2-2",
-        "decoder-0",
-        "decoder-1",
         "decoder-2",
         "moe-2",
     ],
