@@ -88,7 +88,9 @@ def tiny(tmp_path_factory):
     bpe.pre_tokenizer = pre_tokenizers.Metaspace()
     bpe.decoder = decoders.Metaspace()
     texts = [f"User: {r['prompt']}\nAssistant: {r['chosen']}{r['rejected']}" for r in rows]
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=80, special_tokens=["<unk>", "<s>", "</s>"]))
+    bpe.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=80, special_tokens=["<unk>", "<s>", "</s>"])
+    )
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>",
                                                eos_token="</s>", pad_token="<unk>")  # fmt: skip
     config = preset_config("ernie4.5-tiny", vocab_size=len(tok), bos_token_id=tok.bos_token_id,
@@ -100,7 +102,13 @@ def tiny(tmp_path_factory):
     task.read()
     features = task.encode(task.splits["train"], tok)
     assert len({len(f["chosen_input_ids"]) for f in features}) > 1  # padding is exercised
-    return {"rows": rows, "tok": tok, "base": base, "batch": collate(features, tok.pad_token_id), "root": root}
+    return {
+        "rows": rows,
+        "tok": tok,
+        "base": base,
+        "batch": collate(features, tok.pad_token_id),
+        "root": root,
+    }
 
 
 def _trl_common(tiny) -> dict:
@@ -176,10 +184,14 @@ def test_dpo_against_a_frozen_base_orpo_and_simpo_equal_trl(tiny):
     torch.testing.assert_close(ours.loss, theirs, atol=1e-5, rtol=1e-5)
     assert ours.metrics["rewards/chosen"] / 3 == pytest.approx(logged["rewards/chosen"], abs=1e-5)
 
-    config = CPOConfig(beta=2.0, loss_type="simpo", simpo_gamma=0.7, cpo_alpha=0.4, label_smoothing=0.1, **common)
+    config = CPOConfig(
+        beta=2.0, loss_type="simpo", simpo_gamma=0.7, cpo_alpha=0.4, label_smoothing=0.1, **common
+    )
     trainer = CPOTrainer(model=policy, args=config, train_dataset=data, processing_class=tiny["tok"])
     theirs, logged = trainer.get_batch_loss_metrics(policy, dict(batch))
-    ours = PreferenceLoss(policy, "simpo", beta=2.0, simpo_gamma=0.7, label_smoothing=0.1, sft_weight=0.4)(**batch)
+    ours = PreferenceLoss(policy, "simpo", beta=2.0, simpo_gamma=0.7, label_smoothing=0.1, sft_weight=0.4)(
+        **batch
+    )
     torch.testing.assert_close(ours.loss, theirs, atol=1e-5, rtol=1e-5)
     assert ours.metrics["rewards/margins"] / 3 == pytest.approx(logged["rewards/margins"], abs=1e-5)
 
@@ -199,7 +211,9 @@ def test_conversational_rows_encode_as_their_chat_template(tiny, tmp_path):
                  "rejected": [system, {"role": "user", "content": "大"}, {"role": "assistant", "content": "大"}]}]  # fmt: skip
     encoded = []
     for name, these in (("c", rows), ("i", implicit)):
-        args = build_args({"task": "preference", "data": {"train_file": _write(tmp_path / f"{name}.jsonl", these)}})
+        args = build_args(
+            {"task": "preference", "data": {"train_file": _write(tmp_path / f"{name}.jsonl", these)}}
+        )
         task = make_objective(args)
         task.read()
         encoded.append(task.encode(task.splits["train"], tok))
@@ -211,7 +225,9 @@ def test_conversational_rows_encode_as_their_chat_template(tiny, tmp_path):
         response = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         assert first[f"{side}_input_ids"] == prompt + response
         assert first[f"{side}_labels"] == [IGNORE] * len(prompt) + response
-    user = list(tok.apply_chat_template([{"role": "user", "content": "冷"}], add_generation_prompt=True)["input_ids"])
+    user = list(
+        tok.apply_chat_template([{"role": "user", "content": "冷"}], add_generation_prompt=True)["input_ids"]
+    )
     assert second["chosen_input_ids"][: len(user)] == user
 
 
@@ -259,7 +275,9 @@ def test_dpo_lora_raises_the_margin_measured_after_merge_in_plain_transformers_a
     ).eval()
     assert _margins(with_adapter, tok, rows) == pytest.approx(after, abs=1e-3)
     # rewards logged every step; the first step's policy is its reference (lora_B starts at zero)
-    state = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())["state"]
+    state = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())[
+        "state"
+    ]
     logged = state["train_metrics"]
     assert [m["step"] for m in logged] == list(range(1, 13))
     assert {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracy"} <= set(logged[0])
@@ -286,11 +304,15 @@ def test_full_dpo_keeps_its_reference_frozen_and_reference_free_losses_train(dat
         assert wrapped.reference is None
     result = run_finetune(_args(data, tmp_path / "run", method=method, loss=loss, max_steps=4,
                                 learning_rate=1e-3 if method == "full" else 1e-2))  # fmt: skip
-    state = json.loads(next((tmp_path / "run/checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())
+    state = json.loads(
+        next((tmp_path / "run/checkpoints").glob("checkpoint-*/trainer_state.json")).read_text()
+    )
     losses = state["state"]["train_losses"]
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert len(state["state"]["train_metrics"]) == 4
-    assert type(result["model"]) is transformers.Ernie4_5ForCausalLM  # the policy is exported, not the wrapper
+    assert (
+        type(result["model"]) is transformers.Ernie4_5ForCausalLM
+    )  # the policy is exported, not the wrapper
     merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "run", dtype=torch.float32)
     assert not any("reference" in k or "policy" in k for k in merged.state_dict())
 
@@ -341,7 +363,9 @@ def test_zero3_dpo_lora_on_two_ranks_matches_one_process(data, tmp_path):
     run_local_ranks([__file__, "--worker", spec], nproc=2, timeout=900)
 
     def state(d):
-        return json.loads(next((tmp_path / d / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())
+        return json.loads(
+            next((tmp_path / d / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text()
+        )
 
     got, want = state("ds2")["state"], state("single")["state"]
     assert got["train_losses"] == pytest.approx(want["train_losses"], rel=1e-5)

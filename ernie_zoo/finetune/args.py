@@ -381,7 +381,12 @@ class FinetuneArgs:
         p = self.preference
         check(p.loss in PREFERENCE_LOSSES, "preference.loss", p.loss, f"must be one of {PREFERENCE_LOSSES}")
         check(p.beta > 0, "preference.beta", p.beta, "must be > 0")
-        check(0 <= p.label_smoothing < 0.5, "preference.label_smoothing", p.label_smoothing, "must be in [0, 0.5)")
+        check(
+            0 <= p.label_smoothing < 0.5,
+            "preference.label_smoothing",
+            p.label_smoothing,
+            "must be in [0, 0.5)",
+        )
         check(p.sft_weight >= 0, "preference.sft_weight", p.sft_weight, "must be >= 0")
         if self.task == "preference":
             check(

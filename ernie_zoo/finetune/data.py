@@ -374,7 +374,9 @@ def _messages(value: Any, where: str, column: str, roles: Sequence[str] = ROLES)
     out = []
     for j, message in enumerate(value, 1):
         if not isinstance(message, dict) or not {"role", "content"} <= set(message):
-            raise ValueError(f"{where}: {column!r} message {j} needs a role and a content, got {message!r:.80}")
+            raise ValueError(
+                f"{where}: {column!r} message {j} needs a role and a content, got {message!r:.80}"
+            )
         if message["role"] not in roles:
             raise ValueError(
                 f"{where}: {column!r} message {j} has role {message['role']!r}; use one of {list(roles)}"

@@ -238,7 +238,9 @@ class FinetuneJob:
         self.written, self.recipe = recipe, args
         self.name = args.task
         self.objective: Objective | None = None  # made by prepare, once the run has seeded
-        self._reference: nn.Module | None = None  # build_model's frozen base, for a preference loss that needs one
+        self._reference: nn.Module | None = (
+            None  # build_model's frozen base, for a preference loss that needs one
+        )
 
     @property
     def metric(self) -> str:

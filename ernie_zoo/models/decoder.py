@@ -113,7 +113,9 @@ def chat_prompt_ids(tokenizer, prompt: str | list[dict[str, str]]) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def chat_ids_and_labels(tokenizer, messages: list[dict[str, str]], ignore: int = -100) -> tuple[list[int], list[int]]:
+def chat_ids_and_labels(
+    tokenizer, messages: list[dict[str, str]], ignore: int = -100
+) -> tuple[list[int], list[int]]:
     """(input ids, labels) of a conversation in the chat template: labels are the ids of every assistant turn (its
     content and what the template closes it with, the end token) and `ignore` elsewhere (system and user turns,
     the template's `Assistant: ` prompts). Turns after the last assistant turn are left out (nothing to learn).

@@ -33,7 +33,13 @@ so full-width punctuation such as "，" comes back as "," and Latin letters lowe
 
 A tokenizer with a chat template (a decoder fine-tuned by `ernie-finetune` with task instruction saves one) turns
 each text into one user turn with the template's generation prompt, as `tokenizer.apply_chat_template(...,
-add_generation_prompt=True)` does, and the answer is generated from there.
+add_generation_prompt=True)` does, and the answer is generated from there. Such a model also takes a whole
+conversation as one input, a list of `{"role": "system" | "user" | "assistant", "content": ...}` messages (a list
+of conversations gives a list of results); its result's `text` is the conversation as given:
+
+>>> chat = Taskflow("text_generation", task_path=chat_dir, max_new_tokens=4)
+>>> chat([{"role": "user", "content": "大的反义词是什么？"}])["generated"]  # doctest: +SKIP
+['小']
 
 Determinism: greedy and beam search are deterministic; prompts of equal token length are batched together, so
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
@@ -179,13 +185,13 @@ class GenerationOptions:
 
 @dataclass
 class Prompts:
-    texts: list[str]
+    texts: list[Any]  # the inputs: texts, or conversations
     ids: list[list[int]]  # token ids of each prompt
 
 
 @dataclass
 class GenerationResult(Result):
-    text: str
+    text: str | list[dict[str, str]]  # the input: a text, or a conversation
     generated: list[str] = field(default_factory=list)
 
 
@@ -193,6 +199,7 @@ class GenerationResult(Result):
 class TextGeneration(Task):
     auto_class = "AutoModelForCausalLM"
     modes = {"general": "ernie-zoo-mini-generator", "poetry": "ernie-zoo-mini-poetry"}
+    takes_conversations = True
     Options = GenerationOptions
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -276,6 +283,12 @@ class TextGeneration(Task):
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
             return self._chat_prompts(texts)
+        chats = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if chats:
+            raise ValueError(
+                f"text_generation input {chats[0]} is a conversation, but this model's tokenizer has no chat template "
+                "to put it in; give texts, or a chat model (ernie-finetune --task instruction saves the template)"
+            )
         with self.loaded.lock:
             enc = tok(
                 [clean_surrogates(t) for t in texts],
@@ -292,7 +305,15 @@ class TextGeneration(Task):
         each text is one user turn, with the template's generation prompt, as `apply_chat_template` gives it."""
         tok = self.tokenizer
         with self.loaded.lock:
-            ids = [chat_prompt_ids(tok, clean_surrogates(t)) for t in texts]
+            ids = [
+                chat_prompt_ids(
+                    tok,
+                    clean_surrogates(t)
+                    if isinstance(t, str)
+                    else [{**m, "content": clean_surrogates(m["content"])} for m in t],
+                )
+                for t in texts
+            ]
         special_ids = set(tok.all_special_ids)
         return self._budgeted(texts, ids, [[int(t in special_ids) for t in row] for row in ids])
 
@@ -343,7 +364,8 @@ class TextGeneration(Task):
 
     def _generate(self, input_ids: torch.Tensor, **extra: Any) -> torch.Tensor:
         opts = self.options
-        kwargs: dict[str, Any] = dict(extra,
+        kwargs: dict[str, Any] = dict(
+            extra,
             max_new_tokens=opts.max_new_tokens,
             min_new_tokens=opts.min_new_tokens,
             num_return_sequences=opts.num_return_sequences,
@@ -403,7 +425,9 @@ class TextGeneration(Task):
             finally:
                 pieces.put(_END)
 
-        return self._pieces(pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True))
+        return self._pieces(
+            pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True)
+        )
 
     def _pieces(self, pieces: queue.Queue, stop: threading.Event, worker: threading.Thread) -> Iterator[str]:
         ids: list[int] = []
@@ -427,7 +451,9 @@ class TextGeneration(Task):
                     sent = ready
             final = self.decode(self._trim(ids))
             if final != sent:
-                if not final.startswith(sent):  # a decoder that rewrites earlier text: say so, never send twice
+                if not final.startswith(
+                    sent
+                ):  # a decoder that rewrites earlier text: say so, never send twice
                     raise RuntimeError(
                         "the tokenizer's decoding of the continuation changed text already streamed "
                         f"({sent!r} -> {final!r}); use stream=False for this model"
@@ -481,5 +507,9 @@ class _Cancelled(StoppingCriteria):
     def __init__(self, stop: threading.Event):
         self.stop = stop
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device)
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        return torch.full(
+            (input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device
+        )

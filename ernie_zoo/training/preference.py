@@ -65,7 +65,9 @@ def pair_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     width = max(batch[f"{s}_input_ids"].shape[1] for s in SIDES)
     out = {}
     for key, pad in (("input_ids", 0), ("attention_mask", 0), ("labels", IGNORE)):
-        parts = [F.pad(batch[f"{s}_{key}"], (0, width - batch[f"{s}_{key}"].shape[1]), value=pad) for s in SIDES]
+        parts = [
+            F.pad(batch[f"{s}_{key}"], (0, width - batch[f"{s}_{key}"].shape[1]), value=pad) for s in SIDES
+        ]
         out[key] = torch.cat(parts)
     return out
 
@@ -107,6 +109,11 @@ class PreferenceLoss(nn.Module):
         self.kind, self.beta = loss, beta
         self.simpo_gamma, self.label_smoothing, self.sft_weight = simpo_gamma, label_smoothing, sft_weight
 
+    @property
+    def config(self):
+        """The policy's config (what engines read of a model: TP divisibility, the decoder family)."""
+        return self.policy.config
+
     def train(self, mode: bool = True) -> PreferenceLoss:
         super().train(mode)
         if self.reference is not None:
@@ -117,7 +124,9 @@ class PreferenceLoss(nn.Module):
         context = self.policy.disable_adapter() if self.reference is None else contextlib.nullcontext()
         model = self.policy if self.reference is None else self.reference
         with torch.no_grad(), context:
-            logits = model(input_ids=pair["input_ids"], attention_mask=pair["attention_mask"], use_cache=False).logits
+            logits = model(
+                input_ids=pair["input_ids"], attention_mask=pair["attention_mask"], use_cache=False
+            ).logits
         return token_logps(logits, pair["input_ids"])
 
     def forward(self, **batch: torch.Tensor) -> PreferenceOutput:

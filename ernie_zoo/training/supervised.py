@@ -475,7 +475,9 @@ class SupervisedTraining:
                     self.writer.add_scalar(f"train/{key}", value, step)
         postfix = {"loss": f"{loss:.4f}"}
         if "rewards/margins" in metrics:
-            postfix.update(margin=f"{metrics['rewards/margins']:.3f}", acc=f"{metrics['rewards/accuracy']:.2f}")
+            postfix.update(
+                margin=f"{metrics['rewards/margins']:.3f}", acc=f"{metrics['rewards/accuracy']:.2f}"
+            )
         return postfix
 
     def save(self, step: int) -> None:
