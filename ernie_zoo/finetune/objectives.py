@@ -571,8 +571,8 @@ class InstructionObjective(Objective):
             )
         if cut:
             logger.warning(
-                "%d of %d responses (or conversations) were cut to fit data.max_length = %d (they lose their end "
-                "token)",
+                "%d of %d responses were cut to fit data.max_length = %d (they lose their end token; a "
+                "conversation counts as one response)",
                 cut,
                 len(examples),
                 max_len,
