@@ -148,6 +148,11 @@ class FinetuneModelArgs:
     only for presets)."""
     use_crf: bool = False
     """Token classification: decode with a linear-chain CRF layer on top of the classifier."""
+    quantize_base: str | None = None
+    """8bit or 4bit (NF4): load the base's Linear weights quantized by bitsandbytes and train LoRA on it (QLoRA), for
+    the decoder tasks (instruction, preference) on a pretrained model_name_or_path, one process. The merged export
+    folds the adapter into the full-precision base the quantized one was loaded from (a logged note says so);
+    null: the base in fp32."""
 
 
 @dataclass
@@ -336,6 +341,27 @@ class FinetuneArgs:
             f"task {self.task} (an ERNIE 4.5 decoder) is tested with {' and '.join(INSTRUCTION_METHODS)} only",
         )
         self._validate_preference(check)
+        q = self.model.quantize_base
+        check(q in (None, "8bit", "4bit"), "model.quantize_base", q, "must be 8bit, 4bit or null")
+        if q is not None:
+            check(
+                self.task in DECODER_TASKS and self.method.method == "lora",
+                "model.quantize_base",
+                q,
+                "a quantized base trains LoRA on the decoder tasks (instruction, preference) only",
+            )
+            check(
+                self.model.model_name_or_path is not None,
+                "model.quantize_base",
+                q,
+                "needs a pretrained model_name_or_path (a preset's random weights are not worth quantizing)",
+            )
+            check(
+                self.distributed.backend == "single",
+                "model.quantize_base",
+                q,
+                "runs with distributed.backend single only (ZeRO does not partition bitsandbytes weights)",
+            )
         t = self.train
         for key in ("batch_size", "eval_batch_size", "grad_accum"):
             check(getattr(t, key) >= 1, f"train.{key}", getattr(t, key), "must be >= 1")

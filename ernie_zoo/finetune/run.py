@@ -167,8 +167,11 @@ def build_model(
             )
         # fp32 whatever the file holds: transformers would keep fp16 weights (e.g. the shipped zoo models) in
         # fp16, and training in fp16 on CPU overflows to NaN at the first step.
+        extra = {}
+        if m.quantize_base is not None and source != str(saved):
+            extra["quantization_config"] = quantization_config(m.quantize_base)
         model, loading = cls.from_pretrained(
-            source, config=config, output_loading_info=True, dtype=torch.float32
+            source, config=config, output_loading_info=True, dtype=torch.float32, **extra
         )
         base_path = source
         fresh = fresh_modules(model, loading["missing_keys"])
@@ -192,6 +195,24 @@ def build_model(
         base_path = None
         fresh = []
     return model, base_path, fresh
+
+
+def quantization_config(bits: str):
+    """transformers' `BitsAndBytesConfig` of model.quantize_base: int8 (LLM.int8()) or NF4 with fp32 compute;
+    a missing bitsandbytes is an error naming the extra to install."""
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as e:
+        raise ValueError(
+            f"model.quantize_base {bits!r} needs bitsandbytes: pip install 'ernie-zoo[qlora]' ({e})"
+        ) from None
+    from transformers import BitsAndBytesConfig
+
+    if bits == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+    )
 
 
 def _described(config) -> str:
