@@ -35,11 +35,12 @@ A tokenizer with a chat template (a decoder fine-tuned by `ernie-finetune` with 
 each text into one user turn with the template's generation prompt, as `tokenizer.apply_chat_template(...,
 add_generation_prompt=True)` does, and the answer is generated from there. Such a model also takes a whole
 conversation as one input, a list of `{"role": "system" | "user" | "assistant", "content": ...}` messages (a list
-of conversations gives a list of results); its result's `text` is the conversation as given:
+of conversations gives a list of results); its result's `text` is the conversation as given (docs/decoders.md
+trains such a model; tests/test_finetune_chat.py checks the answers against `model.generate`):
 
->>> chat = Taskflow("text_generation", task_path=chat_dir, max_new_tokens=4)
->>> chat([{"role": "user", "content": "大的反义词是什么？"}])["generated"]  # doctest: +SKIP
-['小']
+    chat = Taskflow("text_generation", task_path="outputs/chat-dpo")
+    chat([{"role": "system", "content": "你只回答反义词。"}, {"role": "user", "content": "大的反义词是什么？"}])
+    # -> {'text': [{'role': 'system', ...}, {'role': 'user', ...}], 'generated': [...]}
 
 Determinism: greedy and beam search are deterministic; prompts of equal token length are batched together, so
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
