@@ -237,7 +237,8 @@ def quantization_name(model: nn.Module) -> str:
     q = getattr(model.config, "quantization_config", None)
     q = q.to_dict() if hasattr(q, "to_dict") else (q or {})
     bits = "8-bit" if q.get("load_in_8bit") else "4-bit" if q.get("load_in_4bit") else "quantized"
-    return f"{q.get('quant_method', 'unknown method')} {bits}"
+    method = q.get("quant_method", "unknown method")
+    return f"{getattr(method, 'value', method)} {bits}"
 
 
 def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
