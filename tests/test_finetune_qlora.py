@@ -98,6 +98,11 @@ def test_qlora_learns_like_lora_and_merges_onto_the_full_precision_base(base, tm
         abs(low[0] - ref[0]) < 0.05 * ref[0] and abs(low[-1] - ref[-1]) < 0.25 * ref[-1]
     )  # close to fp32 LoRA
     assert "merged into the full-precision base" in caplog.text
+    # `ernie-finetune merge` on the adapter alone: the same merge, with the same note
+    caplog.clear()
+    merge_adapter(tmp_path / bits / "adapter", tmp_path / "merged-again")
+    assert f"was trained on a bitsandbytes {bits[0]}-bit base" in caplog.text
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "merged-again", dtype=torch.float32)
     results = json.loads((tmp_path / bits / "eval_results.json").read_text())
     assert results["export"]["merged_onto"] == "full-precision base"
     merged = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / bits, dtype=torch.float32).eval()
@@ -112,6 +117,9 @@ def test_qlora_learns_like_lora_and_merges_onto_the_full_precision_base(base, tm
     with torch.no_grad():
         torch.testing.assert_close(
             merged(input_ids=ids).logits, plain(input_ids=ids).logits, atol=1e-5, rtol=1e-5
+        )
+        torch.testing.assert_close(
+            again(input_ids=ids).logits, plain(input_ids=ids).logits, atol=1e-5, rtol=1e-5
         )
     assert full["task"] == "instruction"
 

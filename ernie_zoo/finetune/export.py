@@ -195,6 +195,10 @@ def export(
     }
     if meta["base_model"] is None:
         raise ValueError("an adapter needs the path of its base model")
+    if is_quantized(base):
+        meta["quantized_base"] = quantization_name(
+            base
+        )  # trained on it: `merge_adapter` says so when it merges
     if mergeable and merge:
         with atomic_directory(output_dir / "adapter") as tmp:
             _save_adapter(model, tokenizer, tmp, meta)
@@ -245,18 +249,27 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
     """Load an adapter onto its base, merge it into the base weights and save a plain from_pretrained dir. A base
     directory that itself holds quantized weights is refused: merging would round the update into them."""
     meta_path = Path(adapter_dir) / META_NAME
-    if meta_path.is_file():
-        base_dir = json.loads(meta_path.read_text(encoding="utf-8")).get("base_model")
-        config_path = Path(base_dir or "") / "config.json"
-        if base_dir and config_path.is_file():
-            saved = json.loads(config_path.read_text(encoding="utf-8")).get("quantization_config")
-            if saved:
-                raise ValueError(
-                    f"the base {base_dir} of {adapter_dir} holds quantized weights "
-                    f"({saved.get('quant_method', 'unknown method')}): merging would round the adapter's update "
-                    "into them and save a model that matches neither; merge onto the full-precision checkpoint it "
-                    "was quantized from (set base_model in ernie_zoo_finetune.json), or load the adapter unmerged"
-                )
+    saved_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    base_dir = saved_meta.get("base_model")
+    config_path = Path(base_dir or "") / "config.json"
+    if base_dir and config_path.is_file():
+        saved = json.loads(config_path.read_text(encoding="utf-8")).get("quantization_config")
+        if saved:
+            raise ValueError(
+                f"the base {base_dir} of {adapter_dir} holds quantized weights "
+                f"({saved.get('quant_method', 'unknown method')}): merging would round the adapter's update "
+                "into them and save a model that matches neither; merge onto the full-precision checkpoint it "
+                "was quantized from (set base_model in ernie_zoo_finetune.json), or load the adapter unmerged"
+            )
+    if saved_meta.get("quantized_base"):
+        logger.warning(
+            "%s was trained on a %s base: it is merged into the full-precision base %s (dequantized: the weights "
+            "the quantized base was made from); the merged model's outputs differ from the quantized model's by "
+            "the quantization error",
+            adapter_dir,
+            saved_meta["quantized_base"],
+            base_dir,
+        )
     model, tokenizer = load_finetuned(adapter_dir)
     if isinstance(model, BottleneckModel) or not hasattr(model, "merge_and_unload"):
         raise ValueError(
