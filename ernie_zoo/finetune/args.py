@@ -29,8 +29,11 @@ from ernie_zoo.zoo import ModelNotFoundError, is_shipped_name, resolve_model_sou
 
 from .methods import METHODS, check_supported
 
-#: the methods the instruction task runs (tested on the decoders; the others target ErnieZoo module names)
+#: the methods the decoder tasks (instruction, preference) run (tested on the decoders; the others target ErnieZoo
+#: module names)
 INSTRUCTION_METHODS = ("full", "lora")
+#: the tasks that fine-tune an ERNIE 4.5 decoder
+DECODER_TASKS = ("instruction", "preference")
 FINETUNE_TASKS = (
     "sequence_classification",
     "token_classification",
@@ -38,6 +41,7 @@ FINETUNE_TASKS = (
     "text_correction",
     "instruction",
     "information_extraction",
+    "preference",
 )
 
 
@@ -109,6 +113,13 @@ class FinetuneDataArgs:
     negative_ratio: int = 3
     """information_extraction: negative prompts (a type or relation with nothing to find in the text) per positive
     prompt of each text, at most."""
+    messages_column: str = "messages"
+    """Instruction: a file with this column holds conversations, [{"role": "system" | "user" | "assistant",
+    "content": ...}, ...] per row; the loss is on every assistant turn (and its end token) only."""
+    chosen_column: str = "chosen"
+    """Preference: the column holding the preferred response (text, or a list of one assistant message)."""
+    rejected_column: str = "rejected"
+    """Preference: the column holding the dispreferred response."""
     max_length: int = 128
     """Maximum tokens per example (prompt + continuation for generation); longer inputs are truncated. Instruction:
     the templated prompt must fit with at least one response token (else an error names the row); the response
@@ -144,6 +155,11 @@ class FinetuneModelArgs:
     only for presets)."""
     use_crf: bool = False
     """Token classification: decode with a linear-chain CRF layer on top of the classifier."""
+    quantize_base: str | None = None
+    """8bit or 4bit (NF4): load the base's Linear weights quantized by bitsandbytes and train LoRA on it (QLoRA), for
+    the decoder tasks (instruction, preference) on a pretrained model_name_or_path, one process. The merged export
+    folds the adapter into the full-precision base the quantized one was loaded from (a logged note says so);
+    null: the base in fp32."""
 
 
 @dataclass
@@ -245,23 +261,42 @@ class TrainArgs:
 
 
 @dataclass
+class PreferenceArgs:
+    """Preference tuning (task preference): the loss and its knobs (ernie_zoo.training.preference)."""
+
+    loss: str = "dpo"
+    """dpo (sigmoid), ipo, orpo or simpo. dpo and ipo compare with a reference: the frozen base (full) or the base
+    with the adapter disabled (LoRA); orpo and simpo need none."""
+    beta: float = 0.1
+    """β: DPO's KL weight, IPO's τ, ORPO's λ (weight of the odds-ratio term), SimPO's reward scale (try 2.0)."""
+    simpo_gamma: float = 0.5
+    """SimPO: the target reward margin γ."""
+    label_smoothing: float = 0.0
+    """SimPO: ε, the assumed fraction of flipped preference labels (0 <= ε < 0.5)."""
+    sft_weight: float = 0.0
+    """SimPO: weight of the NLL of the chosen response added to the loss (TRL's cpo_alpha)."""
+
+
+@dataclass
 class FinetuneArgs:
     """Fine-tuning of an ErnieZoo model (classification, NER, generation, correction; full, peft or bottleneck) or
     instruction tuning of an ERNIE 4.5 decoder (full or LoRA)."""
 
     task: str = "sequence_classification"
     """One of sequence_classification, token_classification, generation, text_correction, instruction (prompt /
-    response pairs on an ERNIE 4.5 decoder, with a chat template), information_extraction (doccano / Label Studio
+    response pairs or conversations on an ERNIE 4.5 decoder, with a chat template), preference (prompt / chosen /
+    rejected on an ERNIE 4.5 decoder: DPO, IPO, ORPO, SimPO), information_extraction (doccano / Label Studio
     exports; docs/information_extraction.md)."""
     data: FinetuneDataArgs = field(default_factory=FinetuneDataArgs)
     model: FinetuneModelArgs = field(default_factory=FinetuneModelArgs)
     method: MethodArgs = field(default_factory=MethodArgs)
     train: TrainArgs = field(default_factory=TrainArgs)
+    preference: PreferenceArgs = field(default_factory=PreferenceArgs)
     distributed: DistributedArgs = field(default_factory=DistributedArgs)
 
     def validate(self) -> None:
         """Check what types alone cannot; raises ValueError naming the key."""
-        from ernie_zoo.models.presets import PRESETS
+        from ernie_zoo.models.presets import DECODER_PRESETS, PRESETS
 
         def check(ok: bool, key: str, value: Any, message: str) -> None:
             if not ok:
@@ -284,10 +319,10 @@ class FinetuneArgs:
         check(self.data.max_length >= 4, "data.max_length", self.data.max_length, "must be >= 4")
         check(self.data.max_line_bytes >= 1, "data.max_line_bytes", self.data.max_line_bytes, "must be >= 1")
         check(
-            self.model.preset in PRESETS,
+            self.model.preset in PRESETS or self.model.preset in DECODER_PRESETS,
             "model.preset",
             self.model.preset,
-            f"must be one of {sorted(PRESETS)}",
+            f"must be one of {sorted(PRESETS)} (encoders) or {sorted(DECODER_PRESETS)} (decoders)",
         )
         for key in ("model_name_or_path", "tokenizer"):
             # A shipped name can be checked now (a directory only when the run builds: a recipe may name the
@@ -315,11 +350,33 @@ class FinetuneArgs:
         )
         check_supported(self.method.method, self.task)
         check(
-            self.task != "instruction" or self.method.method in INSTRUCTION_METHODS,
+            self.task not in DECODER_TASKS or self.method.method in INSTRUCTION_METHODS,
             "method.method",
             self.method.method,
-            f"task instruction (an ERNIE 4.5 decoder) is tested with {' and '.join(INSTRUCTION_METHODS)} only",
+            f"task {self.task} (an ERNIE 4.5 decoder) is tested with {' and '.join(INSTRUCTION_METHODS)} only",
         )
+        self._validate_preference(check)
+        q = self.model.quantize_base
+        check(q in (None, "8bit", "4bit"), "model.quantize_base", q, "must be 8bit, 4bit or null")
+        if q is not None:
+            check(
+                self.task in DECODER_TASKS and self.method.method == "lora",
+                "model.quantize_base",
+                q,
+                "a quantized base trains LoRA on the decoder tasks (instruction, preference) only",
+            )
+            check(
+                self.model.model_name_or_path is not None,
+                "model.quantize_base",
+                q,
+                "needs a pretrained model_name_or_path (a preset's random weights are not worth quantizing)",
+            )
+            check(
+                self.distributed.backend == "single",
+                "model.quantize_base",
+                q,
+                "runs with distributed.backend single only (ZeRO does not partition bitsandbytes weights)",
+            )
         t = self.train
         for key in ("batch_size", "eval_batch_size", "grad_accum"):
             check(getattr(t, key) >= 1, f"train.{key}", getattr(t, key), "must be >= 1")
@@ -358,6 +415,33 @@ class FinetuneArgs:
             "must be auto, latest, never or an existing checkpoint directory",
         )
         self._validate_distributed(check)
+
+    def _validate_preference(self, check) -> None:
+        from ernie_zoo.training.preference import PREFERENCE_LOSSES
+
+        p = self.preference
+        check(p.loss in PREFERENCE_LOSSES, "preference.loss", p.loss, f"must be one of {PREFERENCE_LOSSES}")
+        check(p.beta > 0, "preference.beta", p.beta, "must be > 0")
+        check(
+            0 <= p.label_smoothing < 0.5,
+            "preference.label_smoothing",
+            p.label_smoothing,
+            "must be in [0, 0.5)",
+        )
+        check(p.sft_weight >= 0, "preference.sft_weight", p.sft_weight, "must be >= 0")
+        if self.task == "preference":
+            check(
+                self.train.token_dropout == 0,
+                "train.token_dropout",
+                self.train.token_dropout,
+                "preference tuning compares the log-probabilities of the responses as written; use 0",
+            )
+            check(
+                not self.train.group_by_length,
+                "train.group_by_length",
+                True,
+                "preference pairs are not grouped by length; use false",
+            )
 
     def _validate_distributed(self, check) -> None:
         """The shared rules (`DistributedArgs.validate`), then fine-tuning's own."""
@@ -481,6 +565,8 @@ __all__ = [
     "MethodArgs",
     "FinetuneModelArgs",
     "FINETUNE_KEYS",
+    "DECODER_TASKS",
+    "PreferenceArgs",
     "FINETUNE_TASKS",
     "TrainArgs",
     "build_args",

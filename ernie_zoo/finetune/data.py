@@ -354,18 +354,61 @@ def generation_examples(rows: list[dict[str, Any]], data_args: Any, where: str) 
 
 @dataclass
 class InstructionExample:
+    """One prompt / response pair, or (`messages` set) a conversation whose assistant turns are all learnt; then
+    `prompt` is the first user turn and `response` the first assistant turn (for dev samples)."""
+
     prompt: str
     response: str
+    messages: list[dict[str, str]] | None = None
+
+
+ROLES = ("system", "user", "assistant")
+
+
+def _messages(value: Any, where: str, column: str, roles: Sequence[str] = ROLES) -> list[dict[str, str]]:
+    """A chat: a non-empty list of {"role", "content"} objects, roles among `roles`, contents non-empty text."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(
+            f"{where}: {column!r} must be a non-empty list of {{role, content}} messages, got {value!r:.80}"
+        )
+    out = []
+    for j, message in enumerate(value, 1):
+        if not isinstance(message, dict) or not {"role", "content"} <= set(message):
+            raise ValueError(
+                f"{where}: {column!r} message {j} needs a role and a content, got {message!r:.80}"
+            )
+        if message["role"] not in roles:
+            raise ValueError(
+                f"{where}: {column!r} message {j} has role {message['role']!r}; use one of {list(roles)}"
+            )
+        out.append({"role": message["role"], "content": _text(message["content"], where, f"{column}[{j}]")})
+    return out
 
 
 def instruction_examples(rows: list[dict[str, Any]], data_args: Any, where: str) -> list[InstructionExample]:
-    """Prompt / response pairs from table rows (jsonl `{"prompt": ..., "response": ...}`); both must be non-empty
-    text."""
+    """Prompt / response pairs from table rows (jsonl `{"prompt": ..., "response": ...}`; both non-empty text), or
+    conversations (jsonl `{"messages": [{"role": "system" | "user" | "assistant", "content": ...}, ...]}`, the
+    column data.messages_column) with at least one assistant turn, which must follow a user turn."""
+    if data_args.messages_column in rows[0]:
+        out = []
+        for i, row in enumerate(rows, 1):
+            at = f"{where} row {i}"
+            messages = _messages(row[data_args.messages_column], at, data_args.messages_column)
+            turns = [m["role"] for m in messages]
+            if "assistant" not in turns:
+                raise ValueError(f"{at}: the conversation has no assistant turn to learn")
+            first = turns.index("assistant")
+            if "user" not in turns[:first]:
+                raise ValueError(f"{at}: the first assistant turn answers no user turn")
+            user = next(m["content"] for m in messages if m["role"] == "user")
+            out.append(InstructionExample(user, messages[first]["content"], messages))
+        return out
     _require_columns(
         rows,
         [data_args.prompt_column, data_args.response_column],
         where,
-        "Instruction data needs a prompt and a response per row (set data.prompt_column / data.response_column).",
+        "Instruction data needs a prompt and a response per row (set data.prompt_column / data.response_column), "
+        f"or a conversation per row in data.messages_column ({data_args.messages_column!r}).",
     )
     out = []
     for i, row in enumerate(rows, 1):
@@ -376,6 +419,66 @@ def instruction_examples(rows: list[dict[str, Any]], data_args: Any, where: str)
                 _text(row[data_args.response_column], at, data_args.response_column),
             )
         )
+    return out
+
+
+@dataclass
+class PreferenceExample:
+    """A prompt (as chat messages; a text prompt is one user turn) and two responses, the preferred first."""
+
+    prompt: list[dict[str, str]]
+    chosen: str
+    rejected: str
+
+
+def _response(value: Any, where: str, column: str) -> str:
+    """A response: text, or (TRL's conversational format) a list holding one assistant message."""
+    if isinstance(value, list):
+        messages = _messages(value, where, column, roles=("assistant",))
+        if len(messages) != 1:
+            raise ValueError(f"{where}: {column!r} must hold one assistant message, got {len(messages)}")
+        return messages[0]["content"]
+    return _text(value, where, column)
+
+
+def preference_examples(rows: list[dict[str, Any]], data_args: Any, where: str) -> list[PreferenceExample]:
+    """Preference pairs in TRL's formats: `{"prompt", "chosen", "rejected"}` as text, or conversational (a prompt
+    of messages, each response a list of one assistant message); without a prompt column, each of chosen and
+    rejected a whole conversation, the two the same up to their last (assistant) turn (TRL's implicit prompt)."""
+    p, c, r = data_args.prompt_column, data_args.chosen_column, data_args.rejected_column
+    implicit = p not in rows[0]
+    _require_columns(
+        rows,
+        [c, r] if implicit else [p, c, r],
+        where,
+        "Preference data needs chosen and rejected responses and a prompt per row (set data.prompt_column / "
+        "data.chosen_column / data.rejected_column).",
+    )
+    out = []
+    for i, row in enumerate(rows, 1):
+        at = f"{where} row {i}"
+        if implicit:
+            chosen, rejected = _messages(row[c], at, c), _messages(row[r], at, r)
+            if chosen[:-1] != rejected[:-1] or len(chosen) < 2:
+                raise ValueError(
+                    f"{at}: without a {p!r} column, {c!r} and {r!r} must be conversations that differ only in "
+                    "their last turn (the prompt is what they share)"
+                )
+            for side, conversation in ((c, chosen), (r, rejected)):
+                if conversation[-1]["role"] != "assistant":
+                    raise ValueError(f"{at}: the last turn of {side!r} must be the assistant's")
+            prompt, chosen_text, rejected_text = chosen[:-1], chosen[-1]["content"], rejected[-1]["content"]
+        else:
+            value = row[p]
+            prompt = (
+                _messages(value, at, p, roles=("system", "user", "assistant"))
+                if isinstance(value, list)
+                else [{"role": "user", "content": _text(value, at, p)}]
+            )
+            chosen_text, rejected_text = _response(row[c], at, c), _response(row[r], at, r)
+        if prompt[-1]["role"] == "assistant":
+            raise ValueError(f"{at}: the prompt ends with an assistant turn; it must end with the user's")
+        out.append(PreferenceExample(prompt, chosen_text, rejected_text))
     return out
 
 
@@ -449,6 +552,8 @@ def _from_rows(rows: list[dict[str, Any]], data_args: Any, task: str, where: str
         return correction_examples(rows, data_args, where)
     if task == "instruction":
         return instruction_examples(rows, data_args, where)
+    if task == "preference":
+        return preference_examples(rows, data_args, where)
     return generation_examples(rows, data_args, where)
 
 
@@ -458,6 +563,7 @@ __all__ = [
     "GenerationExample",
     "InstructionExample",
     "NerExample",
+    "PreferenceExample",
     "check_labels",
     "classification_examples",
     "correction_examples",
@@ -466,6 +572,7 @@ __all__ = [
     "instruction_examples",
     "load_split",
     "ner_examples_from_rows",
+    "preference_examples",
     "read_hub",
     "read_table",
     "read_tagged_file",

@@ -195,9 +195,26 @@ def export(
     }
     if meta["base_model"] is None:
         raise ValueError("an adapter needs the path of its base model")
+    if is_quantized(base):
+        meta["quantized_base"] = quantization_name(
+            base
+        )  # trained on it: `merge_adapter` says so when it merges
     if mergeable and merge:
         with atomic_directory(output_dir / "adapter") as tmp:
             _save_adapter(model, tokenizer, tmp, meta)
+        if is_quantized(base):
+            # Merging into the quantized weights would round the update into 8 / 4 bits and save a model that
+            # matches neither: the adapter goes onto the full-precision base the quantized one was loaded from.
+            logger.warning(
+                "the base was quantized (%s) for training: the adapter is merged into the full-precision base %s, "
+                "the weights the quantized base was made from; the merged model's outputs differ from the "
+                "quantized model's by the quantization error (the adapter alone is in %s)",
+                quantization_name(base),
+                meta["base_model"],
+                output_dir / "adapter",
+            )
+            model, _ = load_finetuned(output_dir / "adapter")
+            result["merged_onto"] = "full-precision base"
         merged = model.merge_and_unload()
         _set_labels(merged.config, config_updates, task)
         with atomic_directory(output_dir / ".export") as tmp:
@@ -213,8 +230,46 @@ def export(
     return result
 
 
+def is_quantized(model: nn.Module) -> bool:
+    """Whether `model` holds quantized weights (bitsandbytes / torchao through transformers)."""
+    return getattr(model.config, "quantization_config", None) is not None or bool(
+        getattr(model, "is_quantized", False)
+    )
+
+
+def quantization_name(model: nn.Module) -> str:
+    q = getattr(model.config, "quantization_config", None)
+    q = q.to_dict() if hasattr(q, "to_dict") else (q or {})
+    bits = "8-bit" if q.get("load_in_8bit") else "4-bit" if q.get("load_in_4bit") else "quantized"
+    method = q.get("quant_method", "unknown method")
+    return f"{getattr(method, 'value', method)} {bits}"
+
+
 def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
-    """Load an adapter onto its base, merge it into the base weights and save a plain from_pretrained dir."""
+    """Load an adapter onto its base, merge it into the base weights and save a plain from_pretrained dir. A base
+    directory that itself holds quantized weights is refused: merging would round the update into them."""
+    meta_path = Path(adapter_dir) / META_NAME
+    saved_meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    base_dir = saved_meta.get("base_model")
+    config_path = Path(base_dir or "") / "config.json"
+    if base_dir and config_path.is_file():
+        saved = json.loads(config_path.read_text(encoding="utf-8")).get("quantization_config")
+        if saved:
+            raise ValueError(
+                f"the base {base_dir} of {adapter_dir} holds quantized weights "
+                f"({saved.get('quant_method', 'unknown method')}): merging would round the adapter's update "
+                "into them and save a model that matches neither; merge onto the full-precision checkpoint it "
+                "was quantized from (set base_model in ernie_zoo_finetune.json), or load the adapter unmerged"
+            )
+    if saved_meta.get("quantized_base"):
+        logger.warning(
+            "%s was trained on a %s base: it is merged into the full-precision base %s (dequantized: the weights "
+            "the quantized base was made from); the merged model's outputs differ from the quantized model's by "
+            "the quantization error",
+            adapter_dir,
+            saved_meta["quantized_base"],
+            base_dir,
+        )
     model, tokenizer = load_finetuned(adapter_dir)
     if isinstance(model, BottleneckModel) or not hasattr(model, "merge_and_unload"):
         raise ValueError(

@@ -45,6 +45,7 @@ PEFT_TASK_TYPES = {
     "token_classification": "TOKEN_CLS",
     "generation": "CAUSAL_LM",
     "instruction": "CAUSAL_LM",
+    "preference": "CAUSAL_LM",
     # peft has no task type for a masked-LM correction head with a detector: its plain PeftModel passes every
     # argument through to the model
     "text_correction": None,
@@ -181,7 +182,7 @@ def default_target_modules(model: nn.Module) -> list[str]:
 
 
 def default_modules_to_save(task: str, model: nn.Module) -> list[str]:
-    if task in ("generation", "instruction"):
+    if task in ("generation", "instruction", "preference"):
         return []  # the LM head is tied to the (frozen) word embeddings (a decoder's untied one stays frozen)
     if task == "text_correction":
         return ["detector"]  # the correction head is the (tied) MLM head, as for generation

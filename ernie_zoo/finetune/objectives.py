@@ -10,10 +10,13 @@ model head, evaluate predictions. (`run.FinetuneJob` is the run that trains an o
 | text_correction         | ErnieZooForSpellingCorrection                   | sentence_f1                   |
 | instruction             | Ernie4_5ForCausalLM / Ernie4_5_MoeForCausalLM   | loss (lower is better)        |
 | information_extraction  | ErnieZooForSpanExtraction                       | span f1 over prompts          |
+| preference              | an ERNIE 4.5 decoder, trained by a `PreferenceLoss`       | loss (lower is better)        |
 
 `generation` continues a text with the zoo's encoder-style causal LM (`[CLS] prompt continuation [SEP]`, no
 template); `instruction` teaches an ERNIE 4.5 decoder to answer prompts in a chat format that is saved with the
-tokenizer (`chat_template`), so plain transformers' `apply_chat_template` gives the prompts it was trained on.
+tokenizer (`chat_template`), so plain transformers' `apply_chat_template` gives the prompts it was trained on
+(rows are prompt / response pairs or whole conversations, learnt on their assistant turns); `preference` tunes the
+same decoders on prompt / chosen / rejected rows with DPO, IPO, ORPO or SimPO (`training.preference`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from ernie_zoo.data.labelled import read_text_file, seeded_split
 from ernie_zoo.models import ErnieZooForCausalLM, ErnieZooForSequenceClassification
 from ernie_zoo.models.correction import ErnieZooForSpellingCorrection, candidate_table, decode_corrections
 from ernie_zoo.models.crf_tagger import LEXICON_FILE
-from ernie_zoo.models.decoder import begin_end_tokens, chat_prompt_ids, chat_template_for
+from ernie_zoo.models.decoder import begin_end_tokens, chat_ids_and_labels, chat_prompt_ids, chat_template_for
 from ernie_zoo.models.generation import greedy_continuations
 from ernie_zoo.models.modeling import SENTIMENT_LEXICON_FILE, saved_file, sentiment_lexicon_ids, token_texts
 from ernie_zoo.models.registry import model_class_for
@@ -51,6 +54,7 @@ from ernie_zoo.text.sentences import chunk_spans
 from ernie_zoo.text.sentiment import FEATURES, SentimentLexicon, load_sentiment_lexicon
 from ernie_zoo.text.tags import Span, label_names, spans_to_tags, tags_to_spans
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.training.preference import PreferenceLoss, metric_means
 from ernie_zoo.training.supervised import IGNORE, collate
 
 from .data import (
@@ -59,6 +63,7 @@ from .data import (
     GenerationExample,
     InstructionExample,
     NerExample,
+    PreferenceExample,
     check_labels,
     load_split,
 )
@@ -519,8 +524,31 @@ class InstructionObjective(Objective):
     def vocab_texts(self) -> Iterator[str]:
         yield "User: Assistant: "  # the template's words, for a vocabulary trained on the data
         for ex in self.splits["train"]:
+            for message in ex.messages or ():
+                yield message["content"]
             yield ex.prompt
             yield ex.response
+
+    def _where(self, examples: Sequence[Any]) -> str:
+        split = next((s for s, exs in self.splits.items() if exs is examples), None)
+        return self.where.get(split, "data") if split else "data"
+
+    def _encode_conversation(self, i: int, messages, tokenizer, where: str) -> tuple[dict[str, Any], bool]:
+        """A conversation row: every assistant turn learnt (`chat_ids_and_labels`), cut at data.max_length (an
+        error naming the row if no assistant token is left); (features, whether it was cut)."""
+        max_len = self.data_args.max_length
+        ids, labels = chat_ids_and_labels(tokenizer, messages, IGNORE)
+        if all(label == IGNORE for label in labels[:max_len]):
+            raise ValueError(
+                f"{where} row {i + 1}: no assistant token falls within data.max_length = {max_len} (the conversation "
+                f"is {len(ids)} tokens); shorten it or raise data.max_length"
+            )
+        return {
+            "input_ids": ids[:max_len],
+            "attention_mask": [1] * min(len(ids), max_len),
+            "labels": labels[:max_len],
+            "_index": i,
+        }, len(ids) > max_len
 
     def encode(self, examples: Sequence[InstructionExample], tokenizer) -> list[dict[str, Any]]:
         tokenizer.chat_template = chat_template_for(tokenizer)
@@ -528,9 +556,13 @@ class InstructionObjective(Objective):
         eos = tokenizer.convert_tokens_to_ids(begin_end_tokens(tokenizer)[1])
         responses = tokenizer([ex.response for ex in examples], add_special_tokens=False)["input_ids"]
         features, cut = [], 0
-        split = next((s for s, exs in self.splits.items() if exs is examples), None)
-        where = self.where.get(split, "data") if split else "data"
+        where = self._where(examples)
         for i, ex in enumerate(examples):
+            if ex.messages is not None:
+                feature, was_cut = self._encode_conversation(i, ex.messages, tokenizer, where)
+                features.append(feature)
+                cut += was_cut
+                continue
             p = chat_prompt_ids(tokenizer, ex.prompt)
             if len(p) >= max_len:
                 raise ValueError(
@@ -550,7 +582,8 @@ class InstructionObjective(Objective):
             )
         if cut:
             logger.warning(
-                "%d of %d responses were cut to fit data.max_length = %d (they lose their end token)",
+                "%d of %d responses were cut to fit data.max_length = %d (they lose their end token; a "
+                "conversation counts as one response)",
                 cut,
                 len(examples),
                 max_len,
@@ -594,6 +627,82 @@ class InstructionObjective(Objective):
 
     def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
         return self._generation_scores(model, features, examples, tokenizer, batch_size, device, "response")
+
+
+# ===================================================================== preference (decoders)
+
+
+class PreferenceObjective(InstructionObjective):
+    """Prompt / chosen / rejected rows on an ERNIE 4.5 decoder (`data.preference_examples`: TRL's text and
+    conversational formats), trained by `training.preference.PreferenceLoss` (dpo, ipo, orpo or simpo; the
+    recipe's `preference:` section). Each response is encoded as an instruction response is: the prompt in the
+    chat template (a text prompt is one user turn, as instruction tuning puts it, so a model tuned with task
+    instruction is preference-tuned in the format it learnt), then the response and the end token, labels -100 on
+    the prompt. Dev scores: the loss, the rewards and the reward accuracy, means over the rows."""
+
+    name = "preference"
+
+    def vocab_texts(self) -> Iterator[str]:
+        yield "User: Assistant: "
+        for ex in self.splits["train"]:
+            for message in ex.prompt:
+                yield message["content"]
+            yield ex.chosen
+            yield ex.rejected
+
+    def encode(self, examples: Sequence[PreferenceExample], tokenizer) -> list[dict[str, Any]]:
+        tokenizer.chat_template = chat_template_for(tokenizer)
+        max_len = self.data_args.max_length
+        eos = tokenizer.convert_tokens_to_ids(begin_end_tokens(tokenizer)[1])
+        where = self._where(examples)
+        features, cut = [], 0
+        for i, ex in enumerate(examples):
+            p = chat_prompt_ids(tokenizer, ex.prompt)
+            if len(p) >= max_len:
+                raise ValueError(
+                    f"{where} row {i + 1}: the prompt is {len(p)} tokens in the chat template, leaving no room "
+                    f"for the responses within data.max_length = {max_len}; shorten it or raise data.max_length"
+                )
+            feature: dict[str, Any] = {"_index": i}
+            for side, text in (("chosen", ex.chosen), ("rejected", ex.rejected)):
+                full = tokenizer(text, add_special_tokens=False)["input_ids"] + [eos]
+                r = full[: max_len - len(p)]
+                cut += len(r) < len(full)
+                feature[f"{side}_input_ids"] = p + r
+                feature[f"{side}_attention_mask"] = [1] * (len(p) + len(r))
+                feature[f"{side}_labels"] = [IGNORE] * len(p) + r
+            features.append(feature)
+        if cut:
+            logger.warning(
+                "%d of %d responses were cut to fit data.max_length = %d (they lose their end token)",
+                cut,
+                2 * len(examples),
+                max_len,
+            )
+        return features
+
+    def wrap(self, policy: nn.Module, reference: nn.Module | None) -> PreferenceLoss:
+        """The module the run trains: `policy` under the recipe's preference loss, against `reference` (the frozen
+        base under full fine-tuning; None: a peft policy is its own reference, adapter disabled)."""
+        p = self.args.preference
+        return PreferenceLoss(
+            policy,
+            p.loss,
+            p.beta,
+            reference=reference,
+            simpo_gamma=p.simpo_gamma,
+            label_smoothing=p.label_smoothing,
+            sft_weight=p.sft_weight,
+        )
+
+    def evaluate(self, model, features, examples, tokenizer, batch_size, device) -> dict[str, Any]:
+        sums: dict[str, float] = {}
+        loss_sum = 0.0
+        for chunk, _, out in self._forward_all(model, features, batch_size, device, tokenizer.pad_token_id):
+            loss_sum += float(out.loss) * len(chunk)
+            for k, v in out.metrics.items():
+                sums[k] = sums.get(k, 0.0) + v
+        return {"loss": loss_sum / max(len(features), 1), **metric_means(sums)}
 
 
 # ===================================================================== text correction
@@ -858,6 +967,7 @@ OBJECTIVES: dict[str, type[Objective]] = {
     "text_correction": TextCorrectionObjective,
     "instruction": InstructionObjective,
     "information_extraction": InformationExtractionObjective,
+    "preference": PreferenceObjective,
 }
 
 
@@ -872,6 +982,7 @@ __all__ = [
     "SequenceClassificationObjective",
     "OBJECTIVES",
     "Objective",
+    "PreferenceObjective",
     "TextCorrectionObjective",
     "TokenClassificationObjective",
     "make_objective",

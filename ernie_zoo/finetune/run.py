@@ -27,6 +27,7 @@ from ernie_zoo.models.presets import DECODER_PRESETS, preset_config
 from ernie_zoo.tokenization import ErnieZooTokenizerFast
 from ernie_zoo.training.core import seed_everything
 from ernie_zoo.training.deepspeed_engine import new_model
+from ernie_zoo.training.preference import REFERENCE_LOSSES, unwrap_policy
 from ernie_zoo.training.supervised import run_supervised
 from ernie_zoo.utils import atomic_write_text, looks_like_local_path
 from ernie_zoo.zoo import SHIPPED_MODELS
@@ -35,7 +36,7 @@ from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
 from .export import export, load_config
 from .methods import MethodInfo, apply_method, default_learning_rate
-from .objectives import Objective, make_objective
+from .objectives import Objective, PreferenceObjective, make_objective
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +167,11 @@ def build_model(
             )
         # fp32 whatever the file holds: transformers would keep fp16 weights (e.g. the shipped zoo models) in
         # fp16, and training in fp16 on CPU overflows to NaN at the first step.
+        extra = {}
+        if m.quantize_base is not None and source != str(saved):
+            extra["quantization_config"] = quantization_config(m.quantize_base)
         model, loading = cls.from_pretrained(
-            source, config=config, output_loading_info=True, dtype=torch.float32
+            source, config=config, output_loading_info=True, dtype=torch.float32, **extra
         )
         base_path = source
         fresh = fresh_modules(model, loading["missing_keys"])
@@ -193,6 +197,24 @@ def build_model(
     return model, base_path, fresh
 
 
+def quantization_config(bits: str):
+    """transformers' `BitsAndBytesConfig` of model.quantize_base: int8 (LLM.int8()) or NF4 with fp32 compute;
+    a missing bitsandbytes is an error naming the extra to install."""
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as e:
+        raise ValueError(
+            f"model.quantize_base {bits!r} needs bitsandbytes: pip install 'ernie-zoo[qlora]' ({e})"
+        ) from None
+    from transformers import BitsAndBytesConfig
+
+    if bits == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32
+    )
+
+
 def _described(config) -> str:
     if is_decoder_config(config):
         return f"an ERNIE 4.5 decoder ({DECODER_CLASSES[type(config)].__name__})"
@@ -209,8 +231,8 @@ def _preset_kind(name: str) -> str:
 
 
 def _check_family(args: FinetuneArgs, task: Objective, is_decoder: bool, what: str) -> None:
-    """A decoder base only for task instruction, and task instruction only on a decoder; a ValueError names the
-    recipe key."""
+    """A decoder base only for the decoder tasks (instruction, preference), and they only on a decoder; a ValueError
+    names the recipe key."""
     if task.decoder and not is_decoder:
         raise ValueError(
             f"recipe key 'task' = {args.task!r} fine-tunes an ERNIE 4.5 decoder (Ernie4_5ForCausalLM / "
@@ -221,7 +243,7 @@ def _check_family(args: FinetuneArgs, task: Objective, is_decoder: bool, what: s
         raise ValueError(
             f"recipe key 'task' = {args.task!r}: {what}; a decoder has no {args.task.replace('_', ' ')} head "
             "(classification, CRF tagging, correction and the zoo's generation are ErnieZoo encoder tasks); "
-            "fine-tune a decoder with task instruction"
+            "fine-tune a decoder with task instruction (or preference)"
         )
 
 
@@ -237,6 +259,9 @@ class FinetuneJob:
         self.written, self.recipe = recipe, args
         self.name = args.task
         self.objective: Objective | None = None  # made by prepare, once the run has seeded
+        self._reference: nn.Module | None = (
+            None  # build_model's frozen base, for a preference loss that needs one
+        )
 
     @property
     def metric(self) -> str:
@@ -254,13 +279,31 @@ class FinetuneJob:
     def build_model(self, tokenizer, saved: Path | None) -> tuple[nn.Module, str | None, list[str]]:
         model, base_path, fresh = build_model(self.recipe, self.objective, tokenizer, saved)
         fresh += [name for name in self.objective.attach(model, tokenizer) if name not in fresh]
+        # Preference tuning against a reference under full fine-tuning: the frozen base, built as the model is
+        # (from the same directory or seeded preset; under ZeRO-3 partitioned like it). An adapter method needs
+        # none: its base with the adapter disabled is the reference.
+        self._reference = None
+        if self._needs_reference_copy():
+            self._reference = build_model(self.recipe, self.objective, tokenizer, saved)[0]
         return model, base_path, fresh
+
+    def _needs_reference_copy(self) -> bool:
+        return (
+            isinstance(self.objective, PreferenceObjective)
+            and self.recipe.preference.loss in REFERENCE_LOSSES
+            and self.recipe.method.method == "full"
+        )
 
     def keeps_base_weights(self) -> bool:
         return self.recipe.method.method != "full"
 
     def adapt(self, model: nn.Module, total_steps: int, fresh: list[str]) -> tuple[nn.Module, MethodInfo]:
-        return apply_method(model, self.recipe.method, self.name, total_steps, extra_modules_to_save=fresh)
+        model, info = apply_method(
+            model, self.recipe.method, self.name, total_steps, extra_modules_to_save=fresh
+        )
+        if isinstance(self.objective, PreferenceObjective):
+            model = self.objective.wrap(model, self._reference)
+        return model, info
 
     def default_learning_rate(self, method: str) -> float:
         return default_learning_rate(method)
@@ -293,7 +336,7 @@ class FinetuneJob:
 
     def export(self, model, tokenizer, output_dir: Path, method: MethodInfo, base_path: str | None) -> dict:
         return export(
-            model,
+            unwrap_policy(model),
             tokenizer,
             output_dir,
             task=self.name,

@@ -103,14 +103,50 @@ def chat_template_for(tokenizer) -> str:
     return CHAT_TEMPLATE.replace("'BOS'", f"'{bos}'").replace("'EOS'", f"'{eos}'")
 
 
-def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
+def chat_prompt_ids(tokenizer, prompt: str | list[dict[str, str]]) -> list[int]:
     """The ids a decoder fine-tuned by `InstructionObjective` answers `prompt` from: the chat template applied to one
-    user turn with the generation prompt, tokenized without adding special tokens -- what
-    `tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)` gives."""
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
+    user turn (or to a conversation: a list of {"role", "content"} messages) with the generation prompt, tokenized
+    without adding special tokens -- what `tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+    add_generation_prompt=True)` gives."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def chat_ids_and_labels(
+    tokenizer, messages: list[dict[str, str]], ignore: int = -100
+) -> tuple[list[int], list[int]]:
+    """(input ids, labels) of a conversation in the chat template: labels are the ids of every assistant turn (its
+    content and what the template closes it with, the end token) and `ignore` elsewhere (system and user turns,
+    the template's `Assistant: ` prompts). Turns after the last assistant turn are left out (nothing to learn).
+
+    The text is `apply_chat_template(messages)`'s, tokenized piece by piece at the turn boundaries (each assistant
+    turn on its own, as it is generated after its prompt): a template whose text for the first k turns is not a
+    prefix of its text for k + 1 turns cannot be cut so, and is an error."""
+
+    def render(turns: list[dict[str, str]], prompt: bool) -> str:
+        if not turns:
+            return ""
+        return tokenizer.apply_chat_template(turns, add_generation_prompt=prompt, tokenize=False)
+
+    ids: list[int] = []
+    labels: list[int] = []
+    consumed = ""
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        head, full = render(messages[:k], True), render(messages[: k + 1], False)
+        if not head.startswith(consumed) or not full.startswith(head):
+            raise ValueError(
+                "the tokenizer's chat template does not render a conversation as a prefix of its continuation, so "
+                "its assistant turns cannot be told apart; give the tokenizer a template that does (or none)"
+            )
+        for text, learnt in ((head[len(consumed) :], False), (full[len(head) :], True)):
+            piece = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+            ids += piece
+            labels += piece if learnt else [ignore] * len(piece)
+        consumed = full
+    return ids, labels
 
 
 def moe_blocks(model) -> list[Ernie4_5_MoeSparseMoeBlock]:
@@ -153,6 +189,7 @@ __all__ = [
     "CHAT_TEMPLATE",
     "begin_end_tokens",
     "build_decoder",
+    "chat_ids_and_labels",
     "chat_prompt_ids",
     "chat_template_for",
     "decoder_config",

@@ -186,6 +186,8 @@ class Task:
     # {"accurate": ..., "fast": ...}; empty for tasks with one model.
     modes: ClassVar[dict[str, str]] = {}
     Options: ClassVar[type] = NoOptions
+    # whether a call may pass a conversation (a list of {role, content} messages) as one input (text_generation)
+    takes_conversations: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, options: Any, loaded: LoadedModel | None = None):
         self.settings = settings

@@ -139,13 +139,15 @@ class Taskflow:
 
     def __call__(self, inputs: str | list[str]) -> dict[str, Any] | list[dict[str, Any]] | Iterator[str]:
         """`str` -> one result dict; `list[str]` -> a list of result dicts in input order. With the option
-        `stream=True` (text_generation): one `str` -> an iterator of text pieces as they are generated."""
+        `stream=True` (text_generation): one `str` -> an iterator of text pieces as they are generated.
+        text_generation also takes a conversation, `[{"role": "user", "content": ...}, ...]`, as one input."""
+        chats = self._task.takes_conversations
         if getattr(self.options, "stream", False):
-            texts, single = normalize_inputs(inputs)
+            texts, single = normalize_inputs(inputs, chats)
             if not single:
                 raise ValueError("stream=True takes one text (a str) per call, got a list")
             return self._task.stream(texts[0])
-        texts, single = normalize_inputs(inputs)
+        texts, single = normalize_inputs(inputs, chats)
         results = [r.to_dict() for r in self._task.run(texts)] if texts else []
         return results[0] if single else results
 

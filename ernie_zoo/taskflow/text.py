@@ -12,19 +12,44 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from ernie_zoo.tokenization.tokenizer import join_wordpieces  # noqa: F401  (re-exported for the tasks)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def normalize_inputs(inputs: object) -> tuple[list[str], bool]:
+def is_conversation(value: object) -> bool:
+    """Whether `value` is a chat: a non-empty list of {"role": str, "content": str} dicts."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value
+        )
+    )
+
+
+def normalize_inputs(inputs: object, conversations: bool = False) -> tuple[list[Any], bool]:
     """Check what a Taskflow was called with: a `str` -> `([str], True)`, a list/tuple of `str` -> `(list, False)`.
+    With `conversations` (a task that takes chats: text_generation) a conversation (`is_conversation`) counts as one
+    input too: one -> `([conversation], True)`, a list mixing texts and conversations -> `(list, False)`.
 
     Raises TypeError naming the offending item for anything else (None, bytes, numbers, nested lists, dicts).
     """
     if isinstance(inputs, str):
         return [inputs], True
+    if conversations and is_conversation(inputs):
+        return [[dict(m) for m in inputs]], True
+    if conversations and isinstance(inputs, (list, tuple)) and any(is_conversation(i) for i in inputs):
+        for i, item in enumerate(inputs):
+            if not isinstance(item, str) and not is_conversation(item):
+                raise TypeError(
+                    f"Taskflow input item {i} is neither a str nor a conversation (a list of {{role, content}} "
+                    f"messages): {item!r:.80}"
+                )
+        return [item if isinstance(item, str) else [dict(m) for m in item] for item in inputs], False
     if isinstance(inputs, (bytes, bytearray)):
         raise TypeError("Taskflow input is bytes; decode it to str first (for example data.decode('utf-8'))")
     if isinstance(inputs, (list, tuple)):

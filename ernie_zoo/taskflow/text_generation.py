@@ -35,7 +35,14 @@ no room for even one token of the prompt, the prompt is refused (ValueError; HTT
 
 A tokenizer with a chat template (a decoder fine-tuned by `ernie-finetune` with task instruction saves one) turns
 each text into one user turn with the template's generation prompt, as `tokenizer.apply_chat_template(...,
-add_generation_prompt=True)` does, and the answer is generated from there.
+add_generation_prompt=True)` does, and the answer is generated from there. Such a model also takes a whole
+conversation as one input, a list of `{"role": "system" | "user" | "assistant", "content": ...}` messages (a list
+of conversations gives a list of results); its result's `text` is the conversation as given (docs/decoders.md
+trains such a model; tests/test_finetune_chat.py checks the answers against `model.generate`):
+
+    chat = Taskflow("text_generation", task_path="outputs/chat-dpo")
+    chat([{"role": "system", "content": "你只回答反义词。"}, {"role": "user", "content": "大的反义词是什么？"}])
+    # -> {'text': [{'role': 'system', ...}, {'role': 'user', ...}], 'generated': [...]}
 
 Determinism: greedy and beam search are deterministic; prompts of equal token length are batched together, so
 no padding is ever needed and results do not depend on batch size or input order. Sampling with `seed` runs each
@@ -181,13 +188,13 @@ class GenerationOptions:
 
 @dataclass
 class Prompts:
-    texts: list[str]
+    texts: list[Any]  # the inputs: texts, or conversations
     ids: list[list[int]]  # token ids of each prompt
 
 
 @dataclass
 class GenerationResult(Result):
-    text: str
+    text: str | list[dict[str, str]]  # the input: a text, or a conversation
     generated: list[str] = field(default_factory=list)
 
 
@@ -195,6 +202,7 @@ class GenerationResult(Result):
 class TextGeneration(Task):
     auto_class = "AutoModelForCausalLM"
     modes = {"general": "ernie-zoo-mini-generator", "poetry": "ernie-zoo-mini-poetry"}
+    takes_conversations = True
     Options = GenerationOptions
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -279,6 +287,12 @@ class TextGeneration(Task):
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
             return self._chat_prompts(texts)
+        chats = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if chats:
+            raise ValueError(
+                f"text_generation input {chats[0]} is a conversation, but this model's tokenizer has no chat template "
+                "to put it in; give texts, or a chat model (ernie-finetune --task instruction saves the template)"
+            )
         with self.loaded.lock:
             enc = tok(
                 [clean_surrogates(t) for t in texts],
@@ -295,7 +309,15 @@ class TextGeneration(Task):
         each text is one user turn, with the template's generation prompt, as `apply_chat_template` gives it."""
         tok = self.tokenizer
         with self.loaded.lock:
-            ids = [chat_prompt_ids(tok, clean_surrogates(t)) for t in texts]
+            ids = [
+                chat_prompt_ids(
+                    tok,
+                    clean_surrogates(t)
+                    if isinstance(t, str)
+                    else [{**m, "content": clean_surrogates(m["content"])} for m in t],
+                )
+                for t in texts
+            ]
         special_ids = set(tok.all_special_ids)
         return self._budgeted(texts, ids, [[int(t in special_ids) for t in row] for row in ids])
 

@@ -76,6 +76,8 @@ PAD_VALUES = {
     "lexicon_ids": 0,
     "labels": IGNORE,
 }
+#: Prefixes of the two halves of a preference pair (`chosen_input_ids`, ...): each key pads as the input it names.
+PAIR_SIDES = ("chosen_", "rejected_")
 
 
 def collate(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
@@ -90,7 +92,8 @@ def collate(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, 
         if key == "labels" and values and values[0] and isinstance(values[0][0], float):  # multi-hot
             batch[key] = torch.tensor(values, dtype=torch.float)
             continue
-        pad = pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
+        name = next((key[len(side) :] for side in PAIR_SIDES if key.startswith(side)), key)
+        pad = pad_token_id if name == "input_ids" else PAD_VALUES.get(name, 0)
         width = max(len(v) for v in values)
         batch[key] = torch.tensor([list(v) + [pad] * (width - len(v)) for v in values], dtype=torch.long)
     return batch
@@ -433,12 +436,17 @@ class SupervisedTraining:
 
     def loss(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         out = self.engine.forward(inputs)
+        # an output's `metrics` (sums over its rows, "rows" their count: a preference loss's rewards) are summed
+        # over the step's micro batches and the ranks, and logged as means per row
+        for key, value in (getattr(out, "metrics", None) or {}).items():
+            self._metric_sums[key] = self._metric_sums.get(key, 0.0) + value
         if self.teachers is None:
             return out.loss
         return self.teachers.loss(out.loss, out.logits, self._clean)
 
     def step_sums(self) -> dict[str, float]:
-        return {}
+        sums, self._metric_sums = self._metric_sums, {}
+        return sums
 
     def end_step(
         self, step: int, loss: float, grad_norm: float, sums: dict[str, float], seconds: float
@@ -448,14 +456,29 @@ class SupervisedTraining:
             self.model.base_model.update_and_allocate(step)  # reads this step's gradients
         self.state.setdefault("train_losses", []).append(loss)
         self.state.setdefault("grad_norms", []).append(grad_norm)
+        if sums.get("rows"):
+            rows = sums["rows"]
+            means = {k: v / rows for k, v in sums.items() if k != "rows"}
+            self.state.setdefault("train_metrics", []).append({"step": step, **means})
+            logger.info("step %d: %s", step, ", ".join(f"{k} {v:.4f}" for k, v in means.items()))
 
     def log(self, step: int) -> dict[str, str]:
         loss, grad_norm = self.state["train_losses"][-1], self.state["grad_norms"][-1]
+        metrics = self.state.get("train_metrics") or [{}]
+        metrics = metrics[-1] if metrics[-1].get("step") == step else {}
         if self.writer is not None:
             self.writer.add_scalar("train/loss", loss, step)
             self.writer.add_scalar("train/grad_norm", grad_norm, step)
             self.writer.add_scalar("train/lr", self.engine.lr, step)
-        return {"loss": f"{loss:.4f}"}
+            for key, value in metrics.items():
+                if key != "step":
+                    self.writer.add_scalar(f"train/{key}", value, step)
+        postfix = {"loss": f"{loss:.4f}"}
+        if "rewards/margins" in metrics:
+            postfix.update(
+                margin=f"{metrics['rewards/margins']:.3f}", acc=f"{metrics['rewards/accuracy']:.2f}"
+            )
+        return postfix
 
     def save(self, step: int) -> None:
         self.save_last()
@@ -465,6 +488,7 @@ class SupervisedTraining:
         the last; early stop by patience); then restore the best weights."""
         self._adalora = type(getattr(self.model, "base_model", None)).__name__ == "AdaLoraModel"
         self._batches: tuple[int | None, list[list[int]]] = (None, [])
+        self._metric_sums: dict[str, float] = {}
         # Training time accumulates over resumes: a resumed run adds to what its checkpoint recorded.
         self._clock = (self.state.get("train_seconds") or 0.0, time.perf_counter())
         history = self.state["history"]
