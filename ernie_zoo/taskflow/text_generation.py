@@ -343,7 +343,8 @@ class TextGeneration(Task):
 
     def _generate(self, input_ids: torch.Tensor, **extra: Any) -> torch.Tensor:
         opts = self.options
-        kwargs: dict[str, Any] = dict(extra,
+        kwargs: dict[str, Any] = dict(
+            extra,
             max_new_tokens=opts.max_new_tokens,
             min_new_tokens=opts.min_new_tokens,
             num_return_sequences=opts.num_return_sequences,
@@ -384,7 +385,12 @@ class TextGeneration(Task):
     # -- stream: one prompt, text pieces as they are generated (a generation thread feeds a queue)
     def stream(self, text: str) -> Iterator[str]:
         """The continuation of `text` piece by piece; `close()` on the iterator stops the generation."""
-        prompt = self.preprocess([text]).ids[0]
+        return self._pieces(self.stream_ids(self.preprocess([text]).ids[0]))
+
+    def stream_ids(self, prompt: list[int]) -> Iterator[list[int]]:
+        """The new token ids of `prompt`'s continuation as `generate()` produces them (the end token included, if
+        reached); `close()` on the iterator stops the generation at its next step. The server's OpenAI endpoints
+        stream from here, with prompts they built themselves (a chat template)."""
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.loaded.device)
         pieces: queue.Queue = queue.Queue()
         stop = threading.Event()
@@ -403,19 +409,25 @@ class TextGeneration(Task):
             finally:
                 pieces.put(_END)
 
-        return self._pieces(pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True))
-
-    def _pieces(self, pieces: queue.Queue, stop: threading.Event, worker: threading.Thread) -> Iterator[str]:
-        ids: list[int] = []
-        sent = ""
+        worker = threading.Thread(target=work, name="text_generation-stream", daemon=True)
         worker.start()
         try:
             while True:
                 item = pieces.get()
                 if item is _END:
-                    break
+                    return
                 if isinstance(item, BaseException):
                     raise item
+                yield item
+        finally:
+            stop.set()
+            worker.join()
+
+    def _pieces(self, tokens: Iterator[list[int]]) -> Iterator[str]:
+        ids: list[int] = []
+        sent = ""
+        try:
+            for item in tokens:
                 if self.eos_id is not None and self.eos_id in ids:
                     continue  # generation may run on for other rows; this continuation has ended
                 ids.extend(item)
@@ -427,15 +439,16 @@ class TextGeneration(Task):
                     sent = ready
             final = self.decode(self._trim(ids))
             if final != sent:
-                if not final.startswith(sent):  # a decoder that rewrites earlier text: say so, never send twice
+                if not final.startswith(
+                    sent
+                ):  # a decoder that rewrites earlier text: say so, never send twice
                     raise RuntimeError(
                         "the tokenizer's decoding of the continuation changed text already streamed "
                         f"({sent!r} -> {final!r}); use stream=False for this model"
                     )
                 yield final[len(sent) :]
         finally:
-            stop.set()
-            worker.join()
+            tokens.close()  # type: ignore[attr-defined]
 
     def _trim(self, ids: list[int]) -> list[int]:
         if self.eos_id is not None and self.eos_id in ids:
@@ -481,5 +494,9 @@ class _Cancelled(StoppingCriteria):
     def __init__(self, stop: threading.Event):
         self.stop = stop
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device)
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        return torch.full(
+            (input_ids.shape[0],), self.stop.is_set(), dtype=torch.bool, device=input_ids.device
+        )
