@@ -326,3 +326,31 @@ def test_the_docs_examples_run(live):
     ).stdout
     expected = _block("openai-python-output", "text")
     assert out == expected
+
+
+def test_streamed_text_holds_back_what_may_become_a_stop_string():
+    """TextOut on a character-per-token toy decoder: a stop string split over tokens never reaches the client."""
+    from ernie_zoo.serving.openai_api import TextOut
+
+    class Chars:
+        eos_id = 0
+
+        @staticmethod
+        def decode(ids: list[int]) -> str:
+            return "".join(chr(i) for i in ids)
+
+    def run(text: str, stops: list[str], max_new: int = 50) -> tuple[list[str], str, str | None]:
+        out = TextOut(Chars(), stops, max_new)
+        pieces = [out.push([ord(c)]) for c in text]
+        pieces.append(out.finish())
+        return pieces, "".join(pieces), out.finish_reason
+
+    pieces, joined, reason = run("abcXYdef", ["XYZ", "de"])
+    assert joined == "abcXY" and reason == "stop"
+    assert pieces[3] == "" and pieces[4] == ""  # "X", "XY": held back while "XYZ" was possible
+    assert pieces[5] == "XY"  # "XYd": XYZ ruled out, "d" may start "de"
+    _, joined, reason = run("abcdefgh", ["zz"], max_new=5)
+    assert joined == "abcde" and reason == "length"
+    out = TextOut(Chars(), [], 50)
+    assert out.push([ord("a"), ord("b"), 0, ord("c")]) == "ab" and out.finish_reason == "stop"
+    assert out.finish() == "" and out.used == 2

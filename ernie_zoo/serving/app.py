@@ -5,6 +5,9 @@
                       `data: {"text": piece}` per generated piece, then `event: done` with the usual response body
                       (or `event: error` with the usual error body if the model fails once the stream has begun)
     GET  /v1/tasks    the served tasks, their options and models
+    POST /v1/chat/completions, /v1/completions, /v1/embeddings, GET /v1/models
+                      OpenAI-compatible, over text_generation / feature_extraction (openai_api.py; errors there
+                      in OpenAI's shape)
     GET  /health      200 while the process is alive (503 when a model failed to load)
     GET  /ready       200 once every model is loaded and warmed up; 503 while loading or shutting down
     GET  /metrics     Prometheus text format

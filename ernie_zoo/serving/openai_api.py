@@ -360,11 +360,9 @@ class OpenAIServer:
     async def chat(self, body: ChatRequest) -> Any:
         _check_unsupported(body)
         task = self._task_for(body.model, self.generation, "text_generation")
-        max_tokens = (
-            body.max_completion_tokens
-            or body.max_tokens
-            or task.flow(task.default_key)._task.options.max_new_tokens
-        )  # type: ignore[attr-defined]
+        self.state.check_limits([m.text() for m in body.messages])
+        default_tokens = task.flow(task.default_key)._task.options.max_new_tokens  # type: ignore[attr-defined]
+        max_tokens = body.max_completion_tokens or body.max_tokens or default_tokens
         decoding = self._decoding(body, max_tokens)
         generator = self._generator(decoding)
         stops = _stops(body.stop)
@@ -389,7 +387,7 @@ class OpenAIServer:
 
     async def completions(self, body: CompletionRequest) -> Any:
         _check_unsupported(body)
-        task = self._task_for(body.model, self.generation, "text_generation")
+        self._task_for(body.model, self.generation, "text_generation")
         decoding = self._decoding(body, body.max_tokens or DEFAULT_COMPLETION_TOKENS)
         generator = self._generator(decoding)
         stops = _stops(body.stop)
@@ -397,7 +395,6 @@ class OpenAIServer:
         if not texts:
             raise OpenAIError(400, "invalid_value", "prompt is an empty list", "prompt")
         self.state.check_limits(texts)
-        del task
         prompts = [
             self._check_prompt(generator, self.completion_prompt(generator, t), decoding) for t in texts
         ]
@@ -463,6 +460,9 @@ class OpenAIServer:
         choices are one generation sent n times; sampled choices run one after the other (seed + i each)."""
         engine = self.state.engine
         assert engine is not None
+        if self.state.streams >= self.state.config.max_queue:
+            message = f"{self.state.streams} streams are running (max_queue); retry shortly"
+            raise OpenAIError(503, "overloaded", message)
         chat = kind == "chat.completion.chunk"
         state = self.state
 
