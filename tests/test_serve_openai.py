@@ -354,3 +354,42 @@ def test_streamed_text_holds_back_what_may_become_a_stop_string():
     out = TextOut(Chars(), [], 50)
     assert out.push([ord("a"), ord("b"), 0, ord("c")]) == "ab" and out.finish_reason == "stop"
     assert out.finish() == "" and out.used == 2
+
+
+def test_a_tokenizer_with_a_chat_template_is_served_with_its_own(tmp_path, generator):
+    """A model directory whose tokenizer has a chat template (what `ernie-finetune --task instruction` saves): the
+    chat prompt is that template's, as plain transformers' apply_chat_template gives it."""
+    import shutil
+
+    from fastapi.testclient import TestClient
+
+    from ernie_zoo.zoo import __file__ as zoo_init
+
+    source = Path(zoo_init).parent / GENERATOR
+    model_dir = tmp_path / "chat-model"
+    shutil.copytree(source, model_dir)
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    template = "[CLS]{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    config["chat_template"] = template
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    (model_dir / "manifest.json").unlink(missing_ok=True)  # the copy is no longer the shipped model
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert tok.chat_template == template
+    messages = [{"role": "system", "content": "简短回答"}, {"role": "user", "content": "北京"}]
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    expected, used = greedy_reference(generator, list(ids), 6)
+
+    app = create_app(ServeConfig(tasks=["text_generation"], task_paths={"text_generation": str(model_dir)}))
+    with TestClient(app) as client:
+        wait_for(lambda: client.get("/ready").status_code == 200, 120, "/ready")
+        r = client.post(
+            "/v1/chat/completions", json={"model": "chat-model", "messages": messages, "max_tokens": 6}
+        )
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["usage"]["prompt_tokens"] == len(ids)
+    assert answer["choices"][0]["message"]["content"] == expected
+    assert answer["usage"]["completion_tokens"] == used
