@@ -197,6 +197,27 @@ async def level(url: str, texts: list[str], concurrency: int, max_tokens: int, s
     }
 
 
+def ratios(modes: dict, levels: list[int]) -> dict:
+    """Continuous over the other modes, per concurrency level (tokens/s; TTFT: dynamic's over continuous's)."""
+    out = {}
+    for c in (str(c) for c in levels if str(c) in modes["continuous"]["non_streamed"]):
+        cont, cont_stream = modes["continuous"]["non_streamed"][c], modes["continuous"]["streamed"][c]
+        dyn, dyn_stream = modes["dynamic"]["non_streamed"][c], modes["dynamic"]["streamed"][c]
+        one = modes["one_at_a_time"]["non_streamed"][c]
+        out[c] = {
+            "continuous_vs_dynamic_tokens_per_s": round(cont["tokens_per_s"] / dyn["tokens_per_s"], 2),
+            "continuous_vs_one_at_a_time_tokens_per_s": round(cont["tokens_per_s"] / one["tokens_per_s"], 2),
+            "streamed_continuous_vs_dynamic_tokens_per_s": round(
+                cont_stream["tokens_per_s"] / dyn_stream["tokens_per_s"], 2
+            ),
+            "latency_p50_dynamic_over_continuous": round(dyn["latency_p50_ms"] / cont["latency_p50_ms"], 2),
+            "streamed_ttft_p50_dynamic_over_continuous": round(
+                dyn_stream["ttft_p50_ms"] / cont_stream["ttft_p50_ms"], 2
+            ),
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="generator,0.3b-replica")
@@ -244,43 +265,26 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    ratios: dict = {}
+    # Merge into the results file: each model keeps the settings and command of the run that measured it.
+    path = Path(args.out)
+    saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    all_runs = saved.get("runs", {})
     for model, modes in runs.items():
-        for c in map(str, levels):
-            cont = modes["continuous"]["non_streamed"][c]["tokens_per_s"]
-            ratios.setdefault(model, {})[c] = {
-                "continuous_vs_dynamic_tokens_per_s": round(
-                    cont / modes["dynamic"]["non_streamed"][c]["tokens_per_s"], 2
-                ),
-                "continuous_vs_one_at_a_time_tokens_per_s": round(
-                    cont / modes["one_at_a_time"]["non_streamed"][c]["tokens_per_s"], 2
-                ),
-                "streamed_continuous_vs_dynamic_tokens_per_s": round(
-                    modes["continuous"]["streamed"][c]["tokens_per_s"]
-                    / modes["dynamic"]["streamed"][c]["tokens_per_s"],
-                    2,
-                ),
-                "streamed_ttft_p50_dynamic_over_continuous": round(
-                    modes["dynamic"]["streamed"][c]["ttft_p50_ms"]
-                    / modes["continuous"]["streamed"][c]["ttft_p50_ms"],
-                    2,
-                ),
-            }
-    out = {
-        "command": "python bench/serve_continuous.py " + " ".join(sys.argv[1:]),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
+        all_runs[model] = {
+            "command": "python bench/serve_continuous.py " + " ".join(sys.argv[1:]),
+            "max_tokens": args.max_tokens,
+            "threads": args.threads,
             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        },
-        "max_tokens": args.max_tokens,
-        "threads": args.threads,
-        "runs": runs,
-        "ratios": ratios,
+            **modes,
+        }
+    out = {
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "runs": all_runs,
+        "ratios": {model: ratios(modes, levels) for model, modes in all_runs.items()},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps(ratios, indent=2))
+    print(json.dumps(out["ratios"], indent=2))
 
 
 if __name__ == "__main__":
