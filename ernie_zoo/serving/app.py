@@ -33,7 +33,6 @@ import functools
 import hmac
 import json
 import logging
-import re
 import threading
 import time
 import weakref
@@ -59,24 +58,12 @@ from .config import ServeConfig
 from .engines import ContinuousEngine, DynamicEngine
 from .metrics import Metrics
 from .openai_api import OpenAIError, add_routes, is_openai_path, openai_error
+from .responses import _SURROGATE, ErrorResponse, ResultsResponse, encode_json
 
 logger = logging.getLogger(__name__)
 ARRIVING_KEY = "ernie_zoo.arriving"  # in the ASGI scope of a task request until it reaches the batcher
 MAX_OPTION_SETS = 16  # Taskflow instances kept per task, one per distinct option set (they share the model)
 WARMUP_TEXT = "这家餐厅的服务非常棒！"
-_SURROGATE = re.compile(
-    "[\ud800-\udfff]"
-)  # a str from JSON holds surrogates only unpaired (pairs are joined)
-
-
-def encode_json(content: Any) -> bytes:
-    """JSON as UTF-8 with Chinese kept readable and numpy arrays as lists. A lone surrogate cannot be encoded in
-    UTF-8: it is written as U+FFFD (the texts are cleaned on the way in; this covers e.g. an echoed option)."""
-    text = json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_to_list)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def replace_surrogates(texts: list[str]) -> list[str]:
@@ -120,26 +107,6 @@ class ApiError(Exception):
         return ErrorResponse(
             {"error": {"code": self.code, "message": self.message, **self.extra}}, self.status, self.headers
         )
-
-
-class ResultsResponse(Response):
-    """JSON with Chinese kept readable and numpy arrays (feature_extraction's return_numpy) as lists."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return encode_json(content)
-
-
-class ErrorResponse(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return encode_json(content)
-
-
-def _to_list(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 # ------------------------------------------------------------------------------------------------- tasks

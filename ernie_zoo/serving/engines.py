@@ -33,10 +33,10 @@ from ernie_zoo.taskflow.task import without_onednn
 from ernie_zoo.taskflow.text_generation import Prompts, TextGeneration
 
 from .batching import Batcher
+from .config import ServeConfig
 
-if TYPE_CHECKING:
-    from .app import ServedTask
-    from .config import ServeConfig
+if TYPE_CHECKING:  # app.ServedTask (importing app here would be a cycle: app builds the engines)
+    ServedTask = Any
 
 logger = logging.getLogger(__name__)
 PAGE_SIZE = (

@@ -42,9 +42,10 @@ from ernie_zoo.taskflow.text_generation import TextGeneration
 
 from .batching import QueueFull, ShuttingDown
 from .engines import Decoding
+from .responses import ResultsResponse, encode_json
 
-if TYPE_CHECKING:
-    from .app import ServedTask, ServingState
+if TYPE_CHECKING:  # app.py builds the server from its ServingState (importing app here would be a cycle)
+    ServedTask = ServingState = Any
 
 OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models"})
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -234,8 +235,6 @@ def _stops(stop: str | list[str] | None) -> list[str]:
 
 
 def _sse(data: Any) -> bytes:
-    from .app import encode_json
-
     return b"data: " + encode_json(data) + b"\n\n"
 
 
@@ -600,8 +599,6 @@ def _usage(prompts: list[list[int]], outs: list[list[TextOut]]) -> dict[str, int
 
 def add_routes(app: FastAPI, state: ServingState, dependencies: list) -> None:
     """Register the OpenAI endpoints on `app` (before the `/v1/{task}` catch-all)."""
-    from .app import ResultsResponse
-
     server = OpenAIServer(state)
 
     def answer(result: Any) -> Any:
