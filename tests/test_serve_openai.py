@@ -393,3 +393,35 @@ def test_a_tokenizer_with_a_chat_template_is_served_with_its_own(tmp_path, gener
     assert answer["usage"]["prompt_tokens"] == len(ids)
     assert answer["choices"][0]["message"]["content"] == expected
     assert answer["usage"]["completion_tokens"] == used
+
+
+def test_without_continuous_batching_the_dynamic_engine_gives_the_same_answers(generator):
+    """The default server (dynamic batching): greedy answers equal plain generate(), streamed or not; a seeded
+    sampled stream joins to the seeded unstreamed answer."""
+    from fastapi.testclient import TestClient
+
+    from ernie_zoo.serving.engines import DynamicEngine
+
+    prompt = "今天天气很好，"
+    expected, used = greedy_reference(generator, generator.preprocess([prompt]).ids[0], 10)
+    app = create_app(ServeConfig(tasks=["text_generation"]))
+    with TestClient(app) as client:
+        wait_for(lambda: client.get("/ready").status_code == 200, 120, "/ready")
+        assert type(app.state.serving.engine) is DynamicEngine
+
+        def complete(stream: bool, **extra) -> tuple[str, str]:
+            body = {"model": GENERATOR, "prompt": prompt, "max_tokens": 10, "stream": stream, **extra}
+            r = client.post("/v1/completions", json=body)
+            assert r.status_code == 200, r.text
+            if not stream:
+                choice = r.json()["choices"][0]
+                return choice["text"], choice["finish_reason"]
+            events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+            assert r.text.rstrip().endswith("data: [DONE]")
+            return "".join(e["choices"][0]["text"] for e in events), events[-1]["choices"][0]["finish_reason"]
+
+        reason = "length" if used == 10 else "stop"
+        assert complete(False) == complete(True) == (expected, reason)
+        sampled = complete(False, temperature=0.9, seed=11)
+        assert complete(True, temperature=0.9, seed=11) == sampled
+        assert complete(False, temperature=0.9, seed=12) != sampled
