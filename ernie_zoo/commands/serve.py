@@ -7,7 +7,11 @@
     curl -s localhost:8000/v1/sentiment_analysis -H 'Content-Type: application/json' \\
          -d '{"texts": ["这家餐厅的服务非常棒！"], "options": {"return_all_scores": true}}'
 
-Endpoints: POST /v1/{task}, GET /v1/tasks, /health, /ready, /metrics (Prometheus), /docs (OpenAPI).
+    ernie-zoo serve --task text_generation --task feature_extraction --continuous_batching true
+
+Endpoints: POST /v1/{task}, GET /v1/tasks, /health, /ready, /metrics (Prometheus), /docs (OpenAPI); with
+text_generation / feature_extraction served, the OpenAI-compatible /v1/chat/completions, /v1/completions,
+/v1/embeddings and /v1/models.
 Binds to 127.0.0.1 unless --host says otherwise. The API key can also come from $ERNIE_ZOO_API_KEY (it then
 does not show in the process list). SIGTERM finishes the requests in flight and refuses new ones.
 See docs/serving.md.

@@ -4,6 +4,10 @@
     curl -s localhost:8000/v1/sentiment_analysis -d '{"texts": ["这家餐厅的服务非常棒！"]}'
     {"task":"sentiment_analysis","results":[{"text":"这家餐厅的服务非常棒！","label":"positive","score":0.96...}]}
 
+OpenAI-compatible endpoints (`openai_api.py`: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models)
+serve text_generation and feature_extraction to any OpenAI client; `--continuous_batching true` runs greedy
+generation on transformers' continuous-batching manager (`engines.py`).
+
 In Python: `create_app(ServeConfig(tasks=[...]))` is a FastAPI app (run it under any ASGI server);
 `serve(config)` runs it under uvicorn. See docs/serving.md.
 """

@@ -5,6 +5,9 @@
                       `data: {"text": piece}` per generated piece, then `event: done` with the usual response body
                       (or `event: error` with the usual error body if the model fails once the stream has begun)
     GET  /v1/tasks    the served tasks, their options and models
+    POST /v1/chat/completions, /v1/completions, /v1/embeddings, GET /v1/models
+                      OpenAI-compatible, over text_generation / feature_extraction (openai_api.py; errors there
+                      in OpenAI's shape)
     GET  /health      200 while the process is alive (503 when a model failed to load)
     GET  /ready       200 once every model is loaded and warmed up; 503 while loading or shutting down
     GET  /metrics     Prometheus text format
@@ -30,7 +33,6 @@ import functools
 import hmac
 import json
 import logging
-import re
 import threading
 import time
 import weakref
@@ -53,25 +55,15 @@ from ernie_zoo.version import __version__
 
 from .batching import Batcher, QueueFull, ShuttingDown
 from .config import ServeConfig
+from .engines import ContinuousEngine, DynamicEngine
 from .metrics import Metrics
+from .openai_api import OpenAIError, add_routes, is_openai_path, openai_error
+from .responses import _SURROGATE, ErrorResponse, ResultsResponse, encode_json
 
 logger = logging.getLogger(__name__)
 ARRIVING_KEY = "ernie_zoo.arriving"  # in the ASGI scope of a task request until it reaches the batcher
 MAX_OPTION_SETS = 16  # Taskflow instances kept per task, one per distinct option set (they share the model)
 WARMUP_TEXT = "这家餐厅的服务非常棒！"
-_SURROGATE = re.compile(
-    "[\ud800-\udfff]"
-)  # a str from JSON holds surrogates only unpaired (pairs are joined)
-
-
-def encode_json(content: Any) -> bytes:
-    """JSON as UTF-8 with Chinese kept readable and numpy arrays as lists. A lone surrogate cannot be encoded in
-    UTF-8: it is written as U+FFFD (the texts are cleaned on the way in; this covers e.g. an echoed option)."""
-    text = json.dumps(content, ensure_ascii=False, separators=(",", ":"), default=_to_list)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def replace_surrogates(texts: list[str]) -> list[str]:
@@ -106,30 +98,15 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.headers, self.extra = status, code, message, headers, extra
 
-    def response(self) -> JSONResponse:
+    def response(self, scope: dict | None = None) -> JSONResponse:
+        """The error in the app's shape, or in OpenAI's on the OpenAI endpoints (`scope`: the request's)."""
+        if scope is not None and is_openai_path(scope.get("path", "")):
+            fields = self.extra.get("fields") or [None]
+            status, body = openai_error(self.status, self.code, self.message, fields[0])
+            return ErrorResponse(body, status, self.headers)
         return ErrorResponse(
             {"error": {"code": self.code, "message": self.message, **self.extra}}, self.status, self.headers
         )
-
-
-class ResultsResponse(Response):
-    """JSON with Chinese kept readable and numpy arrays (feature_extraction's return_numpy) as lists."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return encode_json(content)
-
-
-class ErrorResponse(JSONResponse):
-    def render(self, content: Any) -> bytes:
-        return encode_json(content)
-
-
-def _to_list(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 # ------------------------------------------------------------------------------------------------- tasks
@@ -226,6 +203,12 @@ class ServingState:
         self.draining = False
         self.load_error: str | None = None
         self._loader: asyncio.Task | None = None
+        self.started = time.time()
+        self.streams = 0  # OpenAI streams running now
+        # The OpenAI endpoints' generation engine (engines.py); the continuous one is built once the model loaded.
+        generation = self.tasks.get("text_generation")
+        self.dynamic = DynamicEngine(generation, config) if generation is not None else None
+        self.engine: DynamicEngine | ContinuousEngine | None = self.dynamic
         _STATES.add(self)
 
     @property
@@ -237,6 +220,8 @@ class ServingState:
             torch.set_num_threads(self.config.torch_threads)
         for task in self.tasks.values():
             task.batcher.start()
+        if self.dynamic is not None:
+            self.dynamic.batcher.start()
         self._loader = asyncio.get_running_loop().create_task(self._load())
 
     async def _load(self) -> None:
@@ -245,6 +230,12 @@ class ServingState:
             for task in self.tasks.values():
                 await asyncio.to_thread(task.load)
                 logger.info("%s ready (model: %s)", task.name, task.model_path or "none")
+            if self.config.continuous_batching and self.dynamic is not None:
+                generator = self.dynamic.task.flow(self.dynamic.task.default_key)._task
+                self.engine = await asyncio.to_thread(ContinuousEngine, generator, self.config, self.dynamic)
+                logger.info(
+                    "text_generation: continuous batching on (max_running=%d)", self.config.max_running
+                )
         except Exception as exc:
             self.load_error = f"{type(exc).__name__}: {exc}"
             logger.exception("loading the models failed; /health answers 503")
@@ -262,6 +253,10 @@ class ServingState:
                 await self._loader
         for task in self.tasks.values():
             await task.batcher.stop()
+        if self.dynamic is not None:
+            await self.dynamic.batcher.stop()
+        if isinstance(self.engine, ContinuousEngine):
+            await asyncio.to_thread(self.engine.stop)
 
     # ----------------------------------------------------------------------------------------- predict
     def check_limits(self, texts: list[str]) -> None:
@@ -377,7 +372,9 @@ class ServingState:
             await events.close()
             if isinstance(exc, TimeoutError):
                 raise ApiError(
-                    504, "timeout", f"no answer within {self.config.request_timeout_s:g} s (request_timeout_s)"
+                    504,
+                    "timeout",
+                    f"no answer within {self.config.request_timeout_s:g} s (request_timeout_s)",
                 ) from None
             if isinstance(exc, (ValueError, TypeError)):
                 raise ApiError(422, "invalid_input", str(exc), fields=["texts"]) from None
@@ -429,7 +426,9 @@ class _StreamedGeneration:
         self.queue: asyncio.Queue = asyncio.Queue()
         self.loop = loop
         self.stopping = False
-        self.thread = threading.Thread(target=self._consume, args=(flow, text), name="serve-stream", daemon=True)
+        self.thread = threading.Thread(
+            target=self._consume, args=(flow, text), name="serve-stream", daemon=True
+        )
         self.thread.start()
 
     def _consume(self, flow: Taskflow, text: str) -> None:
@@ -501,7 +500,7 @@ class GuardMiddleware:
             error = ApiError(
                 500, "internal_error", f"the server failed on this request ({type(exc).__name__})"
             )
-            await error.response()(scope, receive, send_checked)
+            await error.response(scope)(scope, receive, send_checked)
 
     async def _guarded(self, scope: dict, receive: Any, send: Any) -> None:
         if not scope["path"].startswith("/v1/"):
@@ -512,10 +511,13 @@ class GuardMiddleware:
         # The key is checked before the body is read or parsed: without it a caller learns nothing.
         denied = _auth_error(state.config.api_key, headers.get(b"authorization"), headers.get(b"x-api-key"))
         if scope["method"] != "POST":
-            await (denied.response() if denied else self.app)(scope, receive, send)
+            await (denied.response(scope) if denied else self.app)(scope, receive, send)
             return
         served = state.routes.get(scope["path"][4:])
-        label = served.name if served is not None else "unknown"  # bounded label values
+        # bounded label values
+        label = (
+            served.name if served is not None else "openai" if is_openai_path(scope["path"]) else "unknown"
+        )
         metrics = state.metrics
         if served is not None:
             state.arrive(scope, served.name)
@@ -544,7 +546,7 @@ class GuardMiddleware:
         try:
             length = headers.get(b"content-length")
             if denied is not None:
-                await denied.response()(scope, receive, send_wrapper)
+                await denied.response(scope)(scope, receive, send_wrapper)
             elif length is not None and length.isdigit() and int(length) > limit:
                 await self._too_large(scope, receive, send_wrapper, limit)
             else:
@@ -568,7 +570,7 @@ class GuardMiddleware:
         error = ApiError(
             413, "body_too_large", f"the request body exceeds {limit} bytes", {"Connection": "close"}
         )
-        await error.response()(scope, receive, send)
+        await error.response(scope)(scope, receive, send)
 
 
 # ------------------------------------------------------------------------------------------------- app
@@ -600,7 +602,12 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return exc.response()
+        return exc.response(request.scope)
+
+    @app.exception_handler(OpenAIError)
+    async def _openai_error(request: Request, exc: OpenAIError) -> JSONResponse:
+        status, body = openai_error(exc.status, exc.code, exc.message, exc.param)
+        return ErrorResponse(body, status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -611,21 +618,21 @@ def create_app(config: ServeConfig) -> FastAPI:
                 415,
                 "unsupported_media_type",
                 f"send the body as JSON with Content-Type: application/json (got {content_type or 'none'!r})",
-            ).response()
+            ).response(request.scope)
         if any(e.get("type") == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
             return ApiError(
                 422, "invalid_request", 'the body is empty; send {"texts": [...]}', fields=["body"]
-            ).response()
+            ).response(request.scope)
         if any(e.get("type") == "json_invalid" for e in errors):
             e = next(e for e in errors if e.get("type") == "json_invalid")
             detail = (e.get("ctx") or {}).get("error", "")
             pos = e["loc"][-1] if isinstance(e["loc"][-1], int) else "?"
             return ApiError(
                 422, "malformed_json", f"the body is not valid JSON ({detail} at position {pos})"
-            ).response()
+            ).response(request.scope)
         fields = [_field(tuple(e["loc"])) for e in errors]
         message = "; ".join(f"{f}: {e['msg']}" for f, e in zip(fields, errors))
-        return ApiError(422, "invalid_request", message, fields=fields).response()
+        return ApiError(422, "invalid_request", message, fields=fields).response(request.scope)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -637,10 +644,14 @@ def create_app(config: ServeConfig) -> FastAPI:
                 detail = "nested too deeply to parse"
             else:
                 detail = f"{type(cause).__name__}: {cause}"
-            return ApiError(422, "malformed_json", f"the body is not valid JSON ({detail})").response()
+            return ApiError(422, "malformed_json", f"the body is not valid JSON ({detail})").response(
+                request.scope
+            )
         codes = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         code = codes.get(exc.status_code, "http_error")
-        return ApiError(exc.status_code, code, str(exc.detail), dict(exc.headers or {})).response()
+        return ApiError(exc.status_code, code, str(exc.detail), dict(exc.headers or {})).response(
+            request.scope
+        )
 
     dependencies = [Depends(_api_key_check(config.api_key))] if config.api_key else []
 
@@ -694,6 +705,8 @@ def create_app(config: ServeConfig) -> FastAPI:
                 include_in_schema=path_name == task.name,
                 responses={c: {"description": d} for c, d in _ERROR_DOCS.items()},
             )(_endpoint(state, task))
+
+    add_routes(app, state, dependencies)
 
     @app.post("/v1/{task}", include_in_schema=False, dependencies=dependencies)
     async def unknown_task(task: str) -> None:

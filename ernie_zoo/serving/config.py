@@ -36,6 +36,14 @@ class ServeConfig:
     served task then needs --task_path TASK=EXPORTED_DIR; see docs/onnx.md)."""
     max_seq_len: int = 512
     """Longest token sequence fed to the model; longer texts are split and joined (see Taskflow)."""
+    continuous_batching: bool = False
+    """Run greedy generation of the OpenAI endpoints (/v1/chat/completions, /v1/completions) on transformers'
+    continuous-batching manager: requests join the running decode batch at the next step and leave it when done,
+    instead of waiting for the batch in flight to finish (dynamic batching). Sampled requests keep dynamic
+    batching (the manager has no per-request do_sample or seed). See docs/serving.md."""
+    max_running: int = 32
+    """With continuous_batching: most requests in the decode batch at once (the KV cache is sized for this many
+    sequences of max_seq_len tokens); more wait for a slot."""
     max_batch_size: int = 64
     """Most texts merged from concurrent requests into one Taskflow call."""
     batch_size: int | None = None
@@ -99,7 +107,14 @@ class ServeConfig:
             raise ValueError(f"batch_size must be a positive int or None, got {self.batch_size!r}")
         if not isinstance(self.port, int) or not 1 <= self.port <= 65535:
             raise ValueError(f"port must be an int from 1 to 65535, got {self.port!r}")
-        for name in ("workers", "max_batch_size", "max_queue", "max_texts_per_request", "max_connections"):
+        for name in (
+            "workers",
+            "max_running",
+            "max_batch_size",
+            "max_queue",
+            "max_texts_per_request",
+            "max_connections",
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
         for name in (

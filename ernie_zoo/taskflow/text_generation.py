@@ -423,7 +423,12 @@ class TextGeneration(Task):
     # -- stream: one prompt, text pieces as they are generated (a generation thread feeds a queue)
     def stream(self, text: str) -> Iterator[str]:
         """The continuation of `text` piece by piece; `close()` on the iterator stops the generation."""
-        prompt = self.preprocess([text]).ids[0]
+        return self._pieces(self.stream_ids(self.preprocess([text]).ids[0]))
+
+    def stream_ids(self, prompt: list[int]) -> Iterator[list[int]]:
+        """The new token ids of `prompt`'s continuation as `generate()` produces them (the end token included, if
+        reached); `close()` on the iterator stops the generation at its next step. The server's OpenAI endpoints
+        stream from here, with prompts they built themselves (a chat template)."""
         input_ids = torch.tensor([prompt], dtype=torch.long, device=self.loaded.device)
         pieces: queue.Queue = queue.Queue()
         stop = threading.Event()
@@ -442,21 +447,25 @@ class TextGeneration(Task):
             finally:
                 pieces.put(_END)
 
-        return self._pieces(
-            pieces, stop, threading.Thread(target=work, name="text_generation-stream", daemon=True)
-        )
-
-    def _pieces(self, pieces: queue.Queue, stop: threading.Event, worker: threading.Thread) -> Iterator[str]:
-        ids: list[int] = []
-        sent = ""
+        worker = threading.Thread(target=work, name="text_generation-stream", daemon=True)
         worker.start()
         try:
             while True:
                 item = pieces.get()
                 if item is _END:
-                    break
+                    return
                 if isinstance(item, BaseException):
                     raise item
+                yield item
+        finally:
+            stop.set()
+            worker.join()
+
+    def _pieces(self, tokens: Iterator[list[int]]) -> Iterator[str]:
+        ids: list[int] = []
+        sent = ""
+        try:
+            for item in tokens:
                 if self.eos_id is not None and self.eos_id in ids:
                     continue  # generation may run on for other rows; this continuation has ended
                 ids.extend(item)
@@ -477,8 +486,7 @@ class TextGeneration(Task):
                     )
                 yield final[len(sent) :]
         finally:
-            stop.set()
-            worker.join()
+            tokens.close()  # type: ignore[attr-defined]
 
     def _trim(self, ids: list[int]) -> list[int]:
         if self.eos_id is not None and self.eos_id in ids:
