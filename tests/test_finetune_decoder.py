@@ -311,6 +311,14 @@ def test_bad_instruction_data_and_methods_are_named(data, pretrained, tmp_path):
     args.data.train_file = _write(tmp_path / "e.jsonl", [{"prompt": "大", "response": " "}])
     with pytest.raises(ValueError, match=r"e.jsonl row 1: empty 'response'"):
         run_finetune(args)
+    # a row naming "response" twice was accepted with the last one kept silently
+    (tmp_path / "d.jsonl").write_text(
+        '{"prompt": "大", "response": "小"}\n{"prompt": "高", "response": "矮", "response": "低"}\n',
+        encoding="utf-8",
+    )
+    args.data.train_file = str(tmp_path / "d.jsonl")
+    with pytest.raises(ValueError, match=r"d.jsonl:2: the key 'response' appears twice in one JSON object"):
+        run_finetune(args)
     args = _args(data, pretrained, tmp_path / "x", "lora")
     args.data.max_length = 12
     with pytest.raises(
@@ -372,7 +380,9 @@ def test_zero3_lora_on_two_ranks_matches_one_process(data, pretrained, tmp_path)
     diffs = {k: (got[k] - want[k]).abs().max().item() for k in want}
     diff = max(v for k, v in diffs.items() if "lora_A" not in k)  # lora_B (and any fully trained tensor)
     updates = {  # the weight update B @ A of every adapted layer
-        k: (got[k.replace("lora_A", "lora_B")] @ got[k] - want[k.replace("lora_A", "lora_B")] @ want[k]).abs().max()
+        k: (got[k.replace("lora_A", "lora_B")] @ got[k] - want[k.replace("lora_A", "lora_B")] @ want[k])
+        .abs()
+        .max()
         for k in want
         if "lora_A" in k
     }
@@ -424,7 +434,9 @@ def test_lora_on_a_full_size_ernie45_03b_replica(data, tmp_path):
     bpe.pre_tokenizer = pre_tokenizers.Metaspace()
     bpe.decoder = decoders.Metaspace()
     texts = [f"User: {r['prompt']}\nAssistant: {r['response']}" for r in _rows()]
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"]))
+    bpe.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"])
+    )
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>",
                                                eos_token="</s>", pad_token="<unk>")  # fmt: skip
     config = preset_config("ernie4.5-0.3b", bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -440,14 +452,16 @@ def test_lora_on_a_full_size_ernie45_03b_replica(data, tmp_path):
                  eval_every=2, batch_size=4, num_threads=2)  # fmt: skip
     result = run_finetune(args)
     out = tmp_path / "out"
-    losses = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())["state"][
-        "train_losses"
-    ]
+    losses = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())[
+        "state"
+    ]["train_losses"]
     assert len(losses) == 2 and losses[0] != losses[1]
     adapter = load_file(str(out / "adapter/adapter_model.safetensors"))
     assert adapter and all("lora_" in k for k in adapter)
     assert adapter[next(k for k in adapter if "layers.17.self_attn.q_proj.lora_A" in k)].shape == (4, 1024)
-    ids = _chat_ids(transformers.AutoTokenizer.from_pretrained(out), "大的反义词是什么？")  # the saved template
+    ids = _chat_ids(
+        transformers.AutoTokenizer.from_pretrained(out), "大的反义词是什么？"
+    )  # the saved template
     tuned = result["model"].eval()
     base_model = transformers.AutoModelForCausalLM.from_pretrained(root, dtype=torch.float32)
     merged = peft.PeftModel.from_pretrained(base_model, str(out / "adapter")).merge_and_unload().eval()

@@ -52,6 +52,16 @@ CASES = {
         ["--train_file", "{d}/b.jsonl"],
         "{d}/b.jsonl:5: not valid JSON (Expecting value at column 24)",
     ),
+    "jsonl row with a key twice": (  # json.loads kept the last "label" and dropped the other without a word
+        {"d.jsonl": GOOD + '{"text": "好", "label": "pos", "label": "neg"}\n'},
+        ["--train_file", "{d}/d.jsonl"],
+        "{d}/d.jsonl:5: the key 'label' appears twice in one JSON object",
+    ),
+    "json array item with a key twice": (
+        {"d.json": json.dumps([{"text": "好", "label": "pos"}] * 3)[:-1] + ', {"text": "差", "text": "好"}]'},
+        ["--train_file", "{d}/d.json"],
+        "{d}/d.json: the key 'text' appears twice in one JSON object",
+    ),
     "jsonl line not an object": (
         {"a.jsonl": GOOD + "[1, 2]\n"},
         ["--train_file", "{d}/a.jsonl"],
