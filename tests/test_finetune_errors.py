@@ -281,8 +281,8 @@ def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_after_a_checkpoint_keeps_it_for_resume(tmp_path):
-    from ernie_zoo.training.supervised import CHECKPOINT_FILES
     from ernie_zoo.training.checkpoint import latest_valid_checkpoint
+    from ernie_zoo.training.supervised import CHECKPOINT_FILES
 
     out = tmp_path / "out"
     code, err = _interrupt(tmp_path, out, "checkpoints/checkpoint-*", ["--eval_every", "1"])

@@ -225,7 +225,11 @@ def test_resume_refuses_an_edited_input_line(tmp_path, capsys):
     _write(src, [*TEXTS[:4], "这一行改过了", *TEXTS[5:]])
     code, _, err = _resume(src, out, capsys, "word_segmentation")
     assert code == 2
-    assert "made from input lines 1-32" in err and "differs from" in err and "line edited, inserted or removed" in err
+    assert (
+        "made from input lines 1-32" in err
+        and "differs from" in err
+        and "line edited, inserted or removed" in err
+    )
     assert f"delete {out} and {out}.meta.json" in err
     assert out.read_bytes() == before  # nothing appended
 
@@ -300,7 +304,8 @@ def test_resume_continues_an_input_that_grew_and_equals_a_fresh_run(tmp_path, ca
 def test_resume_cuts_back_a_half_written_block_and_refuses_an_edited_output(tmp_path, capsys):
     src, out = _half_done(tmp_path, capsys)
     whole = out.read_bytes()
-    out.write_bytes(whole + b'{"text": "x", "words": ["x"], "line": 33}\n{"te')  # past the recorded checkpoint
+    # past the recorded checkpoint: a block and a line half written when the job was killed
+    out.write_bytes(whole + b'{"text": "x", "words": ["x"], "line": 33}\n{"te')
     assert _resume(src, out, capsys, "word_segmentation")[0] == 0
     assert out.read_text(encoding="utf-8").count("\n") == 40
     out.write_bytes(whole.replace("长城".encode(), "故宫".encode(), 1))
@@ -311,7 +316,8 @@ def test_resume_cuts_back_a_half_written_block_and_refuses_an_edited_output(tmp_
 def test_resume_refuses_an_output_without_its_record(tmp_path, capsys):
     src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
     _write(src, TEXTS)
-    out.write_text('{"text": "a", "words": ["a"], "line": 1}\n', encoding="utf-8")  # an older ernie-zoo's output
+    # an older ernie-zoo's output, with no record of what it was made from
+    out.write_text('{"text": "a", "words": ["a"], "line": 1}\n', encoding="utf-8")
     code, _, err = _resume(src, out, capsys, "word_segmentation")
     assert code == 2 and "has no out.jsonl.meta.json" in err and "what it was made from" in err
     # a plain -o run replaces the file and drops a stale record, so the record never describes another file
