@@ -83,6 +83,27 @@ def atomic_write_json(path: str | os.PathLike, obj, **dump_kwargs) -> None:
     atomic_write_text(path, json.dumps(obj, **dump_kwargs) + "\n")
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice (json.loads would keep the last value and drop the other)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key!r} appears twice in one JSON object")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json `object_pairs_hook`: an object with a key given twice raises DuplicateKeyError ("the last one wins"
+    would drop a training row's other value without a word)."""
+    record = dict(pairs)
+    if len(record) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return record
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in chunks (manifests of checkpoints, corpora and shipped models)."""
     digest = hashlib.sha256()

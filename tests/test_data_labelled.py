@@ -244,6 +244,11 @@ def test_write_and_load_jsonl_atomic(tmp_path):
     bad.write_text('{"text": "好"}\n"text"\n', encoding="utf-8")
     with pytest.raises(ValueError, match="bad.jsonl:2: expected a JSON object per line, got a string"):
         load_jsonl(bad)
+    bad.write_text(
+        '{"text": "好"}\n{"text": "差", "spans": [{"label": "PER", "label": "LOC"}]}\n', encoding="utf-8"
+    )
+    with pytest.raises(ValueError, match="bad.jsonl:2: the key 'label' appears twice in one JSON object"):
+        load_jsonl(bad)  # at any depth
     bad.write_bytes('{"text": "好"}\n{"text": "'.encode() + "差".encode("gbk") + b'"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not UTF-8 text \(byte 0xb2 at byte 11 of the line\)"):
         load_jsonl(bad)

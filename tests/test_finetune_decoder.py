@@ -12,7 +12,7 @@ plain transformers' `apply_chat_template` gives the training prompts; the run le
 plain transformers (and the adapter through peft onto the base) with the fine-tuned model's logits; Taskflow's
 text_generation on the output directory answers as `model.generate` does on the templated prompt; DeepSpeed
 ZeRO-3 LoRA on 2 gloo ranks matches one process with every parameter partitioned -- asserted: losses 1e-5 relative,
-grad norms 2e-4 relative (see NORM_RTOL), lora_B and the update B @ A 2e-5 absolute, lora_A 1e-3 (see WEIGHT_ATOL),
+grad norms 1e-5 relative (see NORM_RTOL), lora_B and the update B @ A 2e-5 absolute, lora_A 1e-3 (see WEIGHT_ATOL),
 merged logits 1e-4;
 measured: 9.2e-8, 4.6e-5, 1.1e-5 on an earlier initialisation; 8.8e-8, 2.2e-6, lora_B 7.1e-6 and lora_A 1.9e-4 since
 weights are seeded by name --; wrong pairings are clear errors.
@@ -32,21 +32,20 @@ from safetensors.torch import load_file
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
 from ernie_zoo.finetune.objectives import make_objective
-from ernie_zoo.training.supervised import IGNORE, collate
 from ernie_zoo.models.decoder import chat_prompt_ids
 from ernie_zoo.models.presets import preset_config
 from ernie_zoo.parallel.distributed import finish_distributed
+from ernie_zoo.training.supervised import IGNORE, collate
 
 REPO = Path(__file__).resolve().parents[1]
 ANTONYMS = ["大小", "多少", "上下", "左右", "前后", "高低", "长短", "冷热", "快慢", "早晚", "新旧", "开关", "来去",
             "买卖", "黑白", "正反"]  # fmt: skip
 LOSS_RTOL = 1e-5
-#: The pretrained base comes in one of two versions (the tokenizers library's WordPiece trainer breaks frequency ties
-#: at the vocabulary budget differently in each process, so the tiny recipe's 368-token vocabulary varies by a few
-#: word pieces). On one of them the last step's grad norm (0.4995, at the 0.5 clip) differs by 4.6e-5 relative
-#: (1.4e-7 on the other) while the losses agree to 9.2e-8: the AdamW-amplified lora_A rounding (WEIGHT_ATOL) shows
-#: in the gradients first. A missing or doubled shard moves the norm by tens of percent.
-NORM_RTOL = 2e-4
+#: Two ranks' partial sums round differently from one process's: the grad norms agree to 1.8e-6 relative (measured,
+#: the largest of the 6 steps); a missing or doubled shard moves the norm by tens of percent. (This was 2e-4 while
+#: the pretrained base came in one of two versions -- train_vocab kept different word pieces at its budget from one
+#: process to the next -- and one of them differed by 4.6e-5.)
+NORM_RTOL = 1e-5
 #: lora_A's gradient is exactly zero at the first step (lora_B starts at zero) and tiny while lora_B is small;
 #: AdamW normalises it, so rounding differences of the ranks' partial sums show in lora_A at the learning rate's
 #: scale (lr 2e-2): measured 9.1e-6 / 1.1e-5 on the two bases of an earlier initialisation, 1.9e-4 on
@@ -311,6 +310,14 @@ def test_bad_instruction_data_and_methods_are_named(data, pretrained, tmp_path):
     args.data.train_file = _write(tmp_path / "e.jsonl", [{"prompt": "大", "response": " "}])
     with pytest.raises(ValueError, match=r"e.jsonl row 1: empty 'response'"):
         run_finetune(args)
+    # a row naming "response" twice was accepted with the last one kept silently
+    (tmp_path / "d.jsonl").write_text(
+        '{"prompt": "大", "response": "小"}\n{"prompt": "高", "response": "矮", "response": "低"}\n',
+        encoding="utf-8",
+    )
+    args.data.train_file = str(tmp_path / "d.jsonl")
+    with pytest.raises(ValueError, match=r"d.jsonl:2: the key 'response' appears twice in one JSON object"):
+        run_finetune(args)
     args = _args(data, pretrained, tmp_path / "x", "lora")
     args.data.max_length = 12
     with pytest.raises(
@@ -372,7 +379,9 @@ def test_zero3_lora_on_two_ranks_matches_one_process(data, pretrained, tmp_path)
     diffs = {k: (got[k] - want[k]).abs().max().item() for k in want}
     diff = max(v for k, v in diffs.items() if "lora_A" not in k)  # lora_B (and any fully trained tensor)
     updates = {  # the weight update B @ A of every adapted layer
-        k: (got[k.replace("lora_A", "lora_B")] @ got[k] - want[k.replace("lora_A", "lora_B")] @ want[k]).abs().max()
+        k: (got[k.replace("lora_A", "lora_B")] @ got[k] - want[k.replace("lora_A", "lora_B")] @ want[k])
+        .abs()
+        .max()
         for k in want
         if "lora_A" in k
     }
@@ -424,7 +433,9 @@ def test_lora_on_a_full_size_ernie45_03b_replica(data, tmp_path):
     bpe.pre_tokenizer = pre_tokenizers.Metaspace()
     bpe.decoder = decoders.Metaspace()
     texts = [f"User: {r['prompt']}\nAssistant: {r['response']}" for r in _rows()]
-    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"]))
+    bpe.train_from_iterator(
+        texts, trainers.BpeTrainer(vocab_size=120, special_tokens=["<unk>", "<s>", "</s>"])
+    )
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>",
                                                eos_token="</s>", pad_token="<unk>")  # fmt: skip
     config = preset_config("ernie4.5-0.3b", bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
@@ -440,14 +451,16 @@ def test_lora_on_a_full_size_ernie45_03b_replica(data, tmp_path):
                  eval_every=2, batch_size=4, num_threads=2)  # fmt: skip
     result = run_finetune(args)
     out = tmp_path / "out"
-    losses = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())["state"][
-        "train_losses"
-    ]
+    losses = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())[
+        "state"
+    ]["train_losses"]
     assert len(losses) == 2 and losses[0] != losses[1]
     adapter = load_file(str(out / "adapter/adapter_model.safetensors"))
     assert adapter and all("lora_" in k for k in adapter)
     assert adapter[next(k for k in adapter if "layers.17.self_attn.q_proj.lora_A" in k)].shape == (4, 1024)
-    ids = _chat_ids(transformers.AutoTokenizer.from_pretrained(out), "大的反义词是什么？")  # the saved template
+    ids = _chat_ids(
+        transformers.AutoTokenizer.from_pretrained(out), "大的反义词是什么？"
+    )  # the saved template
     tuned = result["model"].eval()
     base_model = transformers.AutoModelForCausalLM.from_pretrained(root, dtype=torch.float32)
     merged = peft.PeftModel.from_pretrained(base_model, str(out / "adapter")).merge_and_unload().eval()

@@ -52,6 +52,16 @@ CASES = {
         ["--train_file", "{d}/b.jsonl"],
         "{d}/b.jsonl:5: not valid JSON (Expecting value at column 24)",
     ),
+    "jsonl row with a key twice": (  # json.loads kept the last "label" and dropped the other without a word
+        {"d.jsonl": GOOD + '{"text": "好", "label": "pos", "label": "neg"}\n'},
+        ["--train_file", "{d}/d.jsonl"],
+        "{d}/d.jsonl:5: the key 'label' appears twice in one JSON object",
+    ),
+    "json array item with a key twice": (
+        {"d.json": json.dumps([{"text": "好", "label": "pos"}] * 3)[:-1] + ', {"text": "差", "text": "好"}]'},
+        ["--train_file", "{d}/d.json"],
+        "{d}/d.json: the key 'text' appears twice in one JSON object",
+    ),
     "jsonl line not an object": (
         {"a.jsonl": GOOD + "[1, 2]\n"},
         ["--train_file", "{d}/a.jsonl"],
@@ -271,8 +281,8 @@ def test_ctrl_c_before_the_first_checkpoint_leaves_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_after_a_checkpoint_keeps_it_for_resume(tmp_path):
-    from ernie_zoo.training.supervised import CHECKPOINT_FILES
     from ernie_zoo.training.checkpoint import latest_valid_checkpoint
+    from ernie_zoo.training.supervised import CHECKPOINT_FILES
 
     out = tmp_path / "out"
     code, err = _interrupt(tmp_path, out, "checkpoints/checkpoint-*", ["--eval_every", "1"])

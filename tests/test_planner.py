@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -153,13 +154,80 @@ def test_plan_rejects_impossible_layouts():
         make_plan(shape, cluster, ParallelSettings(recompute="all"))
     for text, match in (
         ("nodes=2,gpu=tpu", "unknown gpu"),
-        ("nodes=two", "must be integers"),
+        ("nodes=two", "cluster field nodes must be an integer, got 'two'"),
         ("nodes", "not KEY=VALUE"),
         ("racks=2", "unknown cluster field"),
-        ("nodes=0", ">= 1"),
+        ("nodes=0", "cluster field nodes must be an integer from 1 to"),
     ):
         with pytest.raises(ValueError, match=match):
             parse_cluster(text)
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("nodes=1000000000", "cluster field nodes must be an integer from 1 to 100,000, got 1000000000"),
+        ("gpus_per_node=100000", "cluster field gpus_per_node must be an integer from 1 to 1,024"),
+        ("nic_gbit_s=inf", "cluster field nic_gbit_s must be a finite number > 0 and <= 100,000, got inf"),
+        ("memory_gib=-5", "cluster field memory_gib must be a finite number > 0 and <= 4,096, got -5.0"),
+        ("memory_gib=nan", "cluster field memory_gib must be a finite number > 0 and <= 4,096, got nan"),
+        ("memory_gib=0", "cluster field memory_gib must be a finite number > 0"),
+        ("peak_tflops=-1", "cluster field peak_tflops must be a finite number > 0"),
+        ("nvlink_gbyte_s=1e300", "cluster field nvlink_gbyte_s must be a finite number > 0"),
+        ("pcie_gbyte_s=fast", "cluster field pcie_gbyte_s must be a number, got 'fast'"),
+    ],
+)
+def test_every_cluster_field_is_checked_and_named(item, message, capsys):
+    """nodes=1000000000 and nic_gbit_s=inf were planned; memory_gib=-5 / nan ended in "needs 5.5 GiB > -5.0 GiB
+    ... add nodes", naming no field. Now each is refused before planning, naming the field (exit status 2)."""
+    from ernie_zoo.cli import main
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_cluster(f"nodes=1,gpus_per_node=8,{item}")
+    rc = main(["plan", "--recipe", str(REPO / "recipes/pretrain/mini.yaml"), "--cluster", item])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "add nodes" not in err
+
+
+def test_mfu_never_exceeds_the_assumed_efficiency():
+    """mini (an MLM whose head runs at the 15% masked positions, 58% of its parameters embeddings) planned "MFU
+    100.4%" on one H100 node: model FLOPs counted 6 x all parameters, the hardware FLOPs only the matmuls that run.
+    Both now count the same matmuls, so the MFU of a layout whose communication hides is the efficiency, never more."""
+    from ernie_zoo.models.presets import preset_config
+
+    shape = ModelShape.from_config(preset_config("mini"), "mini")
+    layers, head = shape.layer_sharded + shape.layer_replicated, shape.last_sharded + shape.last_replicated
+    # the layers and the (tied) output head at the positions it runs on; the embedding lookups are no matmuls
+    assert shape.matmul_params(0.15) == pytest.approx(layers + 0.15 * head)
+    assert shape.matmul_params(0.15) < shape.n_params / 2 and shape.matmul_params(1.0) < shape.n_params
+    cluster = parse_cluster("nodes=1,gpus_per_node=8,gpu=h100-80gb")
+    for tp, recompute, head in (
+        (1, "none", 0.15),
+        (2, "full", 0.15),
+        (1, "selective", 1.0),
+        (4, "none", 1.0),
+    ):
+        st = ParallelSettings(tp=tp, zero_stage=1, micro_batch=32, seq_len=128, global_batch=2048,
+                              recompute=recompute, head_fraction=head)  # fmt: skip
+        plan = make_plan(shape, cluster, st)
+        assert 0 < plan.mfu <= st.efficiency * (1 + 1e-9), (tp, recompute, head, plan.mfu)
+    plan = make_plan(shape, cluster, ParallelSettings(tp=1, zero_stage=2, micro_batch=32, seq_len=128,
+                                                      global_batch=2048, recompute="none", head_fraction=0.15))  # fmt: skip
+    assert plan.mfu == pytest.approx(st.efficiency, rel=1e-9)  # TP 1, nothing exposed: exactly the efficiency
+    # a MoE decoder: the active experts, not all of them
+    moe = ModelShape.from_config(preset_config("ernie4.5-21b-a3b"), "ernie4.5-21b-a3b")
+    assert moe.matmul_params() <= moe.active < moe.n_params
+
+
+def test_the_mini_recipe_plans_at_most_the_efficiency(capsys):
+    from ernie_zoo.cli import main
+
+    rc = main(["plan", "--recipe", str(REPO / "recipes/pretrain/mini.yaml"), "--cluster",
+               "nodes=1,gpus_per_node=8,gpu=h100-80gb"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0
+    mfus = [float(m) for m in re.findall(r"MFU (\d+\.\d)%", out)]
+    assert mfus and max(mfus) <= 50.0, mfus  # was 100.4%
 
 
 def test_parameter_counts_come_from_the_meta_device():
@@ -387,9 +455,12 @@ def test_moe_decoder_shape_total_active_and_expert_memory():
     # all-to-all: 6 per MoE layer (full recompute) of (s*b/t)*k*h bf16 values, 63/64 leaving the GPU
     a2a = next(v for k, v in plan.comm.items() if k.startswith("EP:"))
     assert a2a == 51 * 6 * 2 * 4096 / 8 * 8 * 8192 * 63 / 64
-    # model FLOPs use the active parameters: 6 N_active + 12 L (heads x head_dim) s
+    # model FLOPs use the active matmul parameters (the untied input embedding is a lookup):
+    # 6 (N_active - V h) + 12 L (heads x head_dim) s
+    assert not cfg.tie_word_embeddings
+    embedding = cfg.vocab_size * cfg.hidden_size
     assert plan.mfu * cluster.world_size * cluster.gpu.peak_tflops * 1e12 == pytest.approx(
-        plan.tokens_per_s * (6 * counts["active"] + 12 * 54 * 8192 * 4096)
+        plan.tokens_per_s * (6 * (counts["active"] - embedding) + 12 * 54 * 8192 * 4096)
     )
     assert f"{counts['active']:,} active parameters per token of {counts['total']:,}" in plan.render()
     with pytest.raises(ValueError, match="must divide the 64 experts"):

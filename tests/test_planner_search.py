@@ -195,7 +195,9 @@ def test_cli_searches_the_100b_recipe_and_says_why(capsys):
     from ernie_zoo.training.recipe import DistributedArgs
 
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
-    keys = dict(item.split(" ", 1) for item in line[len("to run it: distributed.") :].split(";")[0].split(", "))
+    keys = dict(
+        item.split(" ", 1) for item in line[len("to run it: distributed.") :].split(";")[0].split(", ")
+    )
     assert keys["backend"] == "pipeline" and int(keys["pp_size"]) > 1
     ints = {"pp_size", "tp_size", "zero_stage", "pp_microbatches", "pp_virtual_stages"}
     DistributedArgs(**{k: int(v) if k in ints else v for k, v in keys.items()}).validate()
@@ -269,13 +271,30 @@ def test_a_moe_model_on_a_pipeline_is_said_to_be_planned_not_built(capsys):
                              "--pp", "2", "--ep", "8", "--seq-len", "4096")  # fmt: skip
     assert rc == 0, err
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
-    assert "distributed.backend pipeline" in line and "planned, not built" in line and "backend deepspeed" in line
-    assert ("--tp 1" in line) == (" tp_size 1," not in line)  # TP > 1 of a MoE model is refused by the engines too
+    assert (
+        "distributed.backend pipeline" in line
+        and "planned, not built" in line
+        and "backend deepspeed" in line
+    )
+    assert ("--tp 1" in line) == (
+        " tp_size 1," not in line
+    )  # TP > 1 of a MoE model is refused by the engines too
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
                              "--pp", "1", "--tp", "1", "--ep", "8", "--seq-len", "4096")  # fmt: skip
+    line = next(x for x in out.splitlines() if x.startswith("to run it: "))
+    # EP is in the plan (memory, all-to-alls) but the engines do not build it yet: said where it says how to run
+    assert (
+        rc == 0
+        and "distributed.backend deepspeed" in line
+        and "planned, not built: EP 8, expert parallelism" in line
+    )
+    rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
+                             "--pp", "1", "--tp", "1", "--ep", "1", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
     assert rc == 0 and "distributed.backend deepspeed" in line and "planned, not built" not in line
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-0.3b", "--cluster", "nodes=1,gpus_per_node=8,gpu=h100-80gb",
                              "--pp", "2", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
-    assert rc == 0 and "distributed.backend pipeline" in line and "planned, not built" not in line  # dense: built
+    assert (
+        rc == 0 and "distributed.backend pipeline" in line and "planned, not built" not in line
+    )  # dense: built

@@ -192,3 +192,137 @@ def test_resume_after_kill_equals_an_uninterrupted_run(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "comes from another input" in bad.stderr
+
+
+# --resume on an output made from something else (#50): each case used to exit 0 with a wrong or mixed file
+
+
+def _resume(src, out, capsys, *extra):
+    return run_cli(["-i", str(src), "-o", str(out), "--resume", "--batch-size", "1", "--no-progress", *extra],
+                   capsys)  # fmt: skip
+
+
+def _write(path, texts):
+    path.write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+
+
+TEXTS = [f"我们周末去长城玩第{i}次" for i in range(1, 41)]  # 40 texts: 2 blocks of 16 and one of 8
+
+
+def _half_done(tmp_path, capsys, task="word_segmentation", *extra):
+    """A --resume output holding the results of the first 2 blocks (32 of 40 lines), as a job killed then leaves."""
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    _write(src, TEXTS[:32])
+    code, _, err = _resume(src, out, capsys, task, *extra)
+    assert code == 0, err
+    _write(src, TEXTS)
+    return src, out
+
+
+def test_resume_refuses_an_edited_input_line(tmp_path, capsys):
+    src, out = _half_done(tmp_path, capsys)
+    before = out.read_bytes()
+    _write(src, [*TEXTS[:4], "这一行改过了", *TEXTS[5:]])
+    code, _, err = _resume(src, out, capsys, "word_segmentation")
+    assert code == 2
+    assert (
+        "made from input lines 1-32" in err
+        and "differs from" in err
+        and "line edited, inserted or removed" in err
+    )
+    assert f"delete {out} and {out}.meta.json" in err
+    assert out.read_bytes() == before  # nothing appended
+
+
+def test_resume_refuses_a_prepended_line(tmp_path, capsys):
+    src, out = _half_done(tmp_path, capsys)
+    _write(src, ["新的第一行", *TEXTS])
+    code, _, err = _resume(src, out, capsys, "word_segmentation")
+    assert code == 2 and "differs from" in err
+
+
+def test_resume_refuses_removed_lines(tmp_path, capsys):
+    src, out = _half_done(tmp_path, capsys)
+    _write(src, TEXTS[:20])
+    code, _, err = _resume(src, out, capsys, "word_segmentation")
+    assert code == 2 and "now ends at line 20" in err
+
+
+def test_resume_refuses_another_task_or_digits(tmp_path, capsys, models):
+    src, out = _half_done(tmp_path, capsys, "sentiment_analysis", "--task-path", str(models.sentiment),
+                          "--digits", "6")  # fmt: skip
+    before = out.read_bytes()
+    code, _, err = _resume(src, out, capsys, "ner", "--task-path", str(models.ner), "--digits", "6")
+    assert code == 2
+    assert "was made with" in err and "task='sentiment_analysis'" in err and "task='ner'" in err
+    assert "Resuming would mix both" in err
+    code, _, err = _resume(src, out, capsys, "sentiment_analysis", "--task-path", str(models.sentiment),
+                           "--digits", "3")  # fmt: skip
+    assert code == 2 and "digits=6" in err and "digits=3" in err and "task=" not in err
+    assert out.read_bytes() == before
+
+
+def test_resume_refuses_another_model(tmp_path, capsys, models):
+    src, out = _half_done(tmp_path, capsys, "sentiment_analysis", "--task-path", str(models.sentiment))
+    other = tmp_path / "retrained"
+    import shutil
+
+    shutil.copytree(models.sentiment, other)
+    code, _, err = _resume(src, out, capsys, "sentiment_analysis", "--task-path", str(other))
+    assert code == 2 and "model=" in err
+    # the same directory retrained in place (same path, other weights) is another model too
+    weights = next(other.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    code, _, err = _resume(src, out, capsys, "sentiment_analysis", "--task-path", str(models.sentiment))
+    assert code == 0, err  # the original model: resumes
+    src2, out2 = tmp_path / "in2.txt", tmp_path / "out2.jsonl"
+    _write(src2, TEXTS[:32])
+    assert _resume(src2, out2, capsys, "sentiment_analysis", "--task-path", str(other))[0] == 0
+    data[-1] ^= 1
+    data[-2] ^= 1
+    weights.write_bytes(bytes(data))
+    code, _, err = _resume(src2, out2, capsys, "sentiment_analysis", "--task-path", str(other))
+    assert code == 2 and "model_files=" in err
+
+
+def test_resume_continues_an_input_that_grew_and_equals_a_fresh_run(tmp_path, capsys):
+    src, out = _half_done(tmp_path, capsys)
+    code, _, err = _resume(src, out, capsys, "word_segmentation")
+    assert code == 0, err
+    fresh_src, fresh = tmp_path / "all.txt", tmp_path / "fresh.jsonl"
+    _write(fresh_src, TEXTS)
+    assert _resume(fresh_src, fresh, capsys, "word_segmentation")[0] == 0
+    assert out.read_bytes() == fresh.read_bytes()
+    assert [json.loads(r)["line"] for r in out.read_text(encoding="utf-8").splitlines()] == list(range(1, 41))
+    # resuming a finished job is a no-op
+    assert _resume(src, out, capsys, "word_segmentation")[0] == 0
+    assert out.read_bytes() == fresh.read_bytes()
+
+
+def test_resume_cuts_back_a_half_written_block_and_refuses_an_edited_output(tmp_path, capsys):
+    src, out = _half_done(tmp_path, capsys)
+    whole = out.read_bytes()
+    # past the recorded checkpoint: a block and a line half written when the job was killed
+    out.write_bytes(whole + b'{"text": "x", "words": ["x"], "line": 33}\n{"te')
+    assert _resume(src, out, capsys, "word_segmentation")[0] == 0
+    assert out.read_text(encoding="utf-8").count("\n") == 40
+    out.write_bytes(whole.replace("长城".encode(), "故宫".encode(), 1))
+    code, _, err = _resume(src, out, capsys, "word_segmentation")
+    assert code == 2 and "was changed since it was written" in err
+
+
+def test_resume_refuses_an_output_without_its_record(tmp_path, capsys):
+    src, out = tmp_path / "in.txt", tmp_path / "out.jsonl"
+    _write(src, TEXTS)
+    # an older ernie-zoo's output, with no record of what it was made from
+    out.write_text('{"text": "a", "words": ["a"], "line": 1}\n', encoding="utf-8")
+    code, _, err = _resume(src, out, capsys, "word_segmentation")
+    assert code == 2 and "has no out.jsonl.meta.json" in err and "what it was made from" in err
+    # a plain -o run replaces the file and drops a stale record, so the record never describes another file
+    out.unlink()
+    _half_done(tmp_path, capsys)
+    assert (tmp_path / "out.jsonl.meta.json").exists()
+    assert run_cli(["word_segmentation", "-i", str(src), "-o", str(out), "--no-progress"], capsys)[0] == 0
+    assert not (tmp_path / "out.jsonl.meta.json").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from transformers import AutoTokenizer, DataCollatorWithPadding
 
@@ -185,24 +187,40 @@ def test_too_long_input_is_a_clear_model_error(tiny_tokenizer, make_config):
     assert model(**ok).last_hidden_state.shape[1] == 32
 
 
-def test_train_vocab_ids_are_the_same_in_another_process(zh_sentences, tmp_path):
-    """Token ids must not depend on the process (hash seeds, trainer tie order): recipes retrain vocabularies."""
+@pytest.mark.slow  # 4 processes x 26 vocabularies
+def test_train_vocab_is_the_same_in_every_process(zh_sentences, tmp_path):
+    """Recipes retrain vocabularies, so tokens and ids must not depend on the process (hash seeds, the trainer's
+    hash-map order). Budgets that end inside a frequency tie (a mixed Chinese/English corpus, every 4th budget
+    from 344 to 444 tokens: the characters take 342, the whole vocabulary is 449) used to give another vocabulary
+    in nearly every process."""
+    import os
     import subprocess
     import sys
 
-    code = (
-        "import sys, json; from ernie_zoo import ErnieZooTokenizerFast as T;"
-        "lines = open(sys.argv[1], encoding='utf-8').read().splitlines();"
-        "print(json.dumps(T.train_vocab(lines, vocab_size=600, min_frequency=1, show_progress=False).get_vocab(), sort_keys=True))"
-    )
+    english = ["The quick brown fox jumps over the lazy dog near the bank", "An ant can carry many times its weight",
+               "Intent, content and extent: tokens in context", "running runner runs ran", "pleasant restaurant"]  # fmt: skip
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(zh_sentences), encoding="utf-8")
+    corpus.write_text(
+        "\n".join(f"{z} {english[i % len(english)]}" for i, z in enumerate(zh_sentences)), encoding="utf-8"
+    )
+    code = (
+        "import sys, json, hashlib; from ernie_zoo import ErnieZooTokenizerFast as T;"
+        "lines = open(sys.argv[1], encoding='utf-8').read().splitlines();"
+        "vocabs = [T.train_vocab(lines, vocab_size=n, min_frequency=1, show_progress=False).get_vocab()"
+        " for n in range(344, 448, 4)];"
+        "print(json.dumps([len(v) for v in vocabs]), hashlib.sha256(json.dumps(vocabs, sort_keys=True).encode())"
+        ".hexdigest())"
+    )
     runs = []
-    for seed in ("1", "2"):
-        env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
+    for seed in ("0", "1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
         out = subprocess.run(
             [sys.executable, "-c", code, str(corpus)], capture_output=True, text=True, env=env
         )
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(out.stdout.strip().splitlines()[-1])
-    assert runs[0] == runs[1]
+    sizes = json.loads(runs[0].rsplit(" ", 1)[0])
+    assert sizes == list(
+        range(344, 448, 4)
+    )  # each budget is filled: each cut falls among the learned word pieces
+    assert len(set(runs)) == 1, runs

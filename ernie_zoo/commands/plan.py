@@ -280,8 +280,15 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {recompute}; "
             f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}{slower}"
         )
-    if best.model.moe_layers and (st.pp > 1 or st.tp > 1):  # what the engines do not build for a MoE model
+    if best.model.moe_layers and (
+        st.pp > 1 or st.tp > 1 or st.ep > 1
+    ):  # what the engines do not build for MoE
         why = []
+        if st.ep > 1:  # the plan's memory and all-to-all traffic assume it; the engines do not set it up yet
+            why.append(
+                f"EP {st.ep}, expert parallelism (the engines keep every routed expert on each GPU, ZeRO sharding "
+                "their states, and have no setting for EP; plan with --ep 1 for what runs today)"
+            )
         if st.pp > 1:
             why.append("the pipeline backend runs encoders and dense decoders (plan with --pp 1)")
         if st.tp > 1:

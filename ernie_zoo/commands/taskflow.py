@@ -15,8 +15,10 @@ the same way (as plain lines). Output: one JSON object per line (the task's resu
 
 Corpus-scale jobs: `--input big.jsonl -o out.jsonl --resume` appends to out.jsonl as it goes (memory stays flat:
 texts are read and written a block at a time) and adds the input line number to each result ("line"). Started
-again after a crash or kill, it keeps the complete lines already in out.jsonl, drops a partial last line, skips
-that many inputs and carries on, so the finished file equals an uninterrupted run's byte for byte. `--engine ray
+again after a crash or kill, it keeps the results already in out.jsonl, drops a block or line half written, skips
+that many inputs and carries on, so the finished file equals an uninterrupted run's byte for byte. What the results
+were made from (the input lines, task, model, options, --digits) is recorded in out.jsonl.meta.json, and a resume
+that does not match it is refused with what differs (ernie_zoo/commands/taskflow_resume.py). `--engine ray
 --workers N` runs the blocks on N Ray actors, one Taskflow each, in input order (ernie_zoo/taskflow/ray_engine.py).
 """
 
@@ -33,6 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Literal, TextIO
 
+from ernie_zoo.commands.taskflow_resume import ResumeLog, made_from, sidecar_path
 from ernie_zoo.text.extraction import schema_from_json
 
 BLOCK = 16  # texts per Taskflow call = batch_size * BLOCK (keeps memory flat on huge files)
@@ -194,47 +197,6 @@ def _jsonable(value: Any, digits: int | None = None) -> Any:
     return value
 
 
-def _resume_point(path: str) -> tuple[int, int | None]:
-    """(complete result lines in `path`, the input line number of the last one); a partial last line (a job
-    killed mid-write) is cut off so appending continues on a line boundary."""
-    if not os.path.exists(path):
-        return 0, None
-    done, last, keep = 0, None, 0
-    with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                last = json.loads(raw)["line"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise ValueError(
-                    f"--resume: {path}:{done + 1} is not a result line with a 'line' number; it was not "
-                    "written by --resume (give a new --output path)"
-                ) from None
-            done += 1
-            keep += len(raw)
-    if keep != os.path.getsize(path):
-        with open(path, "r+b") as f:
-            f.truncate(keep)
-    return done, last
-
-
-def _skip(texts: Iterator[tuple[int, str]], done: int, last: int | None, name: str, output: str) -> None:
-    """Consume the `done` inputs already in the output; their last line number must match the output's."""
-    number = None
-    for _ in range(done):
-        item = next(texts, None)
-        if item is None:
-            break
-        number = item[0]
-    if number != last:
-        raise ValueError(
-            f"--resume: {output} holds {done} results ending at input line {last}, but {name} has "
-            + (f"line {number} there" if number is not None else "fewer texts")
-            + "; it comes from another input (give a new --output path)"
-        )
-
-
 def _blocks(texts: Iterator[Any], size: int) -> Iterator[list[Any]]:
     block: list[Any] = []
     for text in texts:
@@ -360,19 +322,21 @@ def _run(args: Args, stdout: TextIO) -> int:
         texts = _lines(_stdin_bytes(), False, "<stdin>")
         total = None
 
-    out: TextIO
+    out: Any
     tmp = None
-    done = 0
+    log = None
     if args.resume:
+        made = made_from(
+            flow, mode=args.mode, max_seq_len=args.max_seq_len, user_dict=args.user_dict, digits=args.digits
+        )
+        log = ResumeLog(args.output, made)
         try:
-            done, last = _resume_point(args.output)
-            _skip(texts, done, last, args.input, args.output)
+            out = log.start(texts, args.input)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             if source is not None:
                 source.close()
             return 2
-        out = open(args.output, "a", encoding="utf-8", errors="backslashreplace")
     elif args.output:
         directory = os.path.dirname(os.path.abspath(args.output))
         os.makedirs(directory, exist_ok=True)
@@ -409,29 +373,37 @@ def _run(args: Args, stdout: TextIO) -> int:
         else:
             results = ((block, flow([text for _, text in block])) for block in blocks)
         bar = tqdm(
-            total=total, initial=done, unit="text", disable=args.no_progress, file=sys.stderr, desc=flow.task
+            total=total,
+            initial=log.results if log else 0,
+            unit="text",
+            disable=args.no_progress,
+            file=sys.stderr,
+            desc=flow.task,
         )
         kill_after = int(os.environ.get(KILL_ENV, "0") or 0)
         with bar:
             for written, (block, block_results) in enumerate(results, 1):
+                lines = []
                 for (number, _), result in zip(block, block_results, strict=True):
                     row = _jsonable(result, args.digits)
-                    if args.resume:
+                    if log is not None:
                         row["line"] = number
-                    out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                if args.resume:
-                    out.flush()  # a killed job loses at most the block in flight
+                    lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+                if log is None:
+                    out.write("".join(lines))
+                else:  # a killed job loses at most the block in flight
+                    log.commit(out, block, "".join(lines).encode("utf-8", "backslashreplace"))
                     if written == kill_after:
                         import signal
 
                         os.kill(os.getpid(), signal.SIGKILL)
                 bar.update(len(block))
-        if args.resume:
-            out.close()
         if tmp is not None:
             out.close()
             os.replace(tmp, args.output)
             tmp = None
+            with contextlib.suppress(FileNotFoundError):  # a --resume record of an earlier file is stale now
+                os.unlink(sidecar_path(args.output))
     except (ValueError, TypeError, UnicodeDecodeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -440,6 +412,8 @@ def _run(args: Args, stdout: TextIO) -> int:
             pool.close()
         if source is not None:
             source.close()
+        if log is not None:
+            out.close()
         if tmp is not None:
             out.close()
             os.unlink(tmp)

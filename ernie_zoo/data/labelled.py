@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ernie_zoo.text.tags import tags_to_spans
-from ernie_zoo.utils import atomic_write_json
+from ernie_zoo.utils import DuplicateKeyError, atomic_write_json, unique_keys
 
 from .sources import DEFAULT_CACHE, check_not_reserved, iter_archive_members, read_archive_member
 from .text import clause_pairs, normalize_text, opencc_to_simplified
@@ -59,6 +59,7 @@ __all__ = [
     "load_jsonl",
     "load_split",
     "parse_bmes",
+    "loads_unique",
     "parse_jsonl",
     "prepare_datasets",
     "read_msra",
@@ -417,18 +418,31 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
 
 
+def loads_unique(text: str, where: str) -> Any:
+    """json.loads, refusing an object that repeats a key (at any depth): `where` names the file and line or item
+    in the error. Training data whose row says "response" twice would otherwise train on one and drop the other."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as e:
+        raise ValueError(
+            f"{where}: the key {e.key!r} appears twice in one JSON object (only the last would be kept, the "
+            "other dropped silently); keep one"
+        ) from None
+
+
 def parse_jsonl(text: str, source: str = "<string>") -> list[Record]:
     """The objects of JSON-lines text, one per non-blank line.
 
     Raises:
-        ValueError: a line that is not valid JSON or not a JSON object, naming ``source`` and the line number.
+        ValueError: a line that is not valid JSON, not a JSON object, or an object with a key given twice,
+            naming ``source`` and the line number.
     """
     records = []
     for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 may occur inside strings
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads_unique(line, f"{source}:{lineno}")
         except json.JSONDecodeError as e:
             raise ValueError(f"{source}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
         if not isinstance(record, dict):

@@ -87,12 +87,12 @@ def _quiet_datasets() -> Iterator[None]:
 def _json_rows(text: str, path: Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines file, or of a `.json` file holding one array of objects; every row gets every
     column (None where a row lacks it), as `datasets` would give them."""
-    from ernie_zoo.data.labelled import parse_jsonl
+    from ernie_zoo.data.labelled import loads_unique, parse_jsonl
 
     rows: Any = None
     if text.lstrip().startswith("["):
         try:
-            rows = json.loads(text)
+            rows = loads_unique(text, str(path))
         except json.JSONDecodeError:
             rows = None  # not one array: JSON lines, whose parser names the bad line
         if isinstance(rows, list):

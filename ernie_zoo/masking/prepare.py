@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 from ernie_zoo.text.lexicon import EntityLexicon
 from ernie_zoo.text.segment import Segmenter
 from ernie_zoo.text.sentences import chunk_text, sentence_spans
-from ernie_zoo.utils import atomic_directory
+from ernie_zoo.utils import atomic_directory, unique_keys
 
 from .sentiment import SentimentWords
 
@@ -86,7 +86,7 @@ class PrepareStats:
     lines: int = 0  #: lines (txt) or records (jsonl) read, or texts passed in
     empty_lines: int = 0  #: skipped: empty or whitespace only
     decode_errors: int = 0  #: lines with invalid UTF-8, decoded with replacement characters
-    bad_json: int = 0  #: skipped: jsonl lines that are not valid JSON
+    bad_json: int = 0  #: skipped: jsonl lines that are not valid JSON (or name a key twice)
     missing_field: int = 0  #: skipped: jsonl records without a string text field
     documents: int = 0  #: non-empty texts kept
     eval_documents: int = 0  #: of which assigned to the eval split
@@ -152,7 +152,7 @@ def _iter_file(path: Path, text_field: str, stats: PrepareStats, show_progress: 
                     stats.empty_lines += 1
                     continue
                 try:
-                    record = json.loads(line)
+                    record = json.loads(line, object_pairs_hook=unique_keys)  # a key twice: a bad line
                 except ValueError:
                     stats.bad_json += 1
                     continue

@@ -20,7 +20,8 @@ First-order formulas, each from the paper that introduced it:
   Not in the paper, added here: the output layer, bf16 logits kept in the model output plus the fp32
   log-softmax saved for backward and its fp32 gradient, ~10 bytes per token per vocabulary entry.
 - Model FLOPs per token, forward + backward (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT `estimate_mfu`):
-  6*N + 12*L*h*s. MFU = model FLOPs per second / (GPUs x peak). Recompute adds hardware FLOPs, not model
+  6*N + 12*L*h*s, N the matmul parameters a token passes through (`ModelShape.matmul_params`: the layers, the
+  output head at the positions it runs on -- the MLM head at the masked 15% --, not the embedding lookups). MFU = model FLOPs per second / (GPUs x peak). Recompute adds hardware FLOPs, not model
   FLOPs: full recompute one more forward pass of the encoder (2*N_layers + 4*L*h*s per token), selective
   recompute the attention core forward (4*L*h*s per token).
 - Communication per GPU, ring collectives over n ranks: all-reduce of X bytes sends 2*X*(n-1)/n, all-gather
@@ -70,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +114,21 @@ GPUS: dict[str, GPUSpec] = {
 GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb"}
 
 
+GPU_FIELDS = ("memory_gib", "peak_tflops", "nvlink_gbyte_s", "nic_gbit_s", "pcie_gbyte_s")
+#: Upper bounds far above any machine built (an NVL576 domain, 288 GB HBM, 2.5 PFLOPS dense bf16, 1.6 Tbit/s NICs)
+#: that still catch a slip of the keyboard: `nodes=1000000000` planned a billion nodes, `nic_gbit_s=inf` hid all
+#: communication, and `memory_gib=-5` or `nan` ended in "needs 5.5 GiB > -5.0 GiB ... add nodes".
+CLUSTER_LIMITS = {
+    "nodes": 100_000,
+    "gpus_per_node": 1_024,
+    "memory_gib": 4_096,
+    "peak_tflops": 100_000,
+    "nvlink_gbyte_s": 100_000,
+    "nic_gbit_s": 100_000,
+    "pcie_gbyte_s": 10_000,
+}
+
+
 @dataclass(frozen=True)
 class Cluster:
     """Homogeneous nodes of `gpus_per_node` GPUs each; TP groups stay inside a node when they fit."""
@@ -119,6 +136,25 @@ class Cluster:
     nodes: int
     gpus_per_node: int
     gpu: GPUSpec
+
+    def __post_init__(self) -> None:
+        for name, value in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not 1 <= value <= CLUSTER_LIMITS[name]
+            ):
+                raise ValueError(
+                    f"cluster field {name} must be an integer from 1 to {CLUSTER_LIMITS[name]:,}, got {value!r}"
+                )
+        for name in GPU_FIELDS:
+            value = getattr(self.gpu, name)
+            if not (
+                isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= CLUSTER_LIMITS[name]
+            ):
+                raise ValueError(
+                    f"cluster field {name} must be a finite number > 0 and <= {CLUSTER_LIMITS[name]:,}, got {value!r}"
+                )
 
     @property
     def world_size(self) -> int:
@@ -134,8 +170,7 @@ def parse_cluster(text: str) -> Cluster:
         if not sep or not value:
             raise ValueError(f"cluster item {item!r} is not KEY=VALUE (in {text!r})")
         fields[key.strip()] = value.strip()
-    known = {"nodes", "gpus_per_node", "gpu", "nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops"}
-    known.add("pcie_gbyte_s")
+    known = {"nodes", "gpus_per_node", "gpu", *GPU_FIELDS}
     unknown = set(fields) - known
     if unknown:
         raise ValueError(f"unknown cluster field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -145,22 +180,26 @@ def parse_cluster(text: str) -> Cluster:
             f"unknown gpu {gpu_name!r}; choose one of {sorted(GPUS)} (or aliases {sorted(GPU_ALIASES)})"
         )
     gpu = GPUS[gpu_name]
-    overrides = {
-        k: float(fields[k])
-        for k in ("nvlink_gbyte_s", "nic_gbit_s", "memory_gib", "peak_tflops", "pcie_gbyte_s")
-        if k in fields
-    }
+    overrides = {}
+    for k in GPU_FIELDS:
+        if k in fields:
+            try:
+                overrides[k] = float(fields[k])
+            except ValueError:
+                raise ValueError(
+                    f"cluster field {k} must be a number, got {fields[k]!r} (in {text!r})"
+                ) from None
     if overrides:
         gpu = dataclasses.replace(gpu, **overrides)
-    try:
-        nodes, gpus_per_node = int(fields.get("nodes", "1")), int(fields.get("gpus_per_node", "8"))
-    except ValueError as err:
-        raise ValueError(f"nodes and gpus_per_node must be integers in {text!r}") from err
-    if nodes < 1 or gpus_per_node < 1:
-        raise ValueError(
-            f"nodes and gpus_per_node must be >= 1, got nodes={nodes}, gpus_per_node={gpus_per_node}"
-        )
-    return Cluster(nodes, gpus_per_node, gpu)
+    counts = {}
+    for k, default in (("nodes", "1"), ("gpus_per_node", "8")):
+        try:
+            counts[k] = int(fields.get(k, default))
+        except ValueError:
+            raise ValueError(
+                f"cluster field {k} must be an integer, got {fields[k]!r} (in {text!r})"
+            ) from None
+    return Cluster(counts["nodes"], counts["gpus_per_node"], gpu)
 
 
 @dataclass(frozen=True)
@@ -211,6 +250,18 @@ class ModelShape:
             self.layer_sharded / tp + self.layer_replicated,
             self.last_sharded / tp + self.last_replicated,
         )
+
+    def matmul_params(self, head_fraction: float = 1.0) -> float:
+        """The parameters a token's forward pass multiplies by, the N of the model FLOPs: its transformer layers
+        (a MoE layer's top-k routed experts) and the output head at the fraction of positions it runs on (the MLM
+        head: the masked ones). Embeddings are lookups. The hardware FLOPs count the same matmuls (plus recompute
+        and what TP replicates), so MFU cannot exceed the assumed efficiency; with N = all parameters, the 15%-
+        head MLM of `mini` (58% of it embeddings) showed "MFU 100.4%". A hand-built shape: every active one."""
+        if not (self.layer_sharded or self.layer_replicated):
+            return float(self.active)
+        layers, head = self.layer_and_head_params(1)
+        expert_active = self.n_expert * self.top_k / self.experts if self.experts else 0.0
+        return layers + head_fraction * head + expert_active
 
     def stage_params(self, tp: int, pp: int) -> tuple[float, float]:
         """Parameters one GPU holds (routed experts apart) on the (first, last) pipeline stage, at TP `tp`: the
@@ -906,7 +957,7 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         4 * model.hidden * model.hidden + 2 * model.hidden * model.ffn
     )
     width = model.attn_width or model.hidden  # heads x head_dim: the attention matmuls' width
-    model_flops_tok = model_flops_per_token(model.active, model.layers, width, s, f)
+    model_flops_tok = model_flops_per_token(model.matmul_params(st.head_fraction), model.layers, width, s, f)
     # One GPU's work per token of its TP group: split layers / t, replicated parameters in full, and on average
     # top_k / experts of the routed experts for its 1/t of the tokens (EP moves tokens, not work).
     expert_active = model.n_expert * model.top_k / model.experts if model.experts else 0.0
@@ -1003,10 +1054,12 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     tokens_step = global_batch * s
     tokens_per_s = tokens_step / step_s
     mfu = tokens_per_s * model_flops_tok / (cluster.world_size * gpu.peak_tflops * 1e12)
-    n_is = "N = active parameters, " if model.active != model.n_params else ""
+    head_at = f"{st.head_fraction:.0%} of positions" if st.head_fraction < 1 else "every position"
     notes.append(
         f"model FLOPs per token {'6N' if f == 1 else f'(4 + 2 x {f:.4f}) N'} + 12*L*h*s = {model_flops_tok:.4g} "
-        f"({n_is}h = attention width {width}); "
+        f"(N = {model.matmul_params(st.head_fraction):,.0f} matmul parameters a token passes through: the layers"
+        f"{', top-k experts' if model.experts else ''}, the output head at {head_at}, no embeddings; "
+        f"h = attention width {width}); "
         "hardware FLOPs per GPU per token include "
         f"recompute ({st.recompute}), the parameters TP replicates, and the output head only at the positions it "
         "runs on (embeddings are lookups)"

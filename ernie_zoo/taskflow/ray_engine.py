@@ -9,14 +9,22 @@ flight (memory stays flat however big the file), and writes the results in input
 does locally: a job killed halfway and started again neither loses nor duplicates a line. Each actor loads the
 model once (from the package or `--task-path`, which every node must see at the same path) and runs with
 `--threads-per-worker` torch threads. Without `--ray-address` a local single-node Ray is started (and stopped at the
-end) with one CPU per worker.
+end) with one CPU per worker; a small watcher process stops it with the job however the job ends, a SIGKILL
+included (Ray's own fate sharing left the raylet's DashboardAgent and RuntimeEnvAgent running; _ray_reaper.py).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class TaskflowWorker:
@@ -59,8 +67,10 @@ class RayTaskflowPool:
             raise ValueError(f"threads_per_worker must be >= 1, got {threads_per_worker}")
         self.ray = ray
         self.started = False
+        self.reaper: subprocess.Popen | None = None
         if not ray.is_initialized():
             if address is None:
+                self.reaper = _start_reaper()
                 ray.init(num_cpus=workers * threads_per_worker, include_dashboard=False, log_to_driver=False)
             else:
                 ray.init(address=address, log_to_driver=False)
@@ -92,6 +102,25 @@ class RayTaskflowPool:
         if self.started:
             self.ray.shutdown()
             self.started = False
+        if self.reaper is not None:  # it stops what ray.shutdown() leaves running (the raylet's agents)
+            self.reaper.stdin.close()
+            try:
+                self.reaper.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                log.warning("the Ray reaper (pid %d) did not finish in 30 s", self.reaper.pid)
+            self.reaper = None
+
+
+def _start_reaper() -> subprocess.Popen:
+    """A watcher that stops this job's local Ray processes when this process ends, SIGKILL included
+    (ernie_zoo/taskflow/_ray_reaper.py). Its own session: a kill of this job's process group must not take it."""
+    script = Path(__file__).with_name("_ray_reaper.py")
+    return subprocess.Popen(
+        [sys.executable, str(script), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 __all__ = ["RayTaskflowPool", "TaskflowWorker"]

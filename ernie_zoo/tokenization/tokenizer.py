@@ -90,6 +90,20 @@ def _simplified_training_item(item):
     return to_simplified(item)
 
 
+def _continuation_pieces(backend: Tokenizer, texts: Sequence) -> list[str]:
+    """Sorted "##c" for every character that continues a word of `texts` (after `backend`'s normalizer and
+    pre-tokenizer): the symbols the WordPiece trainer would number in a hash map's order. Items that are not
+    text are left to the trainer, which names their type."""
+    normalize, split = backend.normalizer.normalize_str, backend.pre_tokenizer.pre_tokenize_str
+    chars: set[str] = set()
+    for item in texts:
+        for text in item if isinstance(item, (list, tuple)) else (item,):
+            if isinstance(text, str):
+                for word, _ in split(normalize(text)):
+                    chars.update(word[1:])
+    return [f"##{c}" for c in sorted(chars)]
+
+
 def _normalizer(do_lower_case: bool) -> normalizers.Normalizer:
     return normalizers.Sequence(
         [
@@ -188,20 +202,27 @@ class ErnieZooTokenizerFast(BertTokenizer):
         backend = Tokenizer(WordPiece(unk_token="[UNK]"))
         backend.normalizer = _normalizer(do_lower_case)
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        if traditional_to_simplified:
+            texts = map(_simplified_training_item, texts)
+        # read twice: counted, then trained
+        texts = texts if isinstance(texts, (list, tuple)) else list(texts)
+        # Reproducible: the trainer (a BPE trainer underneath) breaks ties between equally frequent pairs by token
+        # id, and numbers the characters as they come out of a Rust hash map -- except the continuation pieces
+        # ("##c"), which it numbered in that map's per-process order, so when the budget ended inside a tie
+        # which of the tied word pieces got in varied by process (2 of 6 processes on a small mixed Chinese and
+        # English corpus). Counted here and given to the trainer first, in sorted order, they get the same ids in
+        # every process, and so does every merge after them.
+        continuation = _continuation_pieces(backend, texts)
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=list(SPECIAL_TOKENS),
+            special_tokens=[*SPECIAL_TOKENS, *continuation],
             show_progress=show_progress,
             continuing_subword_prefix="##",
         )
-        if traditional_to_simplified:
-            texts = map(_simplified_training_item, texts)
         backend.train_from_iterator(texts, trainer=trainer)
-        # The WordPiece trainer breaks frequency ties in an order that varies between processes; number the
-        # learned tokens canonically (special tokens, then characters, then word pieces, each sorted) so the
-        # same vocabulary always gets the same ids. Not fixed: when the budget ends inside a tie, which of the tied
-        # word pieces get in varies too (a 368-token vocabulary of the tests' tiny recipe: '##an' or '##nt').
+        # Number the learned tokens canonically (special tokens, then characters, then word pieces, each sorted)
+        # so the same vocabulary gets the same ids whatever the trainer's order.
         learned = [t for t in backend.get_vocab() if t not in SPECIAL_TOKENS]
         learned.sort(key=lambda t: (t.startswith("##"), len(t) > 1 and not t.startswith("##"), t))
         vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *learned])}
