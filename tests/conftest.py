@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -15,6 +16,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(1)
 
 DATA = Path(__file__).parent / "data"
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> str:
+    """`rows` as a JSONL file (UTF-8, one object per line); returns the path as a str (a CLI argument)."""
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
 
 
 def sentences() -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from conftest import write_jsonl
 
 from ernie_zoo.finetune import build_args, run_finetune
 from ernie_zoo.finetune.objectives import make_objective
@@ -40,15 +41,10 @@ def conversations() -> list[dict]:
     return rows
 
 
-def _write(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("chat")
-    return {"train": _write(root / "train.jsonl", conversations()), "root": str(root)}
+    return {"train": write_jsonl(root / "train.jsonl", conversations()), "root": str(root)}
 
 
 def _args(data, out: Path, **data_args):
@@ -103,7 +99,7 @@ def test_bad_conversations_are_named(data, tmp_path):
         ([{"messages": "大"}], r"row 1: 'messages' must be a non-empty list"),
     ]  # fmt: skip
     for rows, message in cases:
-        args.data.train_file = _write(tmp_path / "bad.jsonl", rows)
+        args.data.train_file = write_jsonl(tmp_path / "bad.jsonl", rows)
         with pytest.raises(ValueError, match=message):
             run_finetune(args)
     args = _args(data, tmp_path / "x", max_length=20)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from conftest import write_jsonl
 from safetensors.torch import load_file
 
 from ernie_zoo.finetune import build_args, load_finetuned, run_finetune
@@ -64,16 +65,11 @@ def _rows() -> list[dict[str, str]]:
     return rows
 
 
-def _write(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("instruction")
     rows = _rows()
-    return {"train": _write(root / "train.jsonl", rows[:24]), "dev": _write(root / "dev.jsonl", rows[24:]),
+    return {"train": write_jsonl(root / "train.jsonl", rows[:24]), "dev": write_jsonl(root / "dev.jsonl", rows[24:]),
             "root": str(root)}  # fmt: skip
 
 
@@ -281,9 +277,9 @@ def test_a_decoder_with_an_encoder_task_is_refused(data, pretrained, tmp_path, o
     args = _args(data, pretrained, tmp_path / "x", "lora")
     for key, value in overrides.items():
         setattr(args.model if key == "use_crf" else args, key, value)
-    args.data.train_file = args.data.dev_file = _write(tmp_path / "cls.jsonl", [{"text": "大", "label": "a", "prompt": "大", "target": "小"}, {"text": "小", "label": "b", "prompt": "小", "target": "大"}])  # fmt: skip
+    args.data.train_file = args.data.dev_file = write_jsonl(tmp_path / "cls.jsonl", [{"text": "大", "label": "a", "prompt": "大", "target": "小"}, {"text": "小", "label": "b", "prompt": "小", "target": "大"}])  # fmt: skip
     if args.task == "token_classification":
-        args.data.train_file = args.data.dev_file = _write(tmp_path / "ner.jsonl", [{"text": "大小", "entities": [{"start": 0, "end": 1, "type": "X"}]}])  # fmt: skip
+        args.data.train_file = args.data.dev_file = write_jsonl(tmp_path / "ner.jsonl", [{"text": "大小", "entities": [{"start": 0, "end": 1, "type": "X"}]}])  # fmt: skip
     with pytest.raises(ValueError, match=message):
         run_finetune(args)
     assert not (tmp_path / "x").exists()
@@ -302,12 +298,12 @@ def test_instruction_on_an_encoder_is_refused(data, tmp_path):
 
 def test_bad_instruction_data_and_methods_are_named(data, pretrained, tmp_path):
     args = _args(data, pretrained, tmp_path / "x", "lora")
-    args.data.train_file = _write(tmp_path / "t.jsonl", [{"prompt": "大", "target": "小"}])
+    args.data.train_file = write_jsonl(tmp_path / "t.jsonl", [{"prompt": "大", "target": "小"}])
     with pytest.raises(
         ValueError, match=r"t.jsonl: missing column\(s\) \['response'\].*data.response_column"
     ):
         run_finetune(args)
-    args.data.train_file = _write(tmp_path / "e.jsonl", [{"prompt": "大", "response": " "}])
+    args.data.train_file = write_jsonl(tmp_path / "e.jsonl", [{"prompt": "大", "response": " "}])
     with pytest.raises(ValueError, match=r"e.jsonl row 1: empty 'response'"):
         run_finetune(args)
     # a row naming "response" twice was accepted with the last one kept silently

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from conftest import write_jsonl
 
 from ernie_zoo.finetune import build_args, run_finetune
 from ernie_zoo.finetune.objectives import make_objective
@@ -43,17 +44,12 @@ def preference_rows() -> list[dict[str, str]]:
     return rows
 
 
-def _write(path: Path, rows: list[dict]) -> str:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("preference")
     rows = preference_rows()
     assert len(rows) == 64
-    return {"train": _write(root / "train.jsonl", rows), "root": str(root)}
+    return {"train": write_jsonl(root / "train.jsonl", rows), "root": str(root)}
 
 
 def _args(data, out: Path, method: str = "lora", loss: str = "dpo", backend: str = "single", **train):
@@ -97,7 +93,7 @@ def tiny(tmp_path_factory):
                            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
     torch.manual_seed(0)
     base = transformers.Ernie4_5ForCausalLM(config).eval()
-    args = build_args({"task": "preference", "data": {"train_file": _write(root / "t.jsonl", rows)}})
+    args = build_args({"task": "preference", "data": {"train_file": write_jsonl(root / "t.jsonl", rows)}})
     task = make_objective(args)
     task.read()
     features = task.encode(task.splits["train"], tok)
@@ -212,7 +208,7 @@ def test_conversational_rows_encode_as_their_chat_template(tiny, tmp_path):
     encoded = []
     for name, these in (("c", rows), ("i", implicit)):
         args = build_args(
-            {"task": "preference", "data": {"train_file": _write(tmp_path / f"{name}.jsonl", these)}}
+            {"task": "preference", "data": {"train_file": write_jsonl(tmp_path / f"{name}.jsonl", these)}}
         )
         task = make_objective(args)
         task.read()
@@ -332,7 +328,7 @@ def test_bad_preference_rows_and_settings_are_named(data, tmp_path):
          r"row 1: without a 'prompt' column, 'chosen' and 'rejected' must be conversations that differ only"),
     ]  # fmt: skip
     for rows, message in cases:
-        args.data.train_file = _write(tmp_path / "bad.jsonl", rows)
+        args.data.train_file = write_jsonl(tmp_path / "bad.jsonl", rows)
         with pytest.raises(ValueError, match=message):
             run_finetune(args)
     assert not (tmp_path / "x").exists()

@@ -5,13 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-HEADS = {
-    "base": "ErnieZooModel",
-    "mlm": "ErnieZooForMaskedLM",
-    "seq-cls": "ErnieZooForSequenceClassification",
-    "token-cls": "ErnieZooForTokenClassification",
-}
-
 
 @dataclass
 class Args:
@@ -39,7 +32,7 @@ class Args:
 
 def run(args: Args, argv: list[str]) -> int:
     import ernie_zoo.models as models
-    from ernie_zoo.models.convert import load_pretrained_checkpoint
+    from ernie_zoo.models.convert import HEADS, load_pretrained_checkpoint
     from ernie_zoo.utils import atomic_directory
 
     features = dict(

@@ -50,6 +50,13 @@ _KEY_RENAMES = (
     (re.compile(r"\.gamma$"), ".weight"),  # pre-2019 TF-converted checkpoints
     (re.compile(r"\.beta$"), ".bias"),
 )
+# `--head` names of `ernie-zoo convert` -> the ErnieZoo class each one builds.
+HEADS = {
+    "base": "ErnieZooModel",
+    "mlm": "ErnieZooForMaskedLM",
+    "seq-cls": "ErnieZooForSequenceClassification",
+    "token-cls": "ErnieZooForTokenClassification",
+}
 # Source weights a given head has no use for (pretraining heads, pooler of a pooler-less head).
 _IGNORABLE = re.compile(r"^(cls\.seq_relationship\.|ernie\.pooler\.|classifier\.|qa_outputs\.)")
 
@@ -96,8 +103,21 @@ def load_pretrained_checkpoint(
             raise FileNotFoundError(f"{src}: no vocab.txt; pass tokenizer=")
         tokenizer = ErnieZooTokenizerFast(vocab_file=str(src / "vocab.txt"))
 
+    return load_converted_weights(config, _load_state_dict(src), model_class, tokenizer, source=str(src))
+
+
+def load_converted_weights(
+    config: ErnieZooConfig,
+    weights: dict[str, torch.Tensor],
+    model_class: type[ErnieZooPreTrainedModel],
+    tokenizer,
+    source: str,
+) -> tuple[ErnieZooPreTrainedModel, Any]:
+    """Build `model_class(config)` from an ERNIE/BERT state dict held in memory (`bert.` names renamed), with the
+    character tables filled from `tokenizer`; `source` names the weights in errors. Raises if any weight of the
+    encoder is missing or left unused."""
     state = {}
-    for key, value in _load_state_dict(src).items():
+    for key, value in weights.items():
         for pattern, repl in _KEY_RENAMES:
             key = pattern.sub(repl, key)
         state[key] = value
@@ -109,19 +129,19 @@ def load_pretrained_checkpoint(
     usable = {k: v for k, v in state.items() if k in own}
     unused = sorted(k for k in state if k not in own and not _IGNORABLE.match(k))
     if unused:
-        raise ValueError(f"{src}: weights that do not fit {model_class.__name__}: {unused[:8]}")
+        raise ValueError(f"{source}: weights that do not fit {model_class.__name__}: {unused[:8]}")
     result = model.load_state_dict(usable, strict=False)
     missing_encoder = [
         k for k in result.missing_keys if k.startswith("ernie.") and ".char_features." not in k
     ]
     missing_encoder = [k for k in missing_encoder if not k.startswith("ernie.pooler.")]
     if missing_encoder:
-        raise ValueError(f"{src}: checkpoint lacks encoder weights {missing_encoder[:8]}")
+        raise ValueError(f"{source}: checkpoint lacks encoder weights {missing_encoder[:8]}")
     if hasattr(model, "tie_weights"):
         model.tie_weights()
     model.load_char_tables(tokenizer)
-    logger.info("loaded %s into %s (%d tensors)", src, model_class.__name__, len(usable))
+    logger.info("loaded %s into %s (%d tensors)", source, model_class.__name__, len(usable))
     return model, tokenizer
 
 
-__all__ = ["convert_config", "load_pretrained_checkpoint"]
+__all__ = ["HEADS", "convert_config", "load_converted_weights", "load_pretrained_checkpoint"]

@@ -144,19 +144,18 @@ def read_e5_file(path: str | Path) -> E5File:
         normalization[cp] = struct.unpack(f"<{n_out}I", norm.take(4 * n_out))
 
     ndir = c.unpack("i")
-    directory: dict[str, tuple[int, int, int, int]] = {}
+    directory: dict[str, tuple[int, int]] = {}  # name -> (offset, nbytes); each reader checks nbytes
     for _ in range(ndir):
         name_len = c.unpack("H")
         name = c.take(name_len).decode("ascii")
-        dtype = c.unpack("B")
-        n = c.unpack("I")
+        c.unpack("BI")  # dtype, element count: implied by the name and checked through nbytes
         offset, nbytes = c.unpack("QQ")
         if offset + nbytes > len(data):
             raise ValueError(f"{path}: tensor {name!r} runs past the end of the file (truncated?)")
-        directory[name] = (dtype, n, offset, nbytes)
+        directory[name] = (offset, nbytes)
 
     def fp32(name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        _, n, offset, nbytes = directory[name]
+        offset, nbytes = directory[name]
         count = int(np.prod(shape))
         if nbytes != 4 * count:
             raise ValueError(f"{path}: tensor {name!r} has {nbytes} bytes, expected fp32 {shape}")
@@ -165,19 +164,18 @@ def read_e5_file(path: str | Path) -> E5File:
         )
 
     def q4(name: str, rows: int, cols: int) -> torch.Tensor:
-        _, n, offset, nbytes = directory[name]
+        offset, nbytes = directory[name]
         if nbytes != rows * cols // QK * 18:
             raise ValueError(f"{path}: tensor {name!r} has {nbytes} bytes, expected Q4_0 [{rows}, {cols}]")
         return dequantize_q4_0(np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=offset), rows, cols)
 
-    missing = [n for n in ("emb.word", "emb.pos", "emb.type", "emb.ln.w", "emb.ln.b") if n not in directory]
+    missing = [n for n in _EMBEDDING_NAMES if n not in directory]
     if missing:
         raise ValueError(f"{path}: missing tensors {missing}")
     state: dict[str, torch.Tensor] = {
         _EMBEDDING_NAMES["emb.word"]: q4("emb.word", VOC, H),
         _EMBEDDING_NAMES["emb.pos"]: fp32("emb.pos", (MAXP, H)),
-        # e5 uses token type 0 only; the file stores that one row.
-        _EMBEDDING_NAMES["emb.type"]: fp32("emb.type", (directory["emb.type"][3] // (4 * H), H)),
+        _EMBEDDING_NAMES["emb.type"]: fp32("emb.type", (TVS, H)),  # e5 uses row 0 only
         _EMBEDDING_NAMES["emb.ln.w"]: fp32("emb.ln.w", (H,)),
         _EMBEDDING_NAMES["emb.ln.b"]: fp32("emb.ln.b", (H,)),
     }
@@ -204,7 +202,7 @@ def read_e5_file(path: str | Path) -> E5File:
         "intermediate_size": FF,
         "hidden_act": "gelu",
         "max_position_embeddings": MAXP,
-        "type_vocab_size": state[_EMBEDDING_NAMES["emb.type"]].shape[0],
+        "type_vocab_size": TVS,
         "layer_norm_eps": float(f"{eps:.6g}"),  # the fp32 1e-12 read back as 9.99...e-13
         "pad_token_id": pad,
     }
@@ -329,49 +327,33 @@ def convert_e5(
     head (transform randomly initialised, decoder tied to the word embeddings) for continued pretraining.
     Returns `(model, tokenizer)`.
     """
-    import json
-    import tempfile
-
-    from safetensors.torch import save_file
-
-    from ernie_zoo.models import (
-        ErnieZooForMaskedLM,
-        ErnieZooForSequenceClassification,
-        ErnieZooForTokenClassification,
-        ErnieZooModel,
-    )
-    from ernie_zoo.models.convert import load_pretrained_checkpoint
+    import ernie_zoo.models as models
+    from ernie_zoo.models.convert import HEADS, convert_config, load_converted_weights
     from ernie_zoo.tokenization import ErnieZooTokenizerFast
     from ernie_zoo.utils import atomic_directory
 
-    heads = {
-        "base": ErnieZooModel,
-        "mlm": ErnieZooForMaskedLM,
-        "seq-cls": ErnieZooForSequenceClassification,
-        "token-cls": ErnieZooForTokenClassification,
-    }
-    if head not in heads:
-        raise ValueError(f"head must be one of {sorted(heads)}, got {head!r}")
+    if head not in HEADS:
+        raise ValueError(f"head must be one of {sorted(HEADS)}, got {head!r}")
     e5 = read_e5_file(e5_path)
     tokens, rows = char_vocabulary(e5, latin_pieces=latin_pieces)
     state = dict(e5.state_dict)
     state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][
         torch.tensor(rows)
     ].clone()
-    config = dict(e5.config, vocab_size=len(tokens), pad_token_id=0)
+    config = convert_config(dict(e5.config, vocab_size=len(tokens), pad_token_id=0), **config_overrides)
     tokenizer = ErnieZooTokenizerFast(
         vocab={t: i for i, t in enumerate(tokens)},
         do_lower_case=False,
-        model_max_length=config["max_position_embeddings"],
+        model_max_length=config.max_position_embeddings,
     )
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp)
-        (src / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        prefix = "" if head == "base" else "bert."  # a bare encoder's weights carry no prefix
-        save_file({prefix + k: v.contiguous() for k, v in state.items()}, str(src / "model.safetensors"))
-        model, tokenizer = load_pretrained_checkpoint(
-            src, model_class=heads[head], tokenizer=tokenizer, **config_overrides
-        )
+    prefix = "" if head == "base" else "bert."  # a bare encoder's weights carry no prefix
+    model, tokenizer = load_converted_weights(
+        config,
+        {prefix + k: v for k, v in state.items()},
+        getattr(models, HEADS[head]),
+        tokenizer,
+        source=str(e5_path),
+    )
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
