@@ -693,3 +693,48 @@ def test_ner_result_dict_is_the_dataclass_dict():
     result = NerResult("李明在北京", [Entity("李明", "PER", 0, 2, 0.9), Entity("北京", "LOC", 3, 5, None)])
     assert result.to_dict() == dataclasses.asdict(result)
     assert NerResult("", []).to_dict() == dataclasses.asdict(NerResult("", []))
+
+
+def test_an_adapter_directory_loads_as_its_merged_model(tmp_path):
+    """`ernie-finetune` with LoRA writes a merged model and its unmerged adapter (adapter/ + ernie_zoo_finetune.json
+    naming the base): Taskflow loads the adapter directory (base + adapter, merged on load) with the same scores as
+    the merged directory; a base the adapter names that is gone is a clear error."""
+    import json
+    import shutil
+
+    from ernie_zoo.finetune import build_args, run_finetune
+    from ernie_zoo.taskflow import Taskflow
+    from ernie_zoo.taskflow.models import clear_model_cache
+
+    data = str(Path(__file__).parent / "data" / "finetune" / "sentiment.jsonl")
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+    recipe = {
+        "task": "sequence_classification",
+        "data": {"train_file": data, "dev_file": data, "max_length": 24, "max_eval_samples": 8},
+        "model": {"vocab_size": 300, "config_overrides": shape},
+        "method": {"method": "lora", "lora_r": 2},
+        "train": {
+            "output_dir": str(tmp_path / "out"),
+            "max_steps": 3,
+            "batch_size": 8,
+            "learning_rate": 0.05,
+            "progress": False,
+            "tensorboard": False,
+            "num_threads": 1,
+        },
+    }
+    run_finetune(build_args(recipe))
+    out = tmp_path / "out"
+    texts = ["房间太差了，非常失望", "这本书很好，值得推荐", "一般"]
+    merged = Taskflow("sentiment_analysis", task_path=out, return_all_scores=True)(texts)
+    adapter = Taskflow("sentiment_analysis", task_path=out / "adapter", return_all_scores=True)(texts)
+    for a, b in zip(adapter, merged):
+        assert a["label"] == b["label"]
+        for label, p in a["scores"].items():
+            assert p == pytest.approx(b["scores"][label], abs=1e-5)
+    # the base the adapter names is gone: the error names it
+    meta = json.loads((out / "adapter" / "ernie_zoo_finetune.json").read_text(encoding="utf-8"))
+    shutil.rmtree(meta["base_model"])
+    clear_model_cache()
+    with pytest.raises(FileNotFoundError, match="does not exist|not a directory|base model"):
+        Taskflow("sentiment_analysis", task_path=out / "adapter")

@@ -249,6 +249,24 @@ def test_sentiment_default_beyond_reviews():
     assert correct >= 8, list(zip(general, GENERAL_SENTENCES))
 
 
+def test_sentiment_default_on_everyday_sentences():
+    """Issue #46's four everyday positive sentences (the mini default said negative, 0.80-0.99) and 36 more of the
+    kind, written for it (data/eval/sentiment_everyday/README.md; kept out of every corpus and of checkpoint choice):
+    sentences whose words mislead alone (睡不着, 手术, 火 in good news; 抢到, 五星 in bad news). The threshold was set
+    before the model was run on them."""
+    rows = [
+        json.loads(line)
+        for line in (REPO / "data/eval/sentiment_everyday/sentences.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    out = Taskflow("sentiment_analysis")([r["text"] for r in rows])
+    pred = [o["label"] for o in out]
+    issue = [r["id"] for r in rows][:4]
+    assert issue == ["pos-01", "pos-02", "pos-03", "pos-04"]
+    assert pred[:4] == ["positive"] * 4, list(zip(pred[:4], rows[:4]))
+    wrong = [(p, r["text"]) for p, r in zip(pred, rows) if p != r["label"]]
+    assert len(wrong) <= 6, wrong  # at least 34 of 40
+
+
 def test_ner_default_on_new_sentences():
     flow = Taskflow("ner", entity_only=True)
     found = {

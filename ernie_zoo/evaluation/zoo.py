@@ -120,6 +120,17 @@ def _timed(fn, *args):
 
 
 # -------------------------------------------------------------------------------------------- sentiment
+def _ece(outputs: list[dict[str, Any]], gold: list[str]) -> float | None:
+    """Expected calibration error (15 bins) of Taskflow's (label, score) outputs against `gold`; texts without a
+    label (no letters) are left out; None when none has one."""
+    from .calibration import expected_calibration_error
+
+    pairs = [(o["score"], o["label"] == g) for o, g in zip(outputs, gold) if o["label"] is not None]
+    if not pairs:
+        return None
+    return round(expected_calibration_error([c for c, _ in pairs], [ok for _, ok in pairs]), 4)
+
+
 def evaluate_sentiment_model(
     model_dir: Path, datasets: Path, *, batch_size: int = 64, multidomain_dir: Path | None = None
 ) -> dict[str, Any]:
@@ -145,6 +156,7 @@ def evaluate_sentiment_model(
             "size": len(records),
             "accuracy": accuracy(labels, pred),
             "macro_f1": macro_f1(labels, pred),
+            "ece": _ece(outs, labels),
             "texts_per_s": round(len(records) / seconds, 1),
         }
         if name == "test":
@@ -172,7 +184,11 @@ def evaluate_sentiment_model(
         for name, records in md_records.items():
             outs, seconds = _timed(flow, [r["text"] for r in records])
             pred = [o["label"] for o in outs]
-            md[name] = {**scores_by_domain(records, pred), "texts_per_s": round(len(records) / seconds, 1)}
+            md[name] = {
+                **scores_by_domain(records, pred),
+                "ece": _ece(outs, [r["label"] for r in records]),
+                "texts_per_s": round(len(records) / seconds, 1),
+            }
             md[name]["predictions"] = _compact(pred)
         result["multidomain"] = md
     return result

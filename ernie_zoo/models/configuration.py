@@ -11,6 +11,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import ErnieConfig
 
 FUSIONS = ("add", "concat")
+POOLINGS = ("cls", "mean")
 
 
 @strict
@@ -34,6 +35,10 @@ class ErnieZooConfig(ErnieConfig):
         to `hidden_size` by a linear layer (ChineseBERT-style).
     char_feature_dim (`int`, *optional*):
         Width of each feature embedding for concat fusion; defaults to `hidden_size // 4`.
+    pooling (`str`, defaults to `"cls"`):
+        What the pooler (dense + tanh) of a sentence-level head reads: `"cls"` the first token's final hidden state
+        (BERT / ERNIE), `"mean"` the mean over the non-padding tokens (`attention_mask`), as E5 / sentence encoders
+        were trained to summarise a text (the e5 base sets it).
     """
 
     model_type = "ernie_zoo"
@@ -48,6 +53,7 @@ class ErnieZooConfig(ErnieConfig):
     stroke_seq_len: int = 32
     feature_fusion: str = "add"
     char_feature_dim: int | None = None
+    pooling: str = "cls"
 
     def __post_init__(self, **kwargs):
         if self.pinyin_vocab_size is None:
@@ -68,6 +74,8 @@ class ErnieZooConfig(ErnieConfig):
         self._check_features()
 
     def _check_features(self):
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.feature_fusion not in FUSIONS:
             raise ValueError(f"feature_fusion must be one of {FUSIONS}, got {self.feature_fusion!r}")
         if self.hidden_size % self.num_attention_heads != 0:

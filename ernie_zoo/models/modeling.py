@@ -343,7 +343,7 @@ class ErnieZooModel(ErnieZooPreTrainedModel, ErnieModel):
         if input_ids is not None and inputs_embeds is None and self.embeddings.char_features is not None:
             inputs_embeds = self.embeddings.embed_tokens(input_ids, pinyin_ids)
             input_ids = None
-        return super().forward(
+        outputs = super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -352,6 +352,15 @@ class ErnieZooModel(ErnieZooPreTrainedModel, ErnieModel):
             inputs_embeds=inputs_embeds,
             **kwargs,
         )
+        if self.pooler is not None and getattr(self.config, "pooling", "cls") == "mean":
+            hidden = outputs.last_hidden_state  # (B, T, H)
+            if attention_mask is None or attention_mask.dim() != 2:
+                weights = torch.ones(hidden.shape[:2], dtype=hidden.dtype, device=hidden.device)
+            else:
+                weights = attention_mask.to(hidden.dtype)
+            mean = (hidden * weights[..., None]).sum(1) / weights.sum(1, keepdim=True).clamp(min=1)  # (B, H)
+            outputs["pooler_output"] = self.pooler(mean[:, None, :])  # the pooler reads position 0
+        return outputs
 
 
 def _forward_of(parent: type):

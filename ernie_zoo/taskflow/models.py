@@ -218,6 +218,46 @@ def default_precision(source: ModelSource, device: torch.device) -> str:
     return value
 
 
+#: peft types whose weights fold into the base (the merged model runs as fast as a plain one, and int8 applies).
+_MERGEABLE_PEFT = {"LORA", "ADALORA", "IA3", "LOHA", "LOKR"}
+
+
+def _is_adapter_dir(location: str) -> bool:
+    from ernie_zoo.finetune.export import is_adapter_dir
+
+    return is_adapter_dir(location)
+
+
+def _load_adapter_model(location: str) -> Any:
+    """The model of an adapter directory that `ernie-finetune` wrote (adapter_config.json + its
+    ernie_zoo_finetune.json naming the base): the base (a shipped name, a directory or a hub id, resolved like
+    `model=`) with the task's head, the adapter put on it and, for LoRA-style adapters, merged into its weights."""
+    from ernie_zoo.finetune.export import CONFIG_NAME, META_NAME, load_adapter, load_base_model
+
+    directory = Path(location)
+    meta_path = directory / META_NAME
+    if not meta_path.is_file():
+        raise ValueError(
+            f"{directory} holds an adapter ({CONFIG_NAME}) but no {META_NAME} naming its base model and head; "
+            "load the base yourself and put the adapter on it with peft, or merge it: ernie-finetune merge"
+        )
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    for key in ("base_model", "architecture"):
+        if not isinstance(meta.get(key), str) or not meta[key]:
+            raise ValueError(f"{meta_path}: {key!r} must be a non-empty string, got {meta.get(key)!r}")
+    base_source = resolve_model_source(meta["base_model"], hint=f" (the base model {meta_path} names)")
+    if base_source.kind == "shipped":
+        verify_manifest(base_source.location, complete=True)
+    base = load_base_model(base_source.location, meta["architecture"], meta.get("config_updates") or {})
+    if hasattr(base, "load_saved_files"):  # a lexicon the adapter directory carries
+        base.load_saved_files(directory)
+    model = load_adapter(base, directory)
+    peft_type = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")).get("peft_type")
+    if peft_type in _MERGEABLE_PEFT:
+        model = model.merge_and_unload()
+    return model
+
+
 def load_model(
     source: ModelSource,
     auto_class: str | type,
@@ -271,7 +311,10 @@ def load_model(
             cls = model_class_for(config, pipeline_tag="token-classification", default=cls)
         _QUIET.on = True
         try:
-            model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)
+            if source.kind != "hub" and _is_adapter_dir(source.location):
+                model, info = _load_adapter_model(source.location), {}
+            else:
+                model, info = _from_pretrained(cls, source, output_loading_info=True, dtype=torch.float32)
         except (SafetensorError, pickle.UnpicklingError) as exc:
             raise unreadable_weights(source.location, exc) from exc
         finally:
