@@ -584,7 +584,7 @@ def test_msra_mix_asks_each_type_under_its_names(tmp_path):
     for split in ("train", "dev", "test"):
         _write_jsonl(datasets / "ner" / f"{split}.jsonl", records[:6])
     counts = build_extraction_mix(tmp_path / "mix", datasets)
-    assert counts == {"train": 18, "dev": 18, "test": 18, "test_unseen": 18}
+    assert counts == {"dropped_heldout": 0, "train": 18, "dev": 18, "test": 18, "test_unseen": 18}
     unseen = read_prompt_examples(tmp_path / "mix" / "test_unseen.jsonl")
     assert {ex.prompt for ex in unseen} == {"人", "地方", "单位"}
 

@@ -20,7 +20,7 @@ Every line is NFKC-normalised, split at ``max_chars`` on sentence boundaries, an
 at least ``min_chars`` characters and enough Han characters (:func:`~ernie_zoo.data.text.iter_clean_lines`).
 
 Held-out text never enters the corpus: lines equal to a dev/test text of any labelled set or to a line
-of the repository's exclude lists (:data:`EXCLUDE_FILES`: the multi-domain sentiment test set), or sharing
+of the repository's exclude lists (:data:`EXCLUDE_FILES`: the multi-domain sentiment set and the relation set), or sharing
 a clause pair (e.g. a poem couplet, see :func:`~ernie_zoo.data.text.clause_pairs`) with one, are
 dropped and counted as ``dropped_heldout`` in the manifest.
 
@@ -245,10 +245,12 @@ def iter_classics(archive: Path, *, progress: bool = False) -> Iterator[str]:
 
 #: Held-out text files committed in the repository (paths relative to its root, one text per line): test sets
 #: this project builds itself, whose sentences come from the same sources as the corpus (the multi-domain
-#: sentiment test holds MSRA training sentences and reviews) and so must be kept out of it.
+#: sentiment test holds MSRA training sentences and reviews, the relation set MSRA training sentences; the everyday
+#: sentences are a test of the shipped default) and so must be kept out of it.
 EXCLUDE_FILES: tuple[str, ...] = (
     "data/eval/sentiment_multidomain/exclude.txt",
     "data/eval/sentiment_everyday/exclude.txt",
+    "data/eval/relations/exclude.txt",
 )
 _QUOTE_KEY = 4  # characters that index an exclude-file text for HeldOut.quotes
 
@@ -311,16 +313,9 @@ class HeldOut:
                     n += 1
         return n
 
-    @classmethod
-    def from_datasets(cls, root: Path, exclude_files: Iterable[str | Path] | None = None) -> HeldOut:
-        """Every dev and test text of the prepared labelled sets under ``root``, plus every line of the
-        ``exclude_files`` (default: :data:`EXCLUDE_FILES` in this repository's checkout; each one that is
-        absent, e.g. in an installed package, is skipped with a warning)."""
-        held = cls()
-        for task in ("sentiment", "ner", "poetry"):
-            for split in ("dev", "test"):
-                for rec in load_split(task, split, root):
-                    held.add(rec["text"])
+    def add_exclude_files(self, exclude_files: Iterable[str | Path] | None = None) -> None:
+        """Add every line of the ``exclude_files`` (default: :data:`EXCLUDE_FILES` in this repository's checkout;
+        each one that is absent, e.g. in an installed package, is skipped with a warning)."""
         if exclude_files is None:
             base = repo_root()
             if base is None:
@@ -337,7 +332,27 @@ class HeldOut:
             if not path.is_file():
                 logger.warning("held-out filter: exclude list %s is absent; skipped", path)
                 continue
-            logger.info("held-out filter: %d texts from %s", held.add_file(path), path)
+            logger.info("held-out filter: %d texts from %s", self.add_file(path), path)
+
+    @classmethod
+    def from_exclude_files(cls, exclude_files: Iterable[str | Path] | None = None) -> HeldOut:
+        """Only the lines of the exclude lists (:meth:`add_exclude_files`): for builders of training sets
+        whose own dev/test splits are held out elsewhere (``ernie_zoo.data.extraction_mix``)."""
+        held = cls()
+        held.add_exclude_files(exclude_files)
+        return held
+
+    @classmethod
+    def from_datasets(cls, root: Path, exclude_files: Iterable[str | Path] | None = None) -> HeldOut:
+        """Every dev and test text of the prepared labelled sets under ``root``, plus every line of the
+        ``exclude_files`` (default: :data:`EXCLUDE_FILES` in this repository's checkout; each one that is
+        absent, e.g. in an installed package, is skipped with a warning)."""
+        held = cls()
+        for task in ("sentiment", "ner", "poetry"):
+            for split in ("dev", "test"):
+                for rec in load_split(task, split, root):
+                    held.add(rec["text"])
+        held.add_exclude_files(exclude_files)
         return held
 
 

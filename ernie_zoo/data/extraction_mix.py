@@ -14,6 +14,10 @@ prompt (nothing to find). A negative never uses another name of a type the sente
     <out>/test.jsonl                 MSRA test, trained names
     <out>/test_unseen.jsonl          MSRA test, held-out names (zero-shot on type names)
 
+Texts of the repository's exclude lists (`ernie_zoo.data.corpora.EXCLUDE_FILES`: the hand-labelled relation set
+`data/eval/relations`, whose sentences are MSRA training text) are dropped from train.jsonl and dev.jsonl, with the clause-pair rule
+of the pretraining corpus (the MSRA test files stay the public test, whole).
+
 The entity lexicons' types (jieba nr/ns/nt/nz/t/m, jionlp places), dictionary entries and relation templates of
 #48 item 2 are not in this mix yet.
 
@@ -32,7 +36,9 @@ from typing import Any
 from ernie_zoo.recipe_cli import command_main
 
 from .annotations import PromptExample, write_prompt_examples
+from .corpora import HeldOut
 from .labelled import DEFAULT_DATASETS, load_split
+from .text import normalize_text
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +69,29 @@ def msra_prompt_examples(
             yield PromptExample(_pick(choices, seed, f"{text}\0{kind}"), text, tuple(spans))
 
 
-def build_extraction_mix(out: Path, datasets: Path = DEFAULT_DATASETS, seed: int = 0) -> dict[str, int]:
-    """Write the mix (see the module docstring) from the prepared MSRA splits; returns the examples per file."""
-    counts = {}
+def build_extraction_mix(
+    out: Path,
+    datasets: Path = DEFAULT_DATASETS,
+    seed: int = 0,
+    exclude_files: Iterable[str | Path] | None = None,
+) -> dict[str, int]:
+    """Write the mix (see the module docstring) from the prepared MSRA splits, without the texts of
+    ``exclude_files`` (default: the repository's exclude lists); returns the examples per file and, under
+    ``dropped_heldout``, how many sentences the exclude lists removed."""
+    held = HeldOut.from_exclude_files(exclude_files)
+    counts = {"dropped_heldout": 0}
     for name, split, names in (
         ("train", "train", TYPE_NAMES),
         ("dev", "dev", TYPE_NAMES),
         ("test", "test", TYPE_NAMES),
         ("test_unseen", "test", HELD_OUT_NAMES),
     ):
-        records = load_split("ner", split, datasets)
+        records = []
+        for record in load_split("ner", split, datasets):
+            if split != "test" and held.contains(normalize_text(record["text"])):
+                counts["dropped_heldout"] += 1
+            else:
+                records.append(record)
         counts[name] = write_prompt_examples(
             out / f"{name}.jsonl", msra_prompt_examples(records, names, seed)
         )
