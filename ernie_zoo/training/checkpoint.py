@@ -352,6 +352,20 @@ def load_json_state(obj: Any, path: str | os.PathLike) -> None:
     obj.load_state_dict(read_json(path))
 
 
+def load_schedule_state(scheduler: torch.optim.lr_scheduler.LRScheduler, path: str | os.PathLike) -> None:
+    """Restore an LR schedule saved by `save_json_state` into an optimizer with any number of param groups (a
+    pipeline stage's optimizer, one process's): the step count and the learning rate, which the run's groups
+    share, written into each group."""
+    saved = read_json(path)
+    if len(set(saved["base_lrs"])) > 1:
+        raise ValueError(f"{path}: param groups with different learning rates cannot move to another layout")
+    groups = scheduler.optimizer.param_groups
+    n = len(groups)
+    scheduler.load_state_dict({**saved, "base_lrs": saved["base_lrs"][:1] * n, "_last_lr": saved["_last_lr"][:1] * n})
+    for group, lr in zip(groups, scheduler.get_last_lr()):
+        group["lr"] = lr
+
+
 def _rng_stem(rank: int) -> str:
     return "rng" if rank == 0 else f"rng-rank{rank:05d}"
 
@@ -415,6 +429,7 @@ __all__ = [
     "load_json_state",
     "load_optimizer_state",
     "load_rng_state",
+    "load_schedule_state",
     "read_json",
     "remove_stale_temporaries",
     "resume_checkpoint",

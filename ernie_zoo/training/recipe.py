@@ -333,7 +333,13 @@ class DistributedArgs:
                 _check(value == default, f"distributed.{key}", value, "needs distributed.backend pipeline")
         else:
             _check(
-                self.pp_size >= 2, "distributed.pp_size", self.pp_size, "must be >= 2 under backend pipeline"
+                self.pp_size >= 1, "distributed.pp_size", self.pp_size, "must be >= 1 under backend pipeline"
+            )
+            _check(
+                self.pp_size >= 2 or self.pp_schedule == "1f1b",
+                "distributed.pp_schedule",
+                self.pp_schedule,
+                "interleaved needs distributed.pp_size >= 2",
             )
             _check(
                 self.pp_schedule in PP_SCHEDULES,
