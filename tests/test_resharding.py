@@ -212,6 +212,59 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     assert torch.equal(state["model.w"], torch.ones(2, 3))
 
 
+# ------------------------------------------------------------- ernie-pretrain killed in the middle of a save
+TINY = REPO / "recipes" / "pretrain" / "tiny-cpu.yaml"
+SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_a_save_killed_midway_leaves_no_checkpoint_and_the_run_resumes_from_the_one_before(tmp_path, tiny_tokenizer):
+    """`ernie-pretrain` on the pipeline backend (PP 2, 2 gloo ranks) with asynchronous saves every 2 steps: both ranks
+    SIGKILLed while checkpoint-4 is being saved (every rank's files written, nothing published yet). What is left is
+    `.checkpoint-4.tmp` with the ranks' files but no manifest; resume picks checkpoint-2, removes the leftover and
+    ends with the losses, grad norms and final weights of an uninterrupted run, bit for bit."""
+    from safetensors.torch import load_file
+
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.parallel.resharding import DCP_DIR
+    from ernie_zoo.training import checkpoint as ckpt
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    tiny_tokenizer.save_pretrained(tmp_path / "tok")
+
+    def pretrain(out: Path, env: dict | None = None) -> None:
+        run_local_ranks(
+            ["-m", "ernie_zoo.training.pretrain", str(TINY), "--output_dir", str(out), "--tokenizer.path",
+             str(tmp_path / "tok"), "--max_steps", "6", "--data.files", f"[{SENTENCES}]", "--distributed.backend",
+             "pipeline", "--distributed.pp_size", "2", "--checkpoint.interval", "2", "--checkpoint.async_save", "true",
+             "--eval.interval", "0", "--logging.interval", "1", "--logging.progress_bar", "false",
+             "--logging.tensorboard", "false", "--optim.warmup_steps", "1"],
+            nproc=2, timeout=600, cwd=REPO, env=env,
+        )  # fmt: skip
+
+    pretrain(tmp_path / "straight")
+    killed = tmp_path / "killed"
+    with pytest.raises(RuntimeError, match="failed"):
+        pretrain(killed, env={ckpt.KILL_IN_SAVE_ENV: "4"})
+    assert [p.name for p in ckpt.list_checkpoints(killed)] == ["checkpoint-2"]
+    leftover = killed / ".checkpoint-4.tmp"
+    assert len(list((leftover / DCP_DIR).glob("*.safetensors"))) == 2  # the data was all there ...
+    assert not (leftover / ckpt.MANIFEST).exists()  # ... but never published
+    assert ckpt.latest_valid_checkpoint(killed) == killed / "checkpoint-2"
+    pretrain(killed)
+    assert not leftover.exists()
+    straight = [r for r in read_metrics(tmp_path / "straight" / "metrics.jsonl") if "train/loss" in r]
+    resumed = {r["step"]: r for r in read_metrics(killed / "metrics.jsonl") if "train/loss" in r}
+    assert [r["step"] for r in straight] == [1, 2, 3, 4, 5, 6]
+    for r in straight:
+        assert resumed[r["step"]]["train/loss"] == r["train/loss"], r["step"]
+        assert resumed[r["step"]]["train/grad_norm"] == r["train/grad_norm"], r["step"]
+    a = load_file(str(tmp_path / "straight" / "checkpoint-6" / "model.safetensors"))
+    b = load_file(str(killed / "checkpoint-6" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 # ---------------------------------------------------------------------------------------------- worker
 def _worker(tmp: str, layout: str, phase: str) -> None:
     import torch.distributed as dist

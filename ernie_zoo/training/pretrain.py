@@ -33,6 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,10 @@ def pretrain(
             on_step_end=on_step_end,
         )
     finally:
-        metrics.close()
+        try:
+            task.wait_for_save()  # the last checkpoint is complete before the run returns
+        finally:
+            metrics.close()
 
     final_loss = state["last_train_loss"]
     summary = {
@@ -334,6 +338,8 @@ class Pretraining:
         # logs the same window means as an uninterrupted one.
         self.window = {**WINDOW, **(self.state.pop("window", None) or {})}
         self.session = {"tokens": 0, "flops": 0.0, "time": 0.0}
+        self._saver: ThreadPoolExecutor | None = None  # publishes asynchronous saves (checkpoint.async_save)
+        self._pending_save: Future | None = None
 
     def micro_batches(self, step: int):
         self.collator.set_step(step)
@@ -432,25 +438,49 @@ class Pretraining:
         return False
 
     def save(self, step: int) -> None:
+        """Write checkpoint-<step>: the loop's state (step, data position, window, RNG, recipe) and the engine's.
+        Under `checkpoint.async_save` on an engine that saves in the background (the pipeline's), wait for the
+        previous save, copy the state and return; the checkpoint is published when every rank's files are
+        written (`checkpoint.save_checkpoint_async`)."""
         engine, recipe, output_dir = self.engine, self.recipe, Path(self.recipe.output_dir)
         single = engine.backend == "single"
+        background = recipe.checkpoint.async_save and engine.backend == "pipeline"
+        self.wait_for_save()
 
-        def write(tmp: Path) -> None:
+        def write(tmp: Path):
             ckpt.save_rng_state(tmp, rank=engine.rank)
             if engine.is_main:
                 deterministic = {k: self.window[k] for k in (*DETERMINISTIC_WINDOW, *POLARITY)}
                 ckpt.write_json(tmp / "trainer_state.json", {**self.state, "window": deterministic})
                 (tmp / "recipe.yaml").write_text(recipe_to_yaml(recipe), encoding="utf-8")
-            engine.save(tmp)  # last: a sharded engine writes its shard on every rank, then synchronises
+            # last: a sharded engine writes its shard on every rank, then synchronises (or, in the background,
+            # returns the future of every rank's write)
+            return engine.save(tmp, asynchronous=True) if background else engine.save(tmp)
 
+        if background:
+            if self._saver is None:
+                self._saver = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-publish")
+            self._pending_save = ckpt.save_checkpoint_async(
+                output_dir, step, write, executor=self._saver, is_main=engine.is_main, on_published=self._published
+            )
+            return
         path = ckpt.save_checkpoint(
             output_dir, step, write, is_main=engine.is_main, barrier=None if single else engine.barrier
         )
         if engine.is_main:
-            removed = ckpt.rotate_checkpoints(output_dir, recipe.checkpoint.keep_last, REQUIRED_FILES)
-            logger.info(
-                "saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else ""
-            )
+            self._published(path)
+
+    def _published(self, path: Path) -> None:
+        """Rotation, on the main rank, once a checkpoint is in place."""
+        output_dir = Path(self.recipe.output_dir)
+        removed = ckpt.rotate_checkpoints(output_dir, self.recipe.checkpoint.keep_last, REQUIRED_FILES)
+        logger.info("saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else "")
+
+    def wait_for_save(self) -> None:
+        """Block until the save in the background (if any) is complete; re-raises its error."""
+        pending, self._pending_save = self._pending_save, None
+        if pending is not None:
+            pending.result()
 
 
 #: Window sums that travel in checkpoints (a resumed run logs the same means as an uninterrupted one).

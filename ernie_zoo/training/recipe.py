@@ -177,6 +177,12 @@ class CheckpointArgs:
     """Keep the newest N checkpoints; older ones are deleted."""
     save_final: bool = True
     """Also save a checkpoint after the last step."""
+    async_save: bool = True
+    """distributed.backend pipeline: write checkpoints in the background. Each rank's state is copied to CPU memory
+    and training goes on while the files are written; the next save and the end of the run wait for it. The
+    checkpoint appears (its temporary directory renamed, with a manifest) only once every rank's files are written,
+    so a run killed during a save resumes from the one before. false: the step loop waits for every save. The
+    single and deepspeed backends always save synchronously."""
 
 
 @dataclass
