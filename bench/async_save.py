@@ -59,7 +59,10 @@ def _model(args):
     config = ErnieZooConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
                             num_attention_heads=args.hidden // 64, intermediate_size=4 * args.hidden,
                             max_position_embeddings=args.seq_len, feature_fusion="add")  # fmt: skip
-    tables = {k: torch.zeros(args.vocab, dtype=torch.long) for k in ("default_pinyin_ids", "radical_ids", "stroke_counts")}
+    tables = {
+        k: torch.zeros(args.vocab, dtype=torch.long)
+        for k in ("default_pinyin_ids", "radical_ids", "stroke_counts")
+    }
     tables["stroke_seqs"] = torch.zeros(args.vocab, 32, dtype=torch.long)
     return build_model(config, tables, seed=0, meta=True)
 
@@ -155,14 +158,21 @@ def main() -> int:
     result = {
         "command": "python bench/async_save.py " + shlex.join(sys.argv[1:]),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch 1 thread per rank, 2 gloo ranks (PP 2)",
-        "model": {"parameters": r0["parameters"], "hidden": args.hidden, "layers": args.layers, "vocab": args.vocab},
+        "model": {
+            "parameters": r0["parameters"],
+            "hidden": args.hidden,
+            "layers": args.layers,
+            "vocab": args.vocab,
+        },
         "checkpoint_mb": round(sum(r["checkpoint_bytes"] for r in ranks[:1]) / 2**20, 1),
         "step_s_without_save": round(quiet, 4),
         "step_s_with_save_in_flight": round(busy, 4),
         "ratio_in_flight_over_without": round(busy / quiet, 3),
         "steps_with_save_in_flight": len(r0["in_flight"]),
-        "step_s_without_save_before_after": [round(statistics.median(r0["quiet"]), 4),
-                                             round(statistics.median(r0["quiet_again"]), 4)],  # fmt: skip
+        "step_s_without_save_before_after": [
+            round(statistics.median(r0["quiet"]), 4),
+            round(statistics.median(r0["quiet_again"]), 4),
+        ],  # fmt: skip
         "loop_stopped_s": {
             "async_save": round(max(r["blocked_async_s"] for r in ranks), 4),
             "sync_save": round(max(r["blocked_sync_s"] for r in ranks), 4),

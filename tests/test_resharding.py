@@ -27,7 +27,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_pipeline_parallel import GLOBAL_BATCH, LOSS_RTOL, SEQS, WEIGHT_ATOL, _global_batch, _model, _recipe, _rows
+from test_pipeline_parallel import (
+    GLOBAL_BATCH,
+    LOSS_RTOL,
+    SEQS,
+    WEIGHT_ATOL,
+    _global_batch,
+    _model,
+    _recipe,
+    _rows,
+)
 
 from ernie_zoo.parallel.distributed import finish_distributed
 
@@ -154,7 +163,9 @@ def test_pp2_resumes_on_dp2_with_zero1(tmp_path, reference):
     assert [r["layers"] for r in first] == [[0, 1], [2, 3]]
     assert all(r["layers"] == [0, 1, 2, 3] for r in second)
     held = [r["optimizer_numel"] for r in second]
-    assert sum(held) == 2 * second[0]["param_numel"] and all(0 < h < 2 * second[0]["param_numel"] for h in held)
+    assert sum(held) == 2 * second[0]["param_numel"] and all(
+        0 < h < 2 * second[0]["param_numel"] for h in held
+    )
 
 
 @pytest.mark.distributed
@@ -219,7 +230,9 @@ SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_a_save_killed_midway_leaves_no_checkpoint_and_the_run_resumes_from_the_one_before(tmp_path, tiny_tokenizer):
+def test_a_save_killed_midway_leaves_no_checkpoint_and_the_run_resumes_from_the_one_before(
+    tmp_path, tiny_tokenizer
+):
     """`ernie-pretrain` on the pipeline backend (PP 2, 2 gloo ranks) with asynchronous saves every 2 steps: both ranks
     SIGKILLed while checkpoint-4 is being saved (every rank's files written, nothing published yet). What is left is
     `.checkpoint-4.tmp` with the ranks' files but no manifest; resume picks checkpoint-2, removes the leftover and

@@ -29,7 +29,9 @@ rank's pieces are written: DCP's last step gathers each rank's write results on 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,14 @@ def _dist_on() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
+
+
+def _single_process_quietly() -> contextlib.AbstractContextManager:
+    """DCP in one process warns that it assumes one process on every call: that is the intent here."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(warnings.catch_warnings())
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    return stack
 
 
 def checkpoint_group() -> Any:
@@ -122,9 +132,10 @@ def save(
     path.mkdir(parents=True, exist_ok=True)
     writer = dcp.HuggingFaceStorageWriter(str(path), save_distributed=True)
     kwargs = {"storage_writer": writer, "process_group": process_group, "no_dist": not _dist_on()}
-    if asynchronous:
-        return dcp.async_save(state, **kwargs)
-    dcp.save(state, **kwargs)
+    with _single_process_quietly():
+        if asynchronous:
+            return dcp.async_save(state, **kwargs)
+        dcp.save(state, **kwargs)
     return None
 
 
@@ -141,12 +152,17 @@ def load(state: dict[str, torch.Tensor], directory: str | os.PathLike, *, proces
             "written for another model or optimizer?"
         )
     wrong = [
-        f"{k}: saved {saved[k][0]}, here {list(v.shape)}" for k, v in state.items() if saved[k][0] != list(v.shape)
+        f"{k}: saved {saved[k][0]}, here {list(v.shape)}"
+        for k, v in state.items()
+        if saved[k][0] != list(v.shape)
     ]
     if wrong:
-        raise ValueError(f"{directory} holds tensors of other shapes than this model's ({'; '.join(wrong[:4])})")
+        raise ValueError(
+            f"{directory} holds tensors of other shapes than this model's ({'; '.join(wrong[:4])})"
+        )
     reader = dcp.HuggingFaceStorageReader(str(Path(directory) / DCP_DIR))
-    dcp.load(state, storage_reader=reader, process_group=process_group, no_dist=not _dist_on())
+    with _single_process_quietly():
+        dcp.load(state, storage_reader=reader, process_group=process_group, no_dist=not _dist_on())
 
 
 def read_full(directory: str | os.PathLike, prefix: str = MODEL_PREFIX) -> dict[str, torch.Tensor]:
@@ -157,7 +173,8 @@ def read_full(directory: str | os.PathLike, prefix: str = MODEL_PREFIX) -> dict[
     shapes = {k: v for k, v in saved_shapes(directory).items() if k.startswith(prefix)}
     state = {k: torch.empty(shape, dtype=dtype) for k, (shape, dtype) in shapes.items()}
     reader = dcp.HuggingFaceStorageReader(str(Path(directory) / DCP_DIR))
-    dcp.load(state, storage_reader=reader, no_dist=True)
+    with _single_process_quietly():
+        dcp.load(state, storage_reader=reader, no_dist=True)
     return {k[len(prefix) :]: v for k, v in state.items()}
 
 

@@ -197,7 +197,9 @@ def save_checkpoint_async(
 
 def _publish(root: Path, step: int, tmp: Path, final: Path) -> None:
     """Manifest, fsync, rename `tmp` to `final` (replacing a copy of the same step), fsync the parent."""
-    write_manifest(tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()), step=step)
+    write_manifest(
+        tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()), step=step
+    )
     _fsync_dir(tmp)
     if final.exists():  # a re-run of the same step: replace it (the old copy is removed after the swap)
         old = root / f".checkpoint-{step}.tmp-old-{os.getpid()}"
@@ -418,7 +420,9 @@ def load_schedule_state(scheduler: torch.optim.lr_scheduler.LRScheduler, path: s
         raise ValueError(f"{path}: param groups with different learning rates cannot move to another layout")
     groups = scheduler.optimizer.param_groups
     n = len(groups)
-    scheduler.load_state_dict({**saved, "base_lrs": saved["base_lrs"][:1] * n, "_last_lr": saved["_last_lr"][:1] * n})
+    scheduler.load_state_dict(
+        {**saved, "base_lrs": saved["base_lrs"][:1] * n, "_last_lr": saved["_last_lr"][:1] * n}
+    )
     for group, lr in zip(groups, scheduler.get_last_lr()):
         group["lr"] = lr
 

@@ -222,7 +222,10 @@ class PlainEngine:
         the pipeline backend: `parallel.resharding`): the weights, AdamW's state and the LR schedule."""
         directory = Path(directory)
         if (directory / resharding.DCP_DIR).is_dir():
-            state = {**resharding.model_state(self.model), **resharding.optimizer_state(self.model, self.optimizer)}
+            state = {
+                **resharding.model_state(self.model),
+                **resharding.optimizer_state(self.model, self.optimizer),
+            }
             resharding.load(state, directory)
             load_schedule_state(self.scheduler, directory / "scheduler.json")
             return

@@ -266,7 +266,9 @@ class PipelineEngine:
         self.tied_group = self._tied_group()
         self.replica_group = self._replica_group()
         self._checkpoint_group = resharding.checkpoint_group()  # the asynchronous writer's collectives
-        self._joiner: ThreadPoolExecutor | None = None  # rank 0 joins model.safetensors after an asynchronous save
+        self._joiner: ThreadPoolExecutor | None = (
+            None  # rank 0 joins model.safetensors after an asynchronous save
+        )
         stage_class = DecoderStage if self.decoder else EncoderStage
         self.stages = [
             stage_class(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)

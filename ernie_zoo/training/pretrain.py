@@ -125,6 +125,32 @@ def _resume_dir(recipe: PretrainRecipe, output_dir: Path) -> Path | None:
     )
 
 
+def _move_data_position(state: dict[str, Any], dp_world_size: int, micro_batch_size: int) -> None:
+    """A checkpoint written with another number of data-parallel ranks: rank r of D reads the epoch's permutation
+    at r, r + D, ..., so after `index` examples per rank the run has read the permutation's first index x D; the
+    same point under D' ranks is index x D / D' (the global batch, micro_batch_size x grad_accum_steps x D, kept)."""
+    saved = int(state.get("dp_world_size") or 1)
+    if saved == dp_world_size:
+        return
+    consumed = state["index"] * saved
+    if consumed % (dp_world_size * micro_batch_size):
+        raise ValueError(
+            f"the checkpoint's data position ({consumed} examples of epoch {state['epoch']} over {saved} data-parallel "
+            f"ranks) does not split into micro batches of {micro_batch_size} over {dp_world_size} ranks: keep the "
+            "global batch (micro_batch_size x grad_accum_steps x data-parallel ranks) of the run that wrote it"
+        )
+    logger.warning(
+        "resuming %d data-parallel rank(s) from a checkpoint of %d: the data position moves to the same example "
+        "(%d of epoch %d), but each rank's masks and dropout draw from its own stream, so the steps differ from "
+        "an uninterrupted run's by sampling, not by state",
+        dp_world_size,
+        saved,
+        consumed,
+        state["epoch"],
+    )
+    state["index"], state["dp_world_size"] = consumed // dp_world_size, dp_world_size
+
+
 def _log_recipe_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> None:
     for key in sorted(set(saved) | set(current)):
         a, b = saved.get(key), current.get(key)
@@ -214,11 +240,13 @@ def pretrain(
         "last_train_loss": None,
         "best_eval": None,
         "last_eval": None,
+        "dp_world_size": engine.dp_world_size,  # the data position's unit: `index` counts one rank's share
     }
     if resume_from is not None:
-        engine.load(resume_from)
+        engine.load(resume_from)  # the pipeline backend: from any pipeline layout (a logical checkpoint)
         ckpt.load_rng_state(resume_from, rank=engine.rank)
         state.update(ckpt.read_json(resume_from / "trainer_state.json"))
+        _move_data_position(state, engine.dp_world_size, recipe.micro_batch_size)
         if is_main:
             saved_recipe = yaml.safe_load((resume_from / "recipe.yaml").read_text(encoding="utf-8"))
             _log_recipe_changes(saved_recipe, to_dict(recipe))
@@ -461,7 +489,12 @@ class Pretraining:
             if self._saver is None:
                 self._saver = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-publish")
             self._pending_save = ckpt.save_checkpoint_async(
-                output_dir, step, write, executor=self._saver, is_main=engine.is_main, on_published=self._published
+                output_dir,
+                step,
+                write,
+                executor=self._saver,
+                is_main=engine.is_main,
+                on_published=self._published,
             )
             return
         path = ckpt.save_checkpoint(
