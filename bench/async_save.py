@@ -164,7 +164,8 @@ def main() -> int:
             "layers": args.layers,
             "vocab": args.vocab,
         },
-        "checkpoint_mb": round(sum(r["checkpoint_bytes"] for r in ranks[:1]) / 2**20, 1),
+        # the whole checkpoint directory (every rank's pieces in the shared directory, and model.safetensors)
+        "checkpoint_mb": round(r0["checkpoint_bytes"] / 2**20, 1),
         "step_s_without_save": round(quiet, 4),
         "step_s_with_save_in_flight": round(busy, 4),
         "ratio_in_flight_over_without": round(busy / quiet, 3),

@@ -223,6 +223,19 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     assert torch.equal(state["model.w"], torch.ones(2, 3))
 
 
+def test_the_data_position_moves_to_the_same_example_under_another_dp_size():
+    """Rank r of D reads the epoch's permutation at r, r + D, ...: 12 examples per rank on 2 ranks are the first 24,
+    which 4 ranks reach after 6 each and one process after 24; a position that does not split is refused."""
+    from ernie_zoo.training.pretrain import _move_data_position
+
+    for dp, index in ((4, 6), (1, 24), (2, 12)):
+        state = {"epoch": 1, "index": 12, "dp_world_size": 2}
+        _move_data_position(state, dp, micro_batch_size=2)
+        assert (state["index"], state["dp_world_size"], state["epoch"]) == (index, dp, 1)
+    with pytest.raises(ValueError, match="keep the global batch"):
+        _move_data_position({"epoch": 0, "index": 12, "dp_world_size": 2}, 4, micro_batch_size=4)
+
+
 # ------------------------------------------------------------- ernie-pretrain killed in the middle of a save
 TINY = REPO / "recipes" / "pretrain" / "tiny-cpu.yaml"
 SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"

@@ -24,7 +24,8 @@ model's own. Every engine:
     step() -> grad norm              clip, optimizer step, LR schedule; the pre-clip global norm
     zero_grad()                      after anything that reads the gradients of the step (AdaLoRA's budget)
     dp_sum(values), barrier()        floats summed over the data-parallel ranks; wait for every rank
-    layout()                         what a checkpoint's optimizer state depends on (a resume must match it)
+    layout()                         what a checkpoint's optimizer state depends on (a resume must match it, except
+                                     the pipeline backend's, whose checkpoints reshard: `parallel.resharding`)
     num_parameters()                 parameters of the whole model
     save(dir), load(dir)             model + optimizer + scheduler state into / from a checkpoint directory
                                      (pretraining's checkpoints)

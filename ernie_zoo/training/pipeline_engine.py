@@ -599,7 +599,7 @@ class PipelineEngine:
 
     # ------------------------------------------------------------------------------------- checkpoints
     def layout(self) -> dict[str, Any]:
-        """What a checkpoint's shards depend on (a resume must match it)."""
+        """The layout (recorded in a checkpoint's layout.json; a resume under another one reshards, and logs it)."""
         return {
             "backend": self.backend,
             "pp_size": self.pp,
@@ -607,8 +607,8 @@ class PipelineEngine:
             "schedule": self.schedule_name,
             "virtual_stages": self.virtual,
             "num_layers": self.model.config.num_hidden_layers,
-            # ZeRO-1's optimizer shards are per data-parallel rank: its resume needs the same dp size too
-            **({"zero_stage": 1, "dp_size": self.dp} if self.owned else {}),
+            "dp_size": self.dp,
+            "zero_stage": 1 if self.owned else 0,
         }
 
     def local_state(self) -> dict[str, torch.Tensor]:
