@@ -1,5 +1,5 @@
-"""Turn a sharded checkpoint (DeepSpeed ZeRO 0-3, optionally AutoTP; or the pipeline backend's stages, optionally
-TP-sharded: `read_pipeline_checkpoint`) into a plain `from_pretrained` directory.
+"""Turn a sharded checkpoint (DeepSpeed ZeRO 0-3, optionally AutoTP; or the pipeline backend's logical checkpoint of
+any PP x TP x DP layout: `read_logical_checkpoint`) into a plain `from_pretrained` directory.
 
 Every rank of a `DeepSpeedEngine` run writes `zero/rank<NNNNN>.safetensors` (its fp32 master partition as
 `fp32_flat.<i>`, plus Adam moments) and `.json` (the layout: which parameters each flat group holds, in which
@@ -297,64 +297,36 @@ def _merge_tp(name: str, shards: list[torch.Tensor], full: list[int]) -> torch.T
     return merged
 
 
-PIPELINE_DIR = "pipeline"
+def read_logical_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(config, {name: full tensor}) from a logical checkpoint (`dcp/`, `parallel.resharding`: the pipeline
+    backend's, of any PP x TP x DP layout; an encoder's ErnieZooConfig or an ERNIE 4.5 decoder's, by config.json's
+    model_type): the model's weights and buffers, each joined whole from the ranks' pieces (TP shards, stages) by
+    DCP; tied copies once (as `save_pretrained`)."""
+    from ernie_zoo.utils import MANIFEST, tied_names, verify_manifest
 
-
-def read_pipeline_checkpoint(checkpoint_dir: str | os.PathLike) -> tuple[Any, dict[str, torch.Tensor]]:
-    """(config, {name: full tensor}) from a checkpoint of `distributed.backend: pipeline` (an encoder's ErnieZooConfig
-    or an ERNIE 4.5 decoder's, by config.json's model_type): the weights and
-    buffers of every stage (`pipeline/pp<P>-tp<T>.safetensors`, written by data-parallel replica 0) joined by name,
-    TP shards concatenated along their split dimension (`_merge_tp`); tied copies once (as `save_pretrained`).
-
-        pp000-tp000 ┐ TP join   embeddings, layers 0..k          ┐
-        pp000-tp001 ┘                                             ├─ union by name ─> the whole model
-        pp001-tp000 ┐ TP join   layers k.., MLM head (+ the tied ┘
-        pp001-tp001 ┘           word embeddings: equal, read once)
-    """
-    from safetensors import safe_open
-
-    from ernie_zoo.utils import tied_names
+    from .resharding import DCP_DIR, read_full
 
     path = Path(checkpoint_dir)
-    meta_file = path / PIPELINE_DIR / "layout.json"
-    if not meta_file.is_file():
-        raise ValueError(
-            f"{path} has no {PIPELINE_DIR}/layout.json: not a checkpoint of the pipeline backend"
-        )
-    from ernie_zoo.utils import MANIFEST, verify_manifest
-
+    if not (path / DCP_DIR).is_dir():
+        raise ValueError(f"{path} has no {DCP_DIR}/: not a checkpoint of the pipeline backend")
     if (path / MANIFEST).is_file():  # a published checkpoint: sizes and sha256 of every file
         verify_manifest(path)  # ManifestError (a ValueError) naming the file
-    meta = _read_json(meta_file)
-    pp, tp = int(meta.get("pp_size") or 0), int(meta.get("tp_size") or 0)
-    if pp < 1 or tp < 1:
-        raise ValueError(f"{meta_file}: no valid pp_size / tp_size")
-    files = {
-        (p, t): path / PIPELINE_DIR / f"pp{p:03d}-tp{t:03d}.safetensors" for p in range(pp) for t in range(tp)
-    }
-    missing = [f.name for f in files.values() if not f.is_file()]
-    if missing:
-        raise ValueError(
-            f"{path}: the pipeline checkpoint of {pp} x {tp} ranks is missing {', '.join(missing)}"
-        )
     config, skeleton = _config_and_skeleton(path)
     tied = tied_names(skeleton)
     full = {k: list(v.shape) for k, v in skeleton.state_dict().items() if k not in tied}
-    state: dict[str, torch.Tensor] = {}
-    for p in range(pp):
-        try:
-            handles = [safe_open(str(files[p, t]), framework="pt") for t in range(tp)]
-        except Exception as err:  # safetensors raises its own error types for a bad header or a short file
-            raise ValueError(f"{path}: corrupt pipeline shard of stage rank {p} ({err})") from None
-        for name in handles[0].keys():
-            if name in state:  # the tied word embeddings, on the first and the last stage alike
-                continue
-            if name not in full:
-                raise ValueError(f"{files[p, 0]}: {name} is not a tensor of the model config.json describes")
-            state[name] = _merge_tp(name, [h.get_tensor(name) for h in handles], full[name])
+    try:
+        state = read_full(path)
+    except Exception as err:  # safetensors / DCP raise their own error types for a bad header or a short file
+        raise ValueError(f"{path}: corrupt logical checkpoint ({err})") from None
+    unknown = sorted(set(state) - set(full))
+    if unknown:
+        raise ValueError(f"{path}: {unknown[:5]} are not tensors of the model config.json describes")
     absent = [k for k in full if k not in state]
     if absent:
-        raise ValueError(f"{path}: no stage holds {absent[:5]} ({len(absent)} tensors)")
+        raise ValueError(f"{path}: no rank wrote {absent[:5]} ({len(absent)} tensors)")
+    wrong = [k for k in full if list(state[k].shape) != full[k]]
+    if wrong:
+        raise ValueError(f"{path}: {wrong[:5]} have other shapes than the model config.json describes")
     return config, state
 
 
@@ -403,8 +375,10 @@ def consolidate_checkpoint(
         raise ValueError(f"{out} exists; choose another output directory or overwrite it")
     if out.resolve() == path.resolve():
         raise ValueError("the output directory must differ from the checkpoint directory")
-    pipeline = (path / PIPELINE_DIR).is_dir()
-    config, params = read_pipeline_checkpoint(path) if pipeline else read_zero_checkpoint(path)
+    from .resharding import DCP_DIR
+
+    logical = (path / DCP_DIR).is_dir()
+    config, params = read_logical_checkpoint(path) if logical else read_zero_checkpoint(path)
 
     tok_dir = None
     if tokenizer == "auto":
@@ -533,4 +507,4 @@ def _file_dtype(path: Path) -> torch.dtype:
     return torch.float32
 
 
-__all__ = ["DTYPES", "consolidate_checkpoint", "read_pipeline_checkpoint", "read_zero_checkpoint"]
+__all__ = ["DTYPES", "consolidate_checkpoint", "read_logical_checkpoint", "read_zero_checkpoint"]

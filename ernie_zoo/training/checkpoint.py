@@ -11,6 +11,10 @@ Layout of `output_dir/checkpoint-<step>/`::
     recipe.yaml                      the recipe of the run
     manifest.json                    written last: size and sha256 of every file above
 
+Asynchronous saves (`save_checkpoint_async`: the pipeline backend's logical checkpoints, `checkpoint.async_save`)
+keep the same rule: the files are written in the background into the temporary directory, and the main rank adds
+the manifest and renames it only after every rank's files are written.
+
 Atomicity: everything is written into `.checkpoint-<step>.tmp`, each file and the directory are
 fsynced, the manifest goes in last, then one `os.replace` publishes `checkpoint-<step>` and the parent directory
 is fsynced. A process killed at any moment leaves either no `checkpoint-<step>` or a complete one; leftover
@@ -30,7 +34,9 @@ import os
 import random
 import re
 import shutil
+import signal
 from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
 
@@ -130,20 +136,7 @@ def save_checkpoint(
             barrier()
         if not is_main:
             return final
-        write_manifest(
-            tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()), step=step
-        )
-        _fsync_dir(tmp)
-        if final.exists():  # a re-run of the same step: replace it (the old copy is removed after the swap)
-            old = root / f".checkpoint-{step}.tmp-old-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        _fsync_dir(root)
-        with contextlib.suppress(OSError, ValueError):
-            _check(final, verified=True)  # rotation need not hash again what the manifest was just made from
+        _publish(root, step, tmp, final)
     except BaseException:
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -152,6 +145,72 @@ def save_checkpoint(
         if barrier is not None:
             barrier()  # nobody races ahead into the next save while the main rank publishes this one
     return final
+
+
+#: Test hook: SIGKILL every rank in the middle of the asynchronous save of this step (every file written, the
+#: checkpoint not yet published), as a node failure during a save would.
+KILL_IN_SAVE_ENV = "ERNIE_ZOO_TEST_KILL_IN_SAVE"
+
+
+def save_checkpoint_async(
+    output_dir: str | os.PathLike,
+    step: int,
+    write: Callable[[Path], Future],
+    *,
+    executor: Executor,
+    is_main: bool = True,
+    on_published: Callable[[Path], None] | None = None,
+) -> Future:
+    """`save_checkpoint` for a save that goes on in the background. `write(tmp_dir)` writes this rank's files into
+    the shared temporary directory, or starts writing them, and returns a future that completes once *every*
+    rank's files are written (an engine's asynchronous save: `PipelineEngine.save(..., asynchronous=True)`).
+    Publishing runs in `executor`: after that future, the main rank adds the manifest, fsyncs, renames
+    `.checkpoint-<step>.tmp` to `checkpoint-<step>` and calls `on_published(path)`. Returns a future of the path
+    (on every rank: done when this rank's part is).
+
+    Until the rename nothing named `checkpoint-<step>` exists and the temporary directory has no manifest, so a
+    process killed at any moment of the save leaves a checkpoint that resume skips (`latest_valid_checkpoint`)
+    and the next start removes (`remove_stale_temporaries`)."""
+    root = Path(output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / f"checkpoint-{step}", root / f".checkpoint-{step}.tmp"
+    tmp.mkdir(exist_ok=True)
+    written = write(tmp)
+
+    def publish() -> Path:
+        try:
+            written.result()
+            if int(os.environ.get(KILL_IN_SAVE_ENV, "0") or 0) == step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if is_main:
+                _publish(root, step, tmp, final)
+                if on_published is not None:
+                    on_published(final)
+        except BaseException:
+            if is_main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    return executor.submit(publish)
+
+
+def _publish(root: Path, step: int, tmp: Path, final: Path) -> None:
+    """Manifest, fsync, rename `tmp` to `final` (replacing a copy of the same step), fsync the parent."""
+    write_manifest(
+        tmp, sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file()), step=step
+    )
+    _fsync_dir(tmp)
+    if final.exists():  # a re-run of the same step: replace it (the old copy is removed after the swap)
+        old = root / f".checkpoint-{step}.tmp-old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(root)
+    with contextlib.suppress(OSError, ValueError):
+        _check(final, verified=True)  # rotation need not hash again what the manifest was just made from
 
 
 def verify_checkpoint(path: str | os.PathLike, required: tuple[str, ...] = ()) -> str | None:
@@ -352,6 +411,22 @@ def load_json_state(obj: Any, path: str | os.PathLike) -> None:
     obj.load_state_dict(read_json(path))
 
 
+def load_schedule_state(scheduler: torch.optim.lr_scheduler.LRScheduler, path: str | os.PathLike) -> None:
+    """Restore an LR schedule saved by `save_json_state` into an optimizer with any number of param groups (a
+    pipeline stage's optimizer, one process's): the step count and the learning rate, which the run's groups
+    share, written into each group."""
+    saved = read_json(path)
+    if len(set(saved["base_lrs"])) > 1:
+        raise ValueError(f"{path}: param groups with different learning rates cannot move to another layout")
+    groups = scheduler.optimizer.param_groups
+    n = len(groups)
+    scheduler.load_state_dict(
+        {**saved, "base_lrs": saved["base_lrs"][:1] * n, "_last_lr": saved["_last_lr"][:1] * n}
+    )
+    for group, lr in zip(groups, scheduler.get_last_lr()):
+        group["lr"] = lr
+
+
 def _rng_stem(rank: int) -> str:
     return "rng" if rank == 0 else f"rng-rank{rank:05d}"
 
@@ -408,6 +483,7 @@ def load_rng_state(directory: str | os.PathLike, rank: int = 0) -> None:
 
 __all__ = [
     "CHECKPOINT_RE",
+    "KILL_IN_SAVE_ENV",
     "MANIFEST",
     "checkpoint_step",
     "latest_valid_checkpoint",
@@ -415,11 +491,13 @@ __all__ = [
     "load_json_state",
     "load_optimizer_state",
     "load_rng_state",
+    "load_schedule_state",
     "read_json",
     "remove_stale_temporaries",
     "resume_checkpoint",
     "rotate_checkpoints",
     "save_checkpoint",
+    "save_checkpoint_async",
     "save_json_state",
     "save_optimizer_state",
     "save_rng_state",

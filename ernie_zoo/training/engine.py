@@ -24,7 +24,8 @@ model's own. Every engine:
     step() -> grad norm              clip, optimizer step, LR schedule; the pre-clip global norm
     zero_grad()                      after anything that reads the gradients of the step (AdaLoRA's budget)
     dp_sum(values), barrier()        floats summed over the data-parallel ranks; wait for every rank
-    layout()                         what a checkpoint's optimizer state depends on (a resume must match it)
+    layout()                         what a checkpoint's optimizer state depends on (a resume must match it, except
+                                     the pipeline backend's, whose checkpoints reshard: `parallel.resharding`)
     num_parameters()                 parameters of the whole model
     save(dir), load(dir)             model + optimizer + scheduler state into / from a checkpoint directory
                                      (pretraining's checkpoints)
@@ -54,8 +55,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from ernie_zoo.parallel import resharding
+
 from .build import MODEL_FILE, load_model_weights, save_model_weights
-from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
+from .checkpoint import (
+    load_json_state,
+    load_optimizer_state,
+    load_schedule_state,
+    save_json_state,
+    save_optimizer_state,
+)
 
 #: precision -> the forward's autocast dtype (None: no autocast)
 AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -210,7 +219,17 @@ class PlainEngine:
             save_json_state(self.scaler, directory / "scaler.json", "GradScaler")
 
     def load(self, directory: Path) -> None:
-        """Restore what `save` wrote (weights bit for bit)."""
+        """Restore what `save` wrote (weights bit for bit), or a logical checkpoint of any layout (`dcp/`, written by
+        the pipeline backend: `parallel.resharding`): the weights, AdamW's state and the LR schedule."""
+        directory = Path(directory)
+        if (directory / resharding.DCP_DIR).is_dir():
+            state = {
+                **resharding.model_state(self.model),
+                **resharding.optimizer_state(self.model, self.optimizer),
+            }
+            resharding.load(state, directory)
+            load_schedule_state(self.scheduler, directory / "scheduler.json")
+            return
         load_model_weights(self.model, directory / MODEL_FILE)
         self.load_optimizer_state(directory)
         load_json_state(self.scheduler, directory / "scheduler.json")

@@ -31,18 +31,19 @@ takes the inputs, the last the labels. The schedule's buffers are shaped on firs
 new shape (the collator pads to the longest row) gets fresh stages; evaluation runs the stages one after the
 other, forward only (no micro batches).
 
-Checkpoints: every rank of data-parallel replica 0 writes its stage's weights and AdamW state
-(`pipeline/pp<P>-tp<T>.safetensors`, `pipeline/optimizer-pp<P>-tp<T>.*`; ZeRO-1: every rank its share's state,
-`pipeline/optimizer-pp<P>-tp<T>-dp<D>.*`); rank 0 joins them into the
-checkpoint's `config.json` + `model.safetensors` (a `from_pretrained` directory, `parallel.consolidate`). A resume
-needs the same pp / tp / schedule; a run with another layout starts from the consolidated weights
-(`model.init_from`).
+Checkpoints are one logical state (`parallel.resharding`, torch.distributed.checkpoint): every rank writes its
+stage's tensors (TP: its DTensor shards; ZeRO-1: the AdamW state of its share) under the model's own names and full
+shapes into `dcp/`, and rank 0 joins the model's tensors into the checkpoint's `config.json` + `model.safetensors` (a
+`from_pretrained` directory). A resume may use another layout (pp / tp / dp size, schedule, ZeRO-1): each rank
+reads the pieces its own layout needs. `save(..., asynchronous=True)` returns once the state is copied to CPU memory
+and writes in the background (`pretrain.Pretraining.save`, `checkpoint.async_save`). `pp_size` 1 is allowed: the
+engine is then TP x DP (DTensor TP, DDP-style gradient averaging, optionally ZeRO-1) without a pipeline.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from torch import nn
 
 from ernie_zoo.models.decoder import is_decoder_config, is_moe
 from ernie_zoo.models.seeded_init import materialize
+from ernie_zoo.parallel import resharding
 from ernie_zoo.parallel.pipeline import (
     DECODER_SPLIT,
     ENCODER_SPLIT,
@@ -60,13 +62,13 @@ from ernie_zoo.parallel.pipeline import (
     rank_stages,
     tied_weights,
 )
+from ernie_zoo.parallel.resharding import model_state, optimizer_state
 
 from .build import build_pretraining_model, init_weights_from, optimizer_and_schedule
-from .checkpoint import load_json_state, load_optimizer_state, save_json_state, save_optimizer_state
+from .checkpoint import load_schedule_state, read_json, save_json_state, write_json
 
 logger = logging.getLogger(__name__)
 
-PIPELINE_DIR = "pipeline"
 META_FILE = "layout.json"
 #: Batch keys the first stage reads, in this order (those the batch has).
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")
@@ -259,9 +261,14 @@ class PipelineEngine:
             self.tp_plan = tp_plan_for(model)
             apply_tp(model, self.mesh["tp"], self.tp_plan)
         params = dict(model.named_parameters())
-        self.tied = [name for name in tied if name in params and (self.first or self.last)]
+        # the tied word embeddings: a copy on the first and on the last stage (one stage: the tensor itself)
+        self.tied = [name for name in tied if name in params and self.pp > 1 and (self.first or self.last)]
         self.tied_group = self._tied_group()
         self.replica_group = self._replica_group()
+        self._checkpoint_group = resharding.checkpoint_group()  # the asynchronous writer's collectives
+        self._joiner: ThreadPoolExecutor | None = (
+            None  # rank 0 joins model.safetensors after an asynchronous save
+        )
         stage_class = DecoderStage if self.decoder else EncoderStage
         self.stages = [
             stage_class(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)
@@ -338,6 +345,8 @@ class PipelineEngine:
         creates every group, as `new_group` requires; the first and last pipeline ranks join theirs)."""
         import torch.distributed as dist
 
+        if self.pp == 1:  # one stage holds the word embeddings and the head: nothing to keep in sync
+            return None
         mine = None
         grid = self.mesh.mesh  # (dp, pp, tp) global ranks
         for dp in range(self.dp):
@@ -590,7 +599,7 @@ class PipelineEngine:
 
     # ------------------------------------------------------------------------------------- checkpoints
     def layout(self) -> dict[str, Any]:
-        """What a checkpoint's shards depend on (a resume must match it)."""
+        """The layout (recorded in a checkpoint's layout.json; a resume under another one reshards, and logs it)."""
         return {
             "backend": self.backend,
             "pp_size": self.pp,
@@ -598,8 +607,8 @@ class PipelineEngine:
             "schedule": self.schedule_name,
             "virtual_stages": self.virtual,
             "num_layers": self.model.config.num_hidden_layers,
-            # ZeRO-1's optimizer shards are per data-parallel rank: its resume needs the same dp size too
-            **({"zero_stage": 1, "dp_size": self.dp} if self.owned else {}),
+            "dp_size": self.dp,
+            "zero_stage": 1 if self.owned else 0,
         }
 
     def local_state(self) -> dict[str, torch.Tensor]:
@@ -613,84 +622,75 @@ class PipelineEngine:
             if k not in tied
         }
 
-    def save(self, directory: str | Path) -> None:
-        """Replica 0's ranks write their stage's shard and AdamW state; rank 0 joins the shards into config.json +
-        model.safetensors (a from_pretrained directory) and writes the LR schedule. Every rank calls it."""
-        import torch.distributed as dist
-        from safetensors.torch import save_file
+    def logical_state(self) -> dict[str, torch.Tensor]:
+        """This rank's part of the run's one logical state (`parallel.resharding`): its stages' weights and buffers
+        (TP: their DTensor shards) and AdamW's state of the parameters it steps (ZeRO-1: its share), by the model's
+        own names and full shapes. The tensors are the engine's own: a load fills them in place."""
+        return {**model_state(self.model), **optimizer_state(self.model, self.optimizer)}
 
-        from ernie_zoo.parallel.consolidate import MODEL_FILE, read_pipeline_checkpoint
+    def save(self, directory: str | Path, asynchronous: bool = False) -> Future | None:
+        """Every rank writes its part of the logical state into `directory/dcp` (any layout resumes from it); rank 0
+        writes config.json, the layout that wrote it (layout.json, for the record) and the LR schedule, and joins
+        the model's tensors into model.safetensors (a from_pretrained directory) once every rank's pieces are
+        written. Every rank calls it.
+
+        asynchronous: return as soon as the state is copied to CPU memory, with a future that completes when this
+        rank's part of the checkpoint is complete (rank 0: model.safetensors too); otherwise return None when the
+        checkpoint is complete on every rank."""
+        import torch.distributed as dist
 
         directory = Path(directory)
-        shards = directory / PIPELINE_DIR
-        name = shard_name(self.pp_rank, self.tp_rank)
-        if self.dp_rank == 0:
-            shards.mkdir(parents=True, exist_ok=True)
-            save_file(self.local_state(), str(shards / f"{name}.safetensors"), metadata={"format": "pt"})
-        if self.owned:  # ZeRO-1: every dp rank writes the AdamW state of its share
-            shards.mkdir(parents=True, exist_ok=True)
-            save_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}-dp{self.dp_rank}")
-        elif self.dp_rank == 0:
-            save_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}")
         if self.is_main:
             self.model.config.save_pretrained(directory)
-            meta = {**self.layout(), "format": 1, "tp_plan": self.tp_plan}
-            (shards / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+            write_json(directory / META_FILE, {**self.layout(), "format": 2, "tp_plan": self.tp_plan})
             save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
-        dist.barrier()
-        if self.is_main:
-            _, state = read_pipeline_checkpoint(directory)
-            save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
-        dist.barrier()
+        written = resharding.save(
+            self.logical_state(), directory, process_group=self._checkpoint_group, asynchronous=asynchronous
+        )
+        if not asynchronous:
+            if self.is_main:
+                self._join_model(directory)
+            dist.barrier()
+            return None
+        if not self.is_main:
+            return written
+        if self._joiner is None:
+            self._joiner = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-join")
+        return self._joiner.submit(self._join_model, directory, written)
+
+    @staticmethod
+    def _join_model(directory: Path, written: Future | None = None) -> None:
+        """model.safetensors from the logical checkpoint's model tensors (after `written`, the pieces' write)."""
+        from safetensors.torch import save_file
+
+        from ernie_zoo.parallel.consolidate import MODEL_FILE
+
+        if written is not None:
+            written.result()
+        state = {k: v.contiguous() for k, v in resharding.read_full(directory).items()}
+        save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
 
     def load(self, directory: str | Path) -> None:
-        """Restore this rank's shard (replica 0's, which every replica held too), AdamW state and LR schedule."""
-        from safetensors.torch import load_file
-
+        """Restore this rank's part of the logical state and the LR schedule from a checkpoint of any pipeline
+        layout (another pp / tp / dp size, schedule or ZeRO-1 sharding: DCP reads each piece from the ranks'
+        files that overlap it)."""
         directory = Path(directory)
-        shards = directory / PIPELINE_DIR
-        meta_file = shards / META_FILE
-        if not meta_file.is_file():
+        if not (directory / resharding.DCP_DIR).is_dir():
             raise ValueError(
-                f"{directory} has no {PIPELINE_DIR}/{META_FILE}: not a checkpoint of distributed.backend pipeline; "
-                "start from its weights with model.init_from instead"
+                f"{directory} has no {resharding.DCP_DIR}/: not a checkpoint of distributed.backend pipeline (or one "
+                "written before checkpoints resharded); start from its model.safetensors with model.init_from"
             )
-        saved = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta_file = directory / META_FILE
+        saved = read_json(meta_file) if meta_file.is_file() else {}
         diff = {k: (saved.get(k), v) for k, v in self.layout().items() if saved.get(k) != v}
-        if diff:
-            detail = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in diff.items())
-            raise ValueError(
-                f"{directory} was written by another pipeline layout ({detail}); resume with the same "
-                "distributed.pp_size / tp_size / pp_schedule, or start a new run from the checkpoint's "
-                "model.safetensors with model.init_from"
+        if diff and self.is_main:
+            logger.info(
+                "resharding %s: %s",
+                directory,
+                ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.items()),
             )
-        name = shard_name(self.pp_rank, self.tp_rank)
-        state = load_file(str(shards / f"{name}.safetensors"))
-        own = self.local_state()
-        if set(state) != set(own):
-            raise ValueError(f"{shards / name}.safetensors does not hold this stage's weights")
-        with torch.no_grad():
-            for key, value in self.model.state_dict(keep_vars=True).items():
-                if key in state:
-                    self._local(value).copy_(state[key])
-        suffix = f"-dp{self.dp_rank}" if self.owned else ""
-        load_optimizer_state(self.optimizer, shards, name=f"optimizer-{name}{suffix}")
-        self._restore_dtensor_states()
-        load_json_state(self.scheduler, directory / "scheduler.json")
-
-    def _restore_dtensor_states(self) -> None:
-        """AdamW moments of TP-sharded parameters come back from the file as local shards: make them DTensors
-        laid out as their parameter again."""
-        from torch.distributed.tensor import DTensor
-
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                if not isinstance(p, DTensor):
-                    continue
-                state = self.optimizer.state.get(p, {})
-                for key, value in list(state.items()):
-                    if isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.dim() > 0:
-                        state[key] = DTensor.from_local(value, p.device_mesh, p.placements, run_check=False)
+        resharding.load(self.logical_state(), directory, process_group=self._checkpoint_group)
+        load_schedule_state(self.scheduler, directory / "scheduler.json")
 
 
 def model_factory(config: Any, recipe: Any, tokenizer: Any) -> nn.Module:

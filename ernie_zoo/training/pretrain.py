@@ -33,6 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,32 @@ def _resume_dir(recipe: PretrainRecipe, output_dir: Path) -> Path | None:
     )
 
 
+def _move_data_position(state: dict[str, Any], dp_world_size: int, micro_batch_size: int) -> None:
+    """A checkpoint written with another number of data-parallel ranks: rank r of D reads the epoch's permutation
+    at r, r + D, ..., so after `index` examples per rank the run has read the permutation's first index x D; the
+    same point under D' ranks is index x D / D' (the global batch, micro_batch_size x grad_accum_steps x D, kept)."""
+    saved = int(state.get("dp_world_size") or 1)
+    if saved == dp_world_size:
+        return
+    consumed = state["index"] * saved
+    if consumed % (dp_world_size * micro_batch_size):
+        raise ValueError(
+            f"the checkpoint's data position ({consumed} examples of epoch {state['epoch']} over {saved} data-parallel "
+            f"ranks) does not split into micro batches of {micro_batch_size} over {dp_world_size} ranks: keep the "
+            "global batch (micro_batch_size x grad_accum_steps x data-parallel ranks) of the run that wrote it"
+        )
+    logger.warning(
+        "resuming %d data-parallel rank(s) from a checkpoint of %d: the data position moves to the same example "
+        "(%d of epoch %d), but each rank's masks and dropout draw from its own stream, so the steps differ from "
+        "an uninterrupted run's by sampling, not by state",
+        dp_world_size,
+        saved,
+        consumed,
+        state["epoch"],
+    )
+    state["index"], state["dp_world_size"] = consumed // dp_world_size, dp_world_size
+
+
 def _log_recipe_changes(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> None:
     for key in sorted(set(saved) | set(current)):
         a, b = saved.get(key), current.get(key)
@@ -213,11 +240,13 @@ def pretrain(
         "last_train_loss": None,
         "best_eval": None,
         "last_eval": None,
+        "dp_world_size": engine.dp_world_size,  # the data position's unit: `index` counts one rank's share
     }
     if resume_from is not None:
-        engine.load(resume_from)
+        engine.load(resume_from)  # the pipeline backend: from any pipeline layout (a logical checkpoint)
         ckpt.load_rng_state(resume_from, rank=engine.rank)
         state.update(ckpt.read_json(resume_from / "trainer_state.json"))
+        _move_data_position(state, engine.dp_world_size, recipe.micro_batch_size)
         if is_main:
             saved_recipe = yaml.safe_load((resume_from / "recipe.yaml").read_text(encoding="utf-8"))
             _log_recipe_changes(saved_recipe, to_dict(recipe))
@@ -268,7 +297,10 @@ def pretrain(
             on_step_end=on_step_end,
         )
     finally:
-        metrics.close()
+        try:
+            task.wait_for_save()  # the last checkpoint is complete before the run returns
+        finally:
+            metrics.close()
 
     final_loss = state["last_train_loss"]
     summary = {
@@ -334,6 +366,8 @@ class Pretraining:
         # logs the same window means as an uninterrupted one.
         self.window = {**WINDOW, **(self.state.pop("window", None) or {})}
         self.session = {"tokens": 0, "flops": 0.0, "time": 0.0}
+        self._saver: ThreadPoolExecutor | None = None  # publishes asynchronous saves (checkpoint.async_save)
+        self._pending_save: Future | None = None
 
     def micro_batches(self, step: int):
         self.collator.set_step(step)
@@ -432,25 +466,54 @@ class Pretraining:
         return False
 
     def save(self, step: int) -> None:
+        """Write checkpoint-<step>: the loop's state (step, data position, window, RNG, recipe) and the engine's.
+        Under `checkpoint.async_save` on an engine that saves in the background (the pipeline's), wait for the
+        previous save, copy the state and return; the checkpoint is published when every rank's files are
+        written (`checkpoint.save_checkpoint_async`)."""
         engine, recipe, output_dir = self.engine, self.recipe, Path(self.recipe.output_dir)
         single = engine.backend == "single"
+        background = recipe.checkpoint.async_save and engine.backend == "pipeline"
+        self.wait_for_save()
 
-        def write(tmp: Path) -> None:
+        def write(tmp: Path):
             ckpt.save_rng_state(tmp, rank=engine.rank)
             if engine.is_main:
                 deterministic = {k: self.window[k] for k in (*DETERMINISTIC_WINDOW, *POLARITY)}
                 ckpt.write_json(tmp / "trainer_state.json", {**self.state, "window": deterministic})
                 (tmp / "recipe.yaml").write_text(recipe_to_yaml(recipe), encoding="utf-8")
-            engine.save(tmp)  # last: a sharded engine writes its shard on every rank, then synchronises
+            # last: a sharded engine writes its shard on every rank, then synchronises (or, in the background,
+            # returns the future of every rank's write)
+            return engine.save(tmp, asynchronous=True) if background else engine.save(tmp)
 
+        if background:
+            if self._saver is None:
+                self._saver = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-publish")
+            self._pending_save = ckpt.save_checkpoint_async(
+                output_dir,
+                step,
+                write,
+                executor=self._saver,
+                is_main=engine.is_main,
+                on_published=self._published,
+            )
+            return
         path = ckpt.save_checkpoint(
             output_dir, step, write, is_main=engine.is_main, barrier=None if single else engine.barrier
         )
         if engine.is_main:
-            removed = ckpt.rotate_checkpoints(output_dir, recipe.checkpoint.keep_last, REQUIRED_FILES)
-            logger.info(
-                "saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else ""
-            )
+            self._published(path)
+
+    def _published(self, path: Path) -> None:
+        """Rotation, on the main rank, once a checkpoint is in place."""
+        output_dir = Path(self.recipe.output_dir)
+        removed = ckpt.rotate_checkpoints(output_dir, self.recipe.checkpoint.keep_last, REQUIRED_FILES)
+        logger.info("saved %s%s", path, f"; removed {', '.join(p.name for p in removed)}" if removed else "")
+
+    def wait_for_save(self) -> None:
+        """Block until the save in the background (if any) is complete; re-raises its error."""
+        pending, self._pending_save = self._pending_save, None
+        if pending is not None:
+            pending.result()
 
 
 #: Window sums that travel in checkpoints (a resumed run logs the same means as an uninterrupted one).

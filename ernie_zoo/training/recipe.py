@@ -177,6 +177,12 @@ class CheckpointArgs:
     """Keep the newest N checkpoints; older ones are deleted."""
     save_final: bool = True
     """Also save a checkpoint after the last step."""
+    async_save: bool = True
+    """distributed.backend pipeline: write checkpoints in the background. Each rank's state is copied to CPU memory
+    and training goes on while the files are written; the next save and the end of the run wait for it. The
+    checkpoint appears (its temporary directory renamed, with a manifest) only once every rank's files are written,
+    so a run killed during a save resumes from the one before. false: the step loop waits for every save. The
+    single and deepspeed backends always save synchronously."""
 
 
 @dataclass
@@ -333,7 +339,13 @@ class DistributedArgs:
                 _check(value == default, f"distributed.{key}", value, "needs distributed.backend pipeline")
         else:
             _check(
-                self.pp_size >= 2, "distributed.pp_size", self.pp_size, "must be >= 2 under backend pipeline"
+                self.pp_size >= 1, "distributed.pp_size", self.pp_size, "must be >= 1 under backend pipeline"
+            )
+            _check(
+                self.pp_size >= 2 or self.pp_schedule == "1f1b",
+                "distributed.pp_schedule",
+                self.pp_schedule,
+                "interleaved needs distributed.pp_size >= 2",
             )
             _check(
                 self.pp_schedule in PP_SCHEDULES,
