@@ -11,9 +11,12 @@ template the run applies.
 
 The run is the real CLI (`ernie-finetune --task preference ... --method lora --loss dpo`) in a subprocess, its
 command recorded in the results; the margins: log p(response + end token | templated prompt) summed over the
-response tokens, chosen minus rejected, a mean over the rows. Writes bench/results/dpo_generator.json.
+response tokens, chosen minus rejected, a mean over the rows. Also recorded: how many rows ernie-finetune encodes
+exactly as plain transformers does (what trains is what is scored), the rewards logged every step, and short runs
+at other learning rates (`--sweep`, margins after merge). Writes bench/results/dpo_generator.json.
 
-    nice -n 10 python bench/dpo_generator.py            # a few CPU-minutes at 1 thread
+    nice -n 10 python bench/dpo_generator.py --work outputs/dpo-generator   # ~2.5 CPU-minutes at 1 thread
+    python bench/dpo_generator.py --table                                  # docs/decoders.md's tables
 """
 
 from __future__ import annotations
@@ -113,6 +116,32 @@ def check_rows(tok, rows: list[dict[str, str]], max_length: int) -> int:
     return longest
 
 
+def training_encoding_matches(train_file: str, max_length: int, tok, rows: list[dict[str, str]]) -> int:
+    """How many of `rows` `ernie-finetune --task preference` encodes exactly as `encode` does with the plain
+    transformers tokenizer `tok` (input ids of both sides, labels on the response): what trains is what is scored."""
+    from ernie_zoo.finetune import build_args
+    from ernie_zoo.finetune.run import FinetuneJob
+
+    args = build_args(
+        {
+            "task": "preference",
+            "data": {"train_file": train_file, "max_length": max_length},
+            "model": {"model_name_or_path": "ernie-zoo-mini-generator"},
+        }
+    )
+    _, features = FinetuneJob(args, args.resolved()).prepare(None)
+    same = 0
+    for feature, row in zip(features["train"], rows, strict=True):
+        prompt, chosen, rejected = encode(tok, row)
+        same += (
+            feature["chosen_input_ids"] == prompt + chosen
+            and feature["rejected_input_ids"] == prompt + rejected
+            and feature["chosen_labels"] == [-100] * len(prompt) + chosen
+            and feature["rejected_labels"] == [-100] * len(prompt) + rejected
+        )
+    return same
+
+
 @torch.no_grad()
 def margins(model, tok, rows: list[dict[str, str]]) -> dict[str, float]:
     """Mean over `rows` of log p(chosen | prompt) - log p(rejected | prompt), response and end tokens summed; also
@@ -168,6 +197,48 @@ def write_jsonl(path: Path, rows: list[dict[str, str]]) -> str:
     return str(path)
 
 
+def render_table(report: dict) -> str:
+    """The markdown tables docs/decoders.md shows from a results file: the margins before / after on the trained
+    and the held-out rows, and the learning-rate sweep."""
+
+    def f(x: float) -> str:
+        return f"{x:.2f}".replace("-", "−")
+
+    b, m, a = report["before"], report["after_merged_transformers"], report["after_adapter_peft"]
+    lines = [
+        f"| {report['settings']['rows']} rows | margin before | after (merged, transformers) "
+        "| after (adapter, peft) | log p chosen, before → after | log p rejected, before → after |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, name in (("rows", "trained on"), ("heldout", "held out (MSRA dev)")):
+        lines.append(
+            f"| {name} | {f(b[key]['margin'])} | **{f(m[key]['margin'])}** | {f(a[key]['margin'])} "
+            f"| {f(b[key]['logp_chosen'])} → {f(m[key]['logp_chosen'])} "
+            f"| {f(b[key]['logp_rejected'])} → {f(m[key]['logp_rejected'])} |"
+        )
+    sweep_key = next((k for k in report if k.startswith("learning_rate_sweep_")), None)
+    if sweep_key and report[sweep_key]:
+        steps, sweep = sweep_key.split("_")[3], report[sweep_key]
+        default = report["settings"]["learning_rate"]
+        rates = [
+            f"{r['learning_rate']:g}" + (" (LoRA default)" if r["learning_rate"] == default else "")
+            for r in sweep
+        ]
+        lines += [
+            "",
+            "| learning rate | " + " | ".join(rates) + " |",
+            "|---|" + "---:|" * len(sweep),
+            f"| margin after {steps} steps (before: {f(b['rows']['margin'])}) | "
+            + " | ".join(f(r["margin"]) for r in sweep)
+            + " |",
+            f"| log p chosen (before: {f(b['rows']['logp_chosen'])}) | "
+            + " | ".join(f(r["logp_chosen"]) for r in sweep)
+            + " |",
+            "| rows with chosen above rejected | " + " | ".join(f(r["accuracy"]) for r in sweep) + " |",
+        ]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=64)
@@ -188,7 +259,11 @@ def main() -> None:
     parser.add_argument("--sweep_steps", type=int, default=8)
     parser.add_argument("--work", default=None, help="keep the rows and the runs here (default: a temp dir)")
     parser.add_argument("--out", default=str(ROOT / "bench/results/dpo_generator.json"))
+    parser.add_argument("--table", action="store_true", help="print the markdown tables of --out and exit")
     opts = parser.parse_args()
+    if opts.table:
+        print(render_table(json.loads(Path(opts.out).read_text(encoding="utf-8"))))
+        return
     torch.set_num_threads(opts.threads)
     torch.manual_seed(opts.seed)
     import peft
@@ -225,6 +300,8 @@ def main() -> None:
         after_peft = {"rows": margins(adapter, tok, train), "heldout": margins(adapter, tok, heldout)}
         print("after (merged, transformers)", json.dumps(after_merged))
         print("after (adapter, peft)", json.dumps(after_peft))
+        matches = training_encoding_matches(train_file, opts.max_length, tok, train)
+        print(f"rows encoded by ernie-finetune as by plain transformers: {matches} of {len(train)}")
         state = json.loads(next((out / "checkpoints").glob("checkpoint-*/trainer_state.json")).read_text())
         logged = [
             {k: round(v, 4) for k, v in m.items() if k == "step" or k.startswith("rewards/")}
@@ -268,6 +345,7 @@ def main() -> None:
             )
         },  # fmt: skip
         "longest_row_tokens": longest,
+        "rows_encoded_by_ernie_finetune_as_by_plain_transformers": matches,
         "before": before,
         "after_merged_transformers": after_merged,
         "after_adapter_peft": after_peft,
