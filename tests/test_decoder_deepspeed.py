@@ -4,10 +4,10 @@
   steps of causal-LM training on packed rows; each rank holds half of every parameter.
 - 2 ranks, TP 2 (transformers' own `base_model_tp_plan`: q/k/v, gate/up colwise; o, down rowwise) x ZeRO-3 DP 1:
   the same numbers; the TP'd projections hold half their columns / rows per rank.
-- 4 ranks, TP 2 x ZeRO-3 DP 2, dense decoder: the same numbers; the TP'd projections are half-size and ZeRO
-  halves those again on each rank.
+- 4 ranks, TP 2 x ZeRO-3 DP 2, dense decoder, selective recompute (each layer's attention core): the same numbers;
+  the TP'd projections are half-size and ZeRO halves those again on each rank.
 - 2 ranks, ZeRO-3, MoE decoder (4 experts, top-2, one shared expert; the router's load-balancing loss in the
-  loss): the same numbers. The load-balancing loss is a function of a micro batch's tokens (not a mean over
+  loss), selective recompute: the same numbers. The load-balancing loss is a function of a micro batch's tokens (not a mean over
   them), so the reference runs the same micro batches (one row each) with gradient accumulation.
 - the real `ernie-pretrain` loop on 2 ranks (ZeRO-3), dense and MoE presets: both ranks SIGKILLed after step 4
   and resumed from the sharded checkpoint-4 log bit-identical losses and grad norms to an uninterrupted run.
@@ -109,7 +109,9 @@ def _run(tmp_path: Path, tp: int, moe: bool, nproc: int = 2) -> list[dict]:
     )
     reference = _reference(moe)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
+    selective = moe or nproc // tp > 1 and tp > 1  # what the worker asks for
     for res in results:
+        assert res["attention"].startswith("selective_recompute_") == selective, res["attention"]
         assert res["losses"] == pytest.approx(reference["losses"], rel=1e-5)
         assert res["norms"] == pytest.approx(reference["norms"], rel=1e-5)
     final = load_file(str(tmp_path / "final.safetensors"))
@@ -243,8 +245,17 @@ def _worker(out_dir: str, tp: int, moe: bool) -> None:
     out = Path(out_dir)
     dp = int(os.environ["WORLD_SIZE"]) // tp
     recipe = _recipe(1, GLOBAL_BATCH // dp)
+    # selective recompute (each layer's attention core) on the MoE run and the 4-rank TP x DP run: it changes
+    # nothing but memory and time, so the same numbers are expected
+    recompute = "selective" if moe or dp > 1 and tp > 1 else "none"
     engine = engine_for_recipe(
-        recipe, _model(moe), backend="deepspeed", config=CPU_CONFIG, tp_size=tp, zero_stage=3
+        recipe,
+        _model(moe),
+        backend="deepspeed",
+        config=CPU_CONFIG,
+        tp_size=tp,
+        zero_stage=3,
+        recompute=recompute,
     )
     rank, world = dist.get_rank(), dist.get_world_size()
     partitions = {
@@ -266,7 +277,8 @@ def _worker(out_dir: str, tp: int, moe: bool) -> None:
     if rank == 0:
         save_file({k: v.clone().contiguous() for k, v in final.items()}, str(out / "final.safetensors"))
     result = {"losses": losses, "norms": norms, "partitions": partitions,
-              "dp_rank": engine.dp_rank, "dp_world_size": engine.dp_world_size}  # fmt: skip
+              "dp_rank": engine.dp_rank, "dp_world_size": engine.dp_world_size,
+              "attention": engine.model.config._attn_implementation}  # fmt: skip
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
 

@@ -1,9 +1,10 @@
 """DeepSpeed backend of `ernie-pretrain`: real gloo ranks on CPU against the single-process reference engine.
 
-- 2 ranks, ZeRO-3 (DP 2): the same losses, grad norms, LR and weights as `PlainEngine` after 3 steps;
-  each rank holds half of every parameter; a sharded checkpoint resumes to the same numbers.
-- 4 ranks, TP 2 x ZeRO-3 DP 2 (sparse last layer on TP-sharded heads): the same numbers; TP'd weights are
-  half-size, and ZeRO halves those again; the sharded checkpoint consolidates to the run's weights.
+- 2 ranks, ZeRO-3 (DP 2), selective recompute (each layer's attention core): the same losses, grad norms, LR and
+  weights as `PlainEngine` (no recompute) after 3 steps; each rank holds half of every parameter; a sharded
+  checkpoint resumes to the same numbers.
+- 4 ranks, TP 2 x ZeRO-3 DP 2 (sparse last layer on TP-sharded heads), full recompute: the same numbers; TP'd
+  weights are half-size, and ZeRO halves those again; the sharded checkpoint consolidates to the run's weights.
 - the `ernie-pretrain` loop on 2 ranks: the model is built partitioned (zero.Init), the logged loss is the
   mean over the ranks, only rank 0 prints and writes logs, and `ernie-zoo consolidate` turns its checkpoint
   into a from_pretrained directory.
@@ -163,7 +164,7 @@ def test_zero3_two_ranks_match_single_process(tmp_path, reference):
     results = _check_against_reference(tmp_path, reference, world=2)
     for rank, res in enumerate(results):
         assert (res["dp_rank"], res["dp_world_size"]) == (rank, 2)
-        assert res["sparse_last_layer"] is True and res["recompute"] == "none"
+        assert res["sparse_last_layer"] is True and res["recompute"] == "selective"
         # ZeRO-3: every rank holds half of every parameter (DeepSpeed pads an odd count by one)
         for name, (full, local, _shape) in res["partitions"].items():
             assert local == (full + 1) // 2, name
@@ -390,6 +391,7 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
 
+    from ernie_zoo.models.recompute import selective_recompute_enabled
     from ernie_zoo.training.backends import engine_for_recipe
 
     torch.set_num_threads(1)
@@ -397,8 +399,9 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
     recipe = _recipe(1, 2)
 
     def make_engine():
-        # the TP run also recomputes activations (full activation checkpointing): same numbers expected
-        recompute = "full" if tp > 1 else "none"
+        # recompute changes nothing but memory and time: the TP run recomputes whole layers (full activation
+        # checkpointing), the DP runs each layer's attention core (selective); the same numbers expected
+        recompute = "full" if tp > 1 else "selective"
         return engine_for_recipe(
             recipe, _model(), backend="deepspeed", config=CPU_CONFIG, tp_size=tp, recompute=recompute
         )
@@ -442,7 +445,11 @@ def _worker(out_dir: str, tp: int, resume: bool) -> None:
         "dp_rank": engine.dp_rank,
         "dp_world_size": engine.dp_world_size,
         "sparse_last_layer": engine.objective.sparse_last_layer,
-        "recompute": "full" if engine.model.is_activation_checkpointing else "none",
+        "recompute": "full"
+        if engine.model.is_activation_checkpointing
+        else "selective"
+        if selective_recompute_enabled(engine.model)
+        else "none",
         "num_parameters": engine.num_parameters(),
     }
     if resume:

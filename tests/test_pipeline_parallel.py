@@ -6,12 +6,13 @@ carry padding, so stages are rebuilt for new shapes and the padding mask travels
 
 - PP 2 (2 ranks), 1F1B and interleaved 1F1B (2 virtual stages per rank, one layer each), grad accumulation 2;
 - PP 2 x TP 2 (4 ranks, each stage's TP plan layers DTensor-sharded), activation recompute on;
-- PP 2 x DP 2 (4 ranks, gradients averaged over the two pipelines).
+- PP 2 x DP 2 (4 ranks, gradients averaged over the two pipelines), selective recompute (the attention core).
 
 The same for an ERNIE 4.5 dense decoder (transformers' Ernie4_5ForCausalLM, tied embeddings, GQA, RoPE) on packed
 rows of two documents each (position ids restart inside every row, so each stage must rebuild the per-document
 causal mask and the rotary embeddings from the positions that travel with the activations): PP 2 (1F1B, grad
-accumulation 2), PP 2 x TP 2 (transformers' TP plan) and PP 2 x DP 2 with ZeRO-1 and recompute; clipping at 0.5.
+accumulation 2), PP 2 x TP 2 (transformers' TP plan) with selective recompute and PP 2 x DP 2 with ZeRO-1 and full
+recompute; clipping at 0.5.
 
 The reference builds the model whole; every pipeline rank gets it on the meta device and allocates only its
 stages (`models.seeded_init`: each weight drawn from the seed and its name), as `ernie-pretrain` runs a pipeline.
@@ -55,12 +56,12 @@ LAYOUTS = {
     "pp2": (2, {"pp_size": 2}, 4, 2),
     "pp2-interleaved": (2, {"pp_size": 2, "pp_schedule": "interleaved", "pp_microbatches": 2}, 4, 2),
     "pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "full"}, 8, 1),
-    "pp2-dp2": (4, {"pp_size": 2, "pp_microbatches": 2}, 2, 2),
+    "pp2-dp2": (4, {"pp_size": 2, "pp_microbatches": 2, "recompute": "selective"}, 2, 2),
     "pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1}, 2, 2),
     "decoder-pp2": (2, {"pp_size": 2}, 4, 2),
     "pp2-bf16": (2, {"pp_size": 2}, 4, 2),
     "decoder-pp2-bf16": (2, {"pp_size": 2}, 4, 2),
-    "decoder-pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4}, 8, 1),
+    "decoder-pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "selective"}, 8, 1),
     "decoder-pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1, "recompute": "full"}, 2, 2),
 }
 
@@ -242,6 +243,9 @@ def _check(
         norm_diff = max(norm_diff, *(abs(a - b) / b for a, b in zip(res["norms"], reference["norms"])))
         assert res["resumed_max_diff"] == 0.0  # the resumed last step: bit for bit
         assert res["eval"] == pytest.approx(reference["eval"], rel=loss_rtol)
+        # distributed.recompute selective: the engine set the model's attention core to recompute itself
+        selective = LAYOUTS[layout][1].get("recompute") == "selective"
+        assert res["attention"].startswith("selective_recompute_") == selective, res["attention"]
     ckpt = tmp_path / "final"
     final = load_file(str(ckpt / "model.safetensors"))
     ref = reference["params"]
@@ -319,7 +323,8 @@ def test_pp2_tp2_matches_one_process(tmp_path, reference):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_pp2_dp2_matches_one_process(tmp_path, reference):
-    """PP 2 x DP 2 on 4 ranks: two pipelines on disjoint halves of each batch, gradients averaged."""
+    """PP 2 x DP 2 on 4 ranks: two pipelines on disjoint halves of each batch, gradients averaged; selective
+    recompute (each layer's attention core run again in backward)."""
     results = _run(tmp_path, "pp2-dp2")
     _check(tmp_path, results, reference, "pp2-dp2")
     assert sorted((r["dp_rank"], r["pp_rank"]) for r in results) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -381,7 +386,8 @@ def test_decoder_pp2_and_pp2_dp2_zero1_match_one_process(tmp_path, decoder_refer
 @pytest.mark.slow
 def test_decoder_pp2_tp2_matches_one_process(tmp_path, decoder_reference):
     """The decoder under PP 2 x TP 2 on 4 ranks: transformers' own TP plan (q/k/v, gate/up colwise; o, down
-    rowwise) on each stage's layers, whole key-value heads per rank, norms and embeddings replicated."""
+    rowwise) on each stage's layers, whole key-value heads per rank, norms and embeddings replicated; selective
+    recompute (the planner's choice for the dense 100B decoder, TP 4 x PP 8)."""
     results = _run(tmp_path, "decoder-pp2-tp2")
     _check(tmp_path, results, decoder_reference, "decoder-pp2-tp2")
     for res in results:
@@ -746,6 +752,7 @@ def _worker(out_dir: str, layout: str) -> None:
         "tied_copies_equal": tied_equal,
         "resumed_max_diff": diff,
         "eval": evaluated,
+        "attention": engine.model.config._attn_implementation,
         "num_parameters": engine.num_parameters(),
         "param_numel": sum(
             (p.to_local() if isinstance(p, DTensor) else p).numel() for p in engine.model.parameters()

@@ -103,6 +103,30 @@ def test_activation_formulas_korthikanti_table_2():
         activation_bytes_per_layer(s, b, h, a, recompute="some")
 
 
+def test_selective_recompute_plans_one_attention_core_rematerialised():
+    """What the engines build (models.recompute): the kept bytes drop by the attention core's 5*a*s^2*b/t, which is
+    alive again, for one layer at a time, during backward; nothing of the kind with flash attention."""
+    from ernie_zoo.models.presets import preset_config
+    from ernie_zoo.parallel.planner import recompute_working_set
+
+    s, b, h, a, t = 2048, 1, 4096, 32, 4
+    none, selective = (activation_bytes_per_layer(s, b, h, a, t, r) for r in ("none", "selective"))
+    assert recompute_working_set(s, b, a, t) == none - selective == 5 * a * s * s * b / t
+    shape = ModelShape.from_config(preset_config("10b"))
+    cluster = parse_cluster("nodes=4,gpus_per_node=8,gpu=h100-80gb")
+    memory = {}
+    for recompute, flash in (("none", False), ("selective", False), ("selective", True), ("full", False)):
+        st = ParallelSettings(tp=4, zero_stage=1, micro_batch=1, seq_len=2048, recompute=recompute,
+                              flash_attention=flash)  # fmt: skip
+        memory[recompute, flash] = make_plan(shape, cluster, st).memory
+    core = "recompute working set: 1 attention core rematerialised"
+    assert memory["selective", False][core] == recompute_working_set(2048, 1, shape.heads, 4)
+    assert core not in memory["selective", True] and core not in memory["none", False]
+    assert "recompute working set: 1 layer rematerialised" in memory["full", False]
+    total = {k: sum(v.values()) for k, v in memory.items()}
+    assert total["none", False] > total["selective", False] > total["full", False]
+
+
 def test_logits_flops_and_ring_volumes():
     assert logits_bytes(2048, 4, 40000) == 10 * 2048 * 4 * 40000
     # 6N + 12*L*h*s with N = 1e9, L = 24, h = 2048, s = 2048: 6e9 + 1,207,959,552

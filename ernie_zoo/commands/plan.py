@@ -255,14 +255,6 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
         return 0
     print(found.explain())
     st = best.settings
-    # the engines offer none and full; the planner's selective (the attention core only) runs as full: less memory
-    # than planned, so it still fits, and one more forward per step than planned
-    recompute = "full" if st.recompute == "selective" else st.recompute
-    slower = (
-        " (the planned selective recompute is not built: full recomputes more, so steps run slower than planned)"
-        if st.recompute == "selective"
-        else ""
-    )
     if st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
         schedule = (
             f"pp_schedule interleaved, pp_virtual_stages {st.virtual_stages}"
@@ -271,14 +263,14 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
         )
         how = (
             f"distributed.backend pipeline, pp_size {st.pp}, {schedule}, pp_microbatches {best.grad_accum}, "
-            f"tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {recompute}; "
-            f"micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1{slower}"
+            f"tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
+            f"micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1"
         )
 
     else:
         how = (
-            f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {recompute}; "
-            f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}{slower}"
+            f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
+            f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}"
         )
     if best.model.moe_layers and (
         st.pp > 1 or st.tp > 1 or st.ep > 1

@@ -15,8 +15,15 @@ First-order formulas, each from the paper that introduced it:
     no recompute, TP with sequence parallel:     s*b*h/t*(34 + 5*a*s/h)
     selective recompute (attention core):        s*b*h*(10 + 24/t)   or with sequence parallel s*b*h*34/t
     full recompute (layer inputs only):          2*s*b*h             or with sequence parallel 2*s*b*h/t
-  plus, with full recompute, one layer's activations rematerialised during its backward pass. With flash
-  attention (`flash_attention=True`) the 5*a*s/h term (scores, softmax, dropout mask) is not stored.
+  plus the working set of what is recomputed, alive during one layer's backward pass: with full recompute one
+  layer's activations (the no-recompute formula), with selective recompute one layer's attention core,
+  5*a*s^2*b/t bytes. With flash attention (`flash_attention=True`) the 5*a*s/h term (scores, softmax, dropout
+  mask and output) is not stored, and selective recompute saves nothing more (it keeps q, k, v where the kernel
+  kept them). Selective recompute is what the engines run (`models.recompute`, `distributed.recompute:
+  selective`): the attention core (QK^T, softmax, dropout, .V) checkpointed, its inputs q, k, v and everything
+  else kept as without recompute, so the kept bytes are the no-recompute formula less the 5*a*s/h term
+  (tests/test_recompute.py checks on the built models that selective keeps no per-head s x s tensor and no more
+  of the rest; bench/recompute.py measures the three).
   Not in the paper, added here: the output layer, bf16 logits kept in the model output plus the fp32
   log-softmax saved for backward and its fp32 gradient, ~10 bytes per token per vocabulary entry.
 - Model FLOPs per token, forward + backward (PaLM, Chowdhery et al. 2022, appendix B; nanoGPT `estimate_mfu`):
@@ -75,13 +82,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ernie_zoo.models.recompute import RECOMPUTE
+
 logger = logging.getLogger(__name__)
 
 GIB = 1024**3
 BYTES_PARAM = 2  # bf16
 BYTES_GRAD = 2  # bf16
 BYTES_OPTIM = 12  # fp32 master weights + Adam m + v (ZeRO's K = 12)
-RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "cpu", "nvme")
 BYTES_GRAD_FP32 = 4  # ZeRO-Offload's fp32 gradient partition on the host
 # DeepSpeed's PipelineEngine asserts zero_optimization_stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
@@ -537,6 +545,12 @@ def activation_bytes_per_layer(
     return sbh * (10 + 24 / t + attention / t)
 
 
+def recompute_working_set(seq: int, micro_batch: int, heads: int, tp: int = 1) -> float:
+    """Selective recompute's transient: one layer's attention core rematerialised in its backward pass, the
+    scores, softmax, dropout mask and output of its heads / t heads, 5*a*s^2*b/t bytes (16-bit; the mask 1 byte)."""
+    return 5 * heads * seq * seq * micro_batch / tp
+
+
 def logits_bytes(seq: int, micro_batch: int, vocab: int) -> float:
     """Output layer: bf16 logits (2) + fp32 log-softmax saved for backward (4) + its fp32 gradient (4)."""
     return 10 * seq * micro_batch * vocab
@@ -764,6 +778,10 @@ def _stage_memory(
     if st.recompute == "full":
         memory["recompute working set: 1 layer rematerialised"] = activation_bytes_per_layer(
             s, b, model.hidden, model.heads, t, "none", st.sequence_parallel, st.flash_attention
+        )
+    elif st.recompute == "selective" and not st.flash_attention:
+        memory["recompute working set: 1 attention core rematerialised"] = recompute_working_set(
+            s, b, model.heads, t
         )
     if pp == 1 or which == "last":
         head = f"{st.head_fraction:.0%} of positions" if st.head_fraction < 1 else "every position"

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ernie_zoo.models.recompute import RECOMPUTE, apply_recompute
+
 from .build import build_pretraining_model, compile_layers, init_weights_from, optimizer_and_schedule
 from .engine import PlainEngine
 from .objective import PretrainObjective
@@ -115,8 +117,8 @@ def engine_for_recipe(
     a fused AdamW. deepspeed (`device` unused: each rank takes its LOCAL_RANK GPU, or the CPU without CUDA): the
     DeepSpeed config `parallel.deepspeed_backend.build_config` makes of the json `config` (default
     `distributed.deepspeed_config`), `tp_size` and `zero_stage` (default: the recipe's `distributed` keys);
-    `recompute` "full" (default `distributed.recompute`) recomputes every layer in backward (non-reentrant
-    activation checkpointing); an offloaded optimizer steps as DeepSpeed's CPU Adam. pipeline: `PipelineEngine`,
+    `recompute` (default `distributed.recompute`, `models.recompute.apply_recompute`): "full" recomputes every layer
+    in backward (non-reentrant activation checkpointing), "selective" only every layer's attention core; an offloaded optimizer steps as DeepSpeed's CPU Adam. pipeline: `PipelineEngine`,
     which keeps this rank's stages and builds their optimizer itself.
     """
     backend = backend or recipe.distributed.backend
@@ -157,8 +159,8 @@ def engine_for_recipe(
 
     d = recipe.distributed
     recompute = recompute if recompute is not None else d.recompute
-    if recompute not in ("none", "full"):
-        raise ValueError(f"recompute must be 'none' or 'full', got {recompute!r}")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
     ds_config = build_config(
         recipe,
         config if config is not None else recipe_config(recipe),
@@ -166,8 +168,7 @@ def engine_for_recipe(
         zero_stage=zero_stage if zero_stage is not None else d.zero_stage,
     )
     check_nvme_runtime(ds_config)
-    if recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    apply_recompute(model, recompute)
     # ZeRO-Offload steps the optimizer on the host: DeepSpeed takes only its own CPU Adam there
     optimizer, scheduler = optimizer_and_schedule(recipe, model, cpu_adam=offloads_optimizer(ds_config))
     return make_engine(

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ernie_zoo.models.decoder import is_decoder_config, is_moe
+from ernie_zoo.models.recompute import enable_selective_recompute
 from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.parallel import resharding
 from ernie_zoo.parallel.pipeline import (
@@ -96,7 +97,8 @@ class _Stage(nn.Module):
         self.keys: tuple[str, ...] = ()
 
     def _run_layers(self, h: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        """The stage's layers on `h` (each recomputed in backward under recompute "full")."""
+        """The stage's layers on `h` (each recomputed in backward under recompute "full"; under "selective" the
+        engine has set the model's attention core to recompute itself, `models.recompute`)."""
         for layer in self.layers:
             if self.recompute and torch.is_grad_enabled():
                 h = torch.utils.checkpoint.checkpoint(layer, h, *args, use_reentrant=False, **kwargs)
@@ -269,6 +271,8 @@ class PipelineEngine:
         self._joiner: ThreadPoolExecutor | None = (
             None  # rank 0 joins model.safetensors after an asynchronous save
         )
+        if d.recompute == "selective":  # the layers' attention core, wherever a stage runs them
+            enable_selective_recompute(model)
         stage_class = DecoderStage if self.decoder else EncoderStage
         self.stages = [
             stage_class(model, self.layers[s], s == 0, s == self.num_stages - 1, d.recompute)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ernie_zoo.models.recompute import RECOMPUTE
 from ernie_zoo.parallel.deepspeed_backend import OFFLOAD_DEVICES
 from ernie_zoo.parallel.distributed import DEFAULT_TIMEOUT_S
 
@@ -253,8 +254,9 @@ class DistributedArgs:
     """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's. pipeline backend: 0/null or 1 (ZeRO-1:
     each data-parallel rank keeps the AdamW state of its share of the stage's parameters)."""
     recompute: str = "none"
-    """deepspeed backend: full recomputes every encoder layer in backward (activation checkpointing); none keeps
-    activations. Fine-tuning: none only."""
+    """deepspeed and pipeline backends: full recomputes every layer in backward (activation checkpointing, the
+    layer inputs kept); selective only each layer's attention core, QK^T, softmax, dropout, .V (Megatron's
+    selective recompute, ernie_zoo.models.recompute); none keeps every activation. Fine-tuning: none only."""
     timeout_s: float = DEFAULT_TIMEOUT_S
     """deepspeed backend: seconds a collective waits for the other ranks before it fails, so a rank that died or
     hangs ends the step on every rank and the launcher restarts the job from the newest valid checkpoint
@@ -292,10 +294,10 @@ class DistributedArgs:
             "must be 0-3 or null",
         )
         _check(
-            self.recompute in ("none", "full"),
+            self.recompute in RECOMPUTE,
             "distributed.recompute",
             self.recompute,
-            "must be none or full",
+            f"must be one of {', '.join(RECOMPUTE)}",
         )
         _check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0 (seconds)")
         for key in ("offload_optimizer", "offload_param"):
