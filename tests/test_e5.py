@@ -328,3 +328,31 @@ def test_a_q4_0_directory_loads_to_the_conversion_and_unaware_loaders_fail_loudl
     save_file(tensors, str(tmp_path / "q4" / "model.safetensors"), metadata={"ernie_zoo_weights": "q3_k"})
     with pytest.raises(ValueError, match="'q3_k', which this version of ernie-zoo cannot read"):
         ErnieZooModel.from_pretrained(tmp_path / "q4")
+
+
+@pytest.mark.slow
+def test_the_shipped_base_is_a_fresh_conversion(e5_wheel, tmp_path):
+    """ernie_zoo/zoo/ernie-zoo-e5-small-zh (Q4_0 blocks, no char features, no pooler) loads with the package's
+    from_pretrained and computes what `ernie-zoo convert e5 DST --head base` (fp32, char features at zero) does."""
+    from ernie_zoo.models import ErnieZooModel
+    from ernie_zoo.models.e5 import convert_e5
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+    from ernie_zoo.zoo import shipped_model_dir
+
+    shipped_dir = shipped_model_dir("ernie-zoo-e5-small-zh")
+    fresh, fresh_tokenizer = convert_e5(e5_wheel, tmp_path / "fresh", head="base")
+    shipped = ErnieZooModel.from_pretrained(shipped_dir).eval()
+    tokenizer = ErnieZooTokenizerFast.from_pretrained(shipped_dir)
+    assert tokenizer.get_vocab() == fresh_tokenizer.get_vocab() and len(tokenizer) == 20_565
+    assert not shipped.config.use_char_features and fresh.config.use_char_features
+    assert shipped.config.taskflow_embedding_prefixes == {"query": "query: ", "passage": "passage: "}
+    texts = ["query: 长江是中国最长的河流", "passage: 银行行长昨天在北京召开了发布会，Python很好用。", "query: 你好"]
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = shipped(**enc).last_hidden_state
+        theirs = fresh.eval()(**enc).last_hidden_state
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    fresh_state = fresh.state_dict()
+    for key, value in shipped.state_dict().items():
+        if not key.startswith("pooler."):  # e5 has none: the shipped directory holds none
+            assert torch.equal(value, fresh_state[key]), key  # the Q4_0 file holds the very fp32 values
