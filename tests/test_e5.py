@@ -307,7 +307,9 @@ def test_a_q4_0_directory_loads_to_the_conversion_and_unaware_loaders_fail_loudl
     from ernie_zoo.tokenization import ErnieZooTokenizerFast
 
     write_tiny_e5(tmp_path / "tiny.bin", PIECES)
-    model, _ = convert_e5(tmp_path / "tiny.bin", tmp_path / "q4", head="base", weights="q4_0", latin_pieces=10)
+    model, _ = convert_e5(
+        tmp_path / "tiny.bin", tmp_path / "q4", head="base", weights="q4_0", latin_pieces=10
+    )
     with safe_open(str(tmp_path / "q4" / "model.safetensors"), "pt") as f:
         keys, meta = set(f.keys()), f.metadata()
     word = "embeddings.word_embeddings.weight"
@@ -346,7 +348,11 @@ def test_the_shipped_base_is_a_fresh_conversion(e5_wheel, tmp_path):
     assert tokenizer.get_vocab() == fresh_tokenizer.get_vocab() and len(tokenizer) == 20_565
     assert not shipped.config.use_char_features and fresh.config.use_char_features
     assert shipped.config.taskflow_embedding_prefixes == {"query": "query: ", "passage": "passage: "}
-    texts = ["query: 长江是中国最长的河流", "passage: 银行行长昨天在北京召开了发布会，Python很好用。", "query: 你好"]
+    texts = [
+        "query: 长江是中国最长的河流",
+        "passage: 银行行长昨天在北京召开了发布会，Python很好用。",
+        "query: 你好",
+    ]
     enc = tokenizer(texts, padding=True, return_tensors="pt")
     with torch.no_grad():
         ours = shipped(**enc).last_hidden_state

@@ -534,7 +534,8 @@ def test_feature_extraction_prefixes_each_text_with_the_models_input_type(models
 
     text = "长江是中国最长的河流"
     query = Taskflow("feature_extraction", task_path=str(directory))(text)["embedding"]
-    passage = Taskflow("feature_extraction", task_path=str(directory), input_type="passage")(text)["embedding"]
+    passage_flow = Taskflow("feature_extraction", task_path=str(directory), input_type="passage")
+    passage = passage_flow(text)["embedding"]
     assert query == pytest.approx(mean_of("问：" + text).tolist(), abs=1e-5)
     assert passage == pytest.approx(mean_of("文：" + text).tolist(), abs=1e-5)
     # a model without prefixes reads the text as it is, whatever input_type says
@@ -543,10 +544,12 @@ def test_feature_extraction_prefixes_each_text_with_the_models_input_type(models
     # the prefix takes room in every chunk: a long text is cut so that prefix + chunk fits max_seq_len
     short = Taskflow("feature_extraction", task_path=str(directory), max_seq_len=16)
     assert short._task.n_special == 2 + len(tokenizer.tokenize("问："))
-    assert all(len(c.features["input_ids"]) <= 16 for c in short._task.preprocess(["床前明月光，疑是地上霜。" * 4]).chunks)
+    chunks = short._task.preprocess(["床前明月光，疑是地上霜。" * 4]).chunks
+    assert all(len(c.features["input_ids"]) <= 16 for c in chunks)
     bad = tmp_path / "bad"  # another directory: loaded models are cached by path
     shutil.copytree(models.encoder, bad)
-    (bad / "config.json").write_text(json.dumps({**config, "taskflow_embedding_prefixes": {"query": 3}}), "utf-8")
+    bad_config = {**config, "taskflow_embedding_prefixes": {"query": 3}}
+    (bad / "config.json").write_text(json.dumps(bad_config), encoding="utf-8")
     with pytest.raises(ValueError, match="taskflow_embedding_prefixes must map"):
         Taskflow("feature_extraction", task_path=str(bad))
     with pytest.raises(TypeError, match="one of 'query', 'passage'"):

@@ -36,7 +36,9 @@ def test_results_have_paddlenlp_shape_and_are_the_cosine_of_feature_extraction(s
     one = similarity(["今天天气怎么样", "今天的天气如何"])  # one pair -> one dict
     assert isinstance(one, dict) and one["similarity"] == pytest.approx(out[0]["similarity"], abs=1e-6)
     embed = Taskflow("feature_extraction", normalize=True)
-    a, b, c = (np.asarray(r["embedding"]) for r in embed(["今天天气怎么样", "今天的天气如何", "股市今天大跌"]))
+    a, b, c = (
+        np.asarray(r["embedding"]) for r in embed(["今天天气怎么样", "今天的天气如何", "股市今天大跌"])
+    )
     assert out[0]["similarity"] == pytest.approx(float(a @ b), abs=1e-5)
     assert out[1]["similarity"] == pytest.approx(float(a @ c), abs=1e-5)
     assert similarity([]) == []
@@ -79,7 +81,10 @@ def test_the_shipped_default_reads_e5s_prefixes():
 def test_cli_reads_pairs(tmp_path, capsys):
     from ernie_zoo.commands.taskflow import Args, run
 
-    assert run(Args(task="text_similarity", texts=["今天天气怎么样", "今天的天气如何"], no_progress=True), []) == 0
+    assert (
+        run(Args(task="text_similarity", texts=["今天天气怎么样", "今天的天气如何"], no_progress=True), [])
+        == 0
+    )
     first = json.loads(capsys.readouterr().out)
     assert first["text2"] == "今天的天气如何" and first["similarity"] > 0.9
     assert run(Args(task="text_similarity", texts=["只有一个"], no_progress=True), []) == 2
@@ -89,10 +94,46 @@ def test_cli_reads_pairs(tmp_path, capsys):
     )
     (tmp_path / "pairs.txt").write_text("今天天气怎么样\t今天的天气如何\n猫\t狗\n", encoding="utf-8")
     for name in ("pairs.jsonl", "pairs.txt"):
-        assert run(Args(task="text_similarity", texts=[], input=str(tmp_path / name), no_progress=True), []) == 0
+        assert (
+            run(Args(task="text_similarity", texts=[], input=str(tmp_path / name), no_progress=True), []) == 0
+        )
         rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [r["text1"] for r in rows] == ["今天天气怎么样", "猫"]
         assert rows[0]["similarity"] == pytest.approx(first["similarity"], abs=1e-6)
     (tmp_path / "bad.txt").write_text("只有一个\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="bad.txt:1: expected two texts separated by one tab"):
+    assert (
         run(Args(task="text_similarity", texts=[], input=str(tmp_path / "bad.txt"), no_progress=True), [])
+        == 1
+    )
+    assert "bad.txt:1: expected two texts separated by one tab, got 1 fields" in capsys.readouterr().err
+
+
+def test_served_like_any_task():
+    from fastapi.testclient import TestClient
+
+    from ernie_zoo.serving import ServeConfig, create_app
+
+    app = create_app(ServeConfig(tasks=["text_similarity", "feature_extraction"], max_chars_per_text=20))
+    with TestClient(app) as client:
+        for _ in range(600):  # the models load in the background
+            if client.get("/ready").status_code == 200:
+                break
+            import time
+
+            time.sleep(0.5)
+        pairs = [["今天天气怎么样", "今天的天气如何"], ["今天天气怎么样", "股市今天大跌"]]
+        answer = client.post("/v1/text_similarity", json={"texts": pairs})
+        assert answer.status_code == 200, answer.text
+        results = answer.json()["results"]
+        expected = Taskflow("text_similarity")(pairs)
+        assert [r["similarity"] for r in results] == pytest.approx(
+            [r["similarity"] for r in expected], abs=1e-6
+        )
+        # a str where a pair belongs, a pair sent to a task of texts, a pair of three: 422 naming the problem
+        bad = client.post("/v1/text_similarity", json={"texts": ["今天天气怎么样"]})
+        assert bad.status_code == 422 and "pair" in bad.json()["error"]["message"]
+        bad = client.post("/v1/feature_extraction", json={"texts": [["a", "b"]]})
+        assert bad.status_code == 422 and "nested list" in bad.json()["error"]["message"]
+        assert client.post("/v1/text_similarity", json={"texts": [["a", "b", "c"]]}).status_code == 422
+        long = client.post("/v1/text_similarity", json={"texts": [["短", "长" * 21]]})
+        assert long.status_code == 413 and long.json()["error"]["fields"] == ["texts.0.1"]

@@ -151,7 +151,9 @@ def _lines(stream: BinaryIO, jsonl: bool, name: str, pairs: bool = False) -> Ite
         if not jsonl and pairs:
             pair = line.split("\t")
             if len(pair) != 2:
-                raise ValueError(f"{name}:{number}: expected two texts separated by one tab, got {len(pair)} fields")
+                raise ValueError(
+                    f"{name}:{number}: expected two texts separated by one tab, got {len(pair)} fields"
+                )
             yield number, pair
             continue
         if not jsonl:
@@ -168,7 +170,7 @@ def _lines(stream: BinaryIO, jsonl: bool, name: str, pairs: bool = False) -> Ite
                 item = [item.get("text1"), item.get("text2")]
             if not is_pair(item):
                 raise ValueError(
-                    f"{name}:{number}: expected a JSON pair [\"text1\", \"text2\"] or an object with string "
+                    f'{name}:{number}: expected a JSON pair ["text1", "text2"] or an object with string '
                     "'text1' and 'text2' fields"
                 )
             yield number, list(item)

@@ -346,7 +346,9 @@ def _kind_context(
         files = [f for f, *_ in _directory_rows(name)]
         unknown = [f for f in files if f not in _CONVERTED_FILES]
         if unknown:
-            raise ValueError(f"{name}: no licence known for {unknown}; add it to evaluation/cards.py _CONVERTED_FILES")
+            raise ValueError(
+                f"{name}: no licence known for {unknown}; add it to evaluation/cards.py _CONVERTED_FILES"
+            )
         return {"files": [(f, *_CONVERTED_FILES[f]) for f in files]}
     raise ValueError(f"{name}: no card template for model kind {kind!r}")
 

@@ -150,7 +150,11 @@ def taskflow_embedder(model: str, batch_size: int = 64) -> Embedder:
     def embed(texts: list[str], input_type: str) -> np.ndarray:
         if input_type not in flows:
             flows[input_type] = Taskflow(
-                "feature_extraction", model=model, batch_size=batch_size, normalize=True, input_type=input_type
+                "feature_extraction",
+                model=model,
+                batch_size=batch_size,
+                normalize=True,
+                input_type=input_type,
             )
         return np.stack([np.asarray(r["embedding"], np.float32) for r in flows[input_type](texts)])
 

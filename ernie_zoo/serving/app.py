@@ -158,7 +158,9 @@ class ServedTask:
         self.flows[self.default_key.normalized] = flow
         self.model_path = flow.model_path
         try:
-            self._run(self.default_key, [[WARMUP_TEXT, WARMUP_TEXT]] if self.cls.takes_pairs else [WARMUP_TEXT])
+            self._run(
+                self.default_key, [[WARMUP_TEXT, WARMUP_TEXT]] if self.cls.takes_pairs else [WARMUP_TEXT]
+            )
         except (ValueError, TypeError) as exc:  # a task may refuse the text (fill_mask wants a [MASK])
             logger.info("%s: warm-up text refused (%s); the model is loaded", self.name, exc)
 

@@ -68,9 +68,7 @@ class FeatureResult(Result):
         return {"text": self.text, "embedding": self.embedding}
 
 
-@register_task(
-    "feature_extraction", aliases=("text_embedding",), default_model="ernie-zoo-e5-small-zh"
-)
+@register_task("feature_extraction", aliases=("text_embedding",), default_model="ernie-zoo-e5-small-zh")
 class FeatureExtraction(EncoderTask):
     auto_class = "AutoModel"
     ignore_missing = ("pooler.", "ernie.pooler.")  # the mean/cls pooling here never uses the pooler
@@ -79,8 +77,12 @@ class FeatureExtraction(EncoderTask):
     def __init__(self, settings, options, loaded=None):
         super().__init__(settings, options, loaded)
         prefixes = getattr(self.model.config, PREFIXES_KEY, None) or {}
-        if not isinstance(prefixes, dict) or not all(isinstance(prefixes.get(t, ""), str) for t in INPUT_TYPES):
-            raise ValueError(f"config.json {PREFIXES_KEY} must map {INPUT_TYPES} to strings, got {prefixes!r}")
+        if not isinstance(prefixes, dict) or not all(
+            isinstance(prefixes.get(t, ""), str) for t in INPUT_TYPES
+        ):
+            raise ValueError(
+                f"config.json {PREFIXES_KEY} must map {INPUT_TYPES} to strings, got {prefixes!r}"
+            )
         self.prefix: str = prefixes.get(options.input_type, "")
         # the prefix's tokens take room in every chunk, as the special tokens do
         self.n_special += len(self.tokenizer.tokenize(self.prefix)) if self.prefix else 0

@@ -109,4 +109,11 @@ def has_letters(text: str) -> bool:
     return any(unicodedata.category(ch)[0] == "L" for ch in text)
 
 
-__all__ = ["clean_surrogates", "has_letters", "is_pair", "join_wordpieces", "normalize_inputs", "normalize_pairs"]
+__all__ = [
+    "clean_surrogates",
+    "has_letters",
+    "is_pair",
+    "join_wordpieces",
+    "normalize_inputs",
+    "normalize_pairs",
+]

