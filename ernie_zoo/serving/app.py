@@ -46,7 +46,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ernie_zoo.taskflow import Taskflow, get_task, list_tasks
@@ -76,11 +76,34 @@ def replace_surrogates(texts: list[Any]) -> list[Any]:
     return [clean(t) if isinstance(t, str) else [clean(x) for x in t] for t in texts]
 
 
+def _text_or_pair(value: Any) -> str | list[str]:
+    """A request item: a text, or a pair [text1, text2] of texts (text_similarity); one error per bad item."""
+    if isinstance(value, str) or (
+        isinstance(value, list) and len(value) == 2 and all(isinstance(t, str) for t in value)
+    ):
+        return value
+    raise ValueError("expected a string (text_similarity: a pair [text1, text2] of strings)")
+
+
+TextOrPair = Annotated[
+    Any,
+    AfterValidator(_text_or_pair),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+            ]
+        }
+    ),
+]
+
+
 class PredictRequest(BaseModel):
     """A task request: texts and the task's options (see GET /v1/tasks or the endpoint's description)."""
 
     model_config = ConfigDict(extra="forbid")
-    texts: list[StrictStr | Annotated[list[StrictStr], Field(min_length=2, max_length=2)]] = Field(
+    texts: list[TextOrPair] = Field(
         description="the texts to process; one result per text, in the same order (text_similarity: pairs "
         '["text1", "text2"], one result per pair)',
         examples=[["这家餐厅的服务非常棒！", "新华社北京三月五日电"]],
