@@ -244,3 +244,121 @@ def test_converted_char_model_computes_what_e5_computes(e5_wheel, e5_file, tmp_p
         ours = model(input_ids=torch.tensor([enc["input_ids"]]), pinyin_ids=torch.tensor([enc["pinyin_ids"]]))
         theirs = reference(e5_ids)
     torch.testing.assert_close(ours.last_hidden_state, theirs.last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- Q4_0 weight storage
+def _random_q4_0(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Q4_0 bytes of a [rows, cols] matrix: random nibbles, random finite fp16 scales (some negative, one zero)."""
+    nblocks = rows * cols // 32
+    scales = rng.normal(0, 0.05, nblocks).astype(np.float16)
+    scales[3] = 0
+    blocks = np.empty((nblocks, 18), np.uint8)
+    blocks[:, :2] = scales.view(np.uint8).reshape(nblocks, 2)
+    blocks[:, 2:] = rng.integers(0, 256, (nblocks, 16), dtype=np.uint8)
+    return blocks.reshape(-1)
+
+
+def test_q4_0_storage_round_trips_exactly_against_the_reader(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from ernie_zoo.models.q4_0 import dequantize_state_dict, q4_0_state_dict, split_blocks
+
+    rng = np.random.default_rng(0)
+    raw = _random_q4_0(rng, 6, 96)
+    expected = dequantize_q4_0(raw.copy(), 6, 96)  # the E5S1 reader's own dequantisation
+    nibbles, scales = split_blocks(raw, 6, 96)
+    assert nibbles.dtype == torch.uint8 and nibbles.shape == (6, 48)
+    assert scales.dtype == torch.float16 and scales.shape == (6, 3)
+    state = {"w": expected.clone(), "b": torch.randn(6)}
+    stored = q4_0_state_dict(state, {"w": (nibbles, scales)})
+    assert set(stored) == {"w.q4_0", "w.q4_0_scale", "b"}
+    save_file(stored, str(tmp_path / "m.safetensors"), metadata={"format": "pt", "ernie_zoo_weights": "q4_0"})
+    with safe_open(str(tmp_path / "m.safetensors"), "pt") as f:
+        assert {k: f.get_slice(k).get_dtype() for k in f.keys()} == {
+            "w.q4_0": "U8",
+            "w.q4_0_scale": "F16",
+            "b": "F32",
+        }
+    back = dequantize_state_dict(load_file(str(tmp_path / "m.safetensors")))
+    assert torch.equal(back["w"], expected) and torch.equal(back["b"], state["b"])  # bit for bit
+    assert int((raw.reshape(-1, 18)[:, 2:] >> 4).max()) == 15  # both nibbles of a byte are exercised
+
+    # blocks that are not the model's weights are refused, as is a file missing its scales
+    off = {"w": expected + 1e-3, "b": state["b"]}
+    with pytest.raises(ValueError, match="not what its Q4_0 blocks hold"):
+        q4_0_state_dict(off, {"w": (nibbles, scales)})
+    with pytest.raises(ValueError, match="does not have"):
+        q4_0_state_dict(state, {"v": (nibbles, scales)})
+    del stored["w.q4_0_scale"]
+    with pytest.raises(ValueError, match="'w.q4_0' has no scales"):
+        dequantize_state_dict(stored)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        split_blocks(raw, 6, 48 + 8)
+
+
+def test_a_q4_0_directory_loads_to_the_conversion_and_unaware_loaders_fail_loudly(tmp_path):
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from ernie_zoo.models import ErnieZooModel
+    from ernie_zoo.models.convert import load_pretrained_checkpoint
+    from ernie_zoo.models.e5 import convert_e5
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
+    write_tiny_e5(tmp_path / "tiny.bin", PIECES)
+    model, _ = convert_e5(
+        tmp_path / "tiny.bin", tmp_path / "q4", head="base", weights="q4_0", latin_pieces=10
+    )
+    with safe_open(str(tmp_path / "q4" / "model.safetensors"), "pt") as f:
+        keys, meta = set(f.keys()), f.metadata()
+    word = "embeddings.word_embeddings.weight"
+    assert meta["ernie_zoo_weights"] == "q4_0" and word not in keys and word + ".q4_0" in keys
+    assert not any(k.startswith("pooler.") for k in keys)  # e5 has no pooler; none is made up
+    reloaded = ErnieZooModel.from_pretrained(tmp_path / "q4").eval()
+    for key, value in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[key], value), key  # lossless: the very fp32 values
+
+    # the project's reader of plain checkpoints does not know the format: it names the foreign keys
+    tokenizer = ErnieZooTokenizerFast.from_pretrained(tmp_path / "q4")
+    with pytest.raises(ValueError, match="do not fit"):
+        load_pretrained_checkpoint(tmp_path / "q4", ErnieZooModel, tokenizer=tokenizer)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        ErnieZooModel(model.config).load_state_dict(load_file(str(tmp_path / "q4" / "model.safetensors")))
+    # a format this version does not know is refused, not loaded as a plain file with random matrices
+    tensors = load_file(str(tmp_path / "q4" / "model.safetensors"))
+    save_file(tensors, str(tmp_path / "q4" / "model.safetensors"), metadata={"ernie_zoo_weights": "q3_k"})
+    with pytest.raises(ValueError, match="'q3_k', which this version of ernie-zoo cannot read"):
+        ErnieZooModel.from_pretrained(tmp_path / "q4")
+
+
+@pytest.mark.slow
+def test_the_shipped_base_is_a_fresh_conversion(e5_wheel, tmp_path):
+    """ernie_zoo/zoo/ernie-zoo-e5-small-zh (Q4_0 blocks, no char features, no pooler) loads with the package's
+    from_pretrained and computes what `ernie-zoo convert e5 DST --head base` (fp32, char features at zero) does."""
+    from ernie_zoo.models import ErnieZooModel
+    from ernie_zoo.models.e5 import convert_e5
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+    from ernie_zoo.zoo import shipped_model_dir
+
+    shipped_dir = shipped_model_dir("ernie-zoo-e5-small-zh")
+    fresh, fresh_tokenizer = convert_e5(e5_wheel, tmp_path / "fresh", head="base")
+    shipped = ErnieZooModel.from_pretrained(shipped_dir).eval()
+    tokenizer = ErnieZooTokenizerFast.from_pretrained(shipped_dir)
+    assert tokenizer.get_vocab() == fresh_tokenizer.get_vocab() and len(tokenizer) == 20_565
+    assert not shipped.config.use_char_features and fresh.config.use_char_features
+    assert shipped.config.taskflow_embedding_prefixes == {"query": "query: ", "passage": "passage: "}
+    texts = [
+        "query: 长江是中国最长的河流",
+        "passage: 银行行长昨天在北京召开了发布会，Python很好用。",
+        "query: 你好",
+    ]
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        ours = shipped(**enc).last_hidden_state
+        theirs = fresh.eval()(**enc).last_hidden_state
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    fresh_state = fresh.state_dict()
+    for key, value in shipped.state_dict().items():
+        if not key.startswith("pooler."):  # e5 has none: the shipped directory holds none
+            assert torch.equal(value, fresh_state[key]), key  # the Q4_0 file holds the very fp32 values

@@ -395,7 +395,14 @@ def test_parity_feature_extraction(zoo):
     from ernie_zoo import Taskflow
 
     texts = _texts()
-    ours = Taskflow("feature_extraction")(texts)  # mean of the last hidden states, [CLS] and [SEP] included
+    # the default (e5, Q4_0 weights): mean of the last hidden states of "query: " + text, [CLS] and [SEP] included
+    ours = Taskflow("feature_extraction")(texts)
+    extract = pipeline("feature-extraction", model=zoo("ernie-zoo-e5-small-zh"))
+    for text, mine in zip(texts, ours):
+        theirs = np.asarray(extract("query: " + text)[0]).mean(0)
+        np.testing.assert_allclose(theirs, np.asarray(mine["embedding"]), atol=1e-5)
+    # the previous default, by name: no prefix
+    ours = Taskflow("feature_extraction", model="ernie-zoo-mini-zh")(texts)
     extract = pipeline("feature-extraction", model=zoo("ernie-zoo-mini-zh"))
     for text, mine in zip(texts, ours):
         theirs = np.asarray(extract(text)[0]).mean(0)

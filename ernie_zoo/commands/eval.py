@@ -89,7 +89,8 @@ def run(args: Args, argv: list[str]) -> int:
         results["models"][name]["model_dir"] = f"ernie_zoo/zoo/{name}" if shipped else str(path)
     if args.merge and args.out.is_file():
         old = json.loads(args.out.read_text(encoding="utf-8"))
-        results["models"] = {**old.get("models", {}), **results["models"]}
+        # what this run did not measure (the datasets' hashes of a run of self-contained models only) is kept
+        results = {**old, **results, "models": {**old.get("models", {}), **results["models"]}}
     atomic_write_json(args.out, results)
     print(f"results: {args.out}")
     if args.cards is not None:
@@ -199,6 +200,16 @@ def summary_table(results: dict) -> str:
             rows.append(
                 (name, "held-out idioms", "char F1", f"{g['char_f1']:.4f}", f"{b['char_f1']:.4f} (retrieval)")
             )
+        elif r["kind"] == "embedding":
+            for test, t in r["retrieval"].items():
+                metric = "precision@10" if test == "thucnews-topic" else "recall@1"
+                best = max(
+                    ((k, v) for k, v in t["baselines"].items() if k.startswith("bm25")),
+                    key=lambda kv: kv[1][metric],
+                )
+                rows.append(
+                    (name, test, metric, f"{t['model'][metric]:.4f}", f"{best[1][metric]:.4f} ({best[0]})")
+                )
         else:
             for dom, d in r["domains"].items():
                 rows.append((name, dom, "masked acc", f"{d['accuracy']:.4f}", "-"))

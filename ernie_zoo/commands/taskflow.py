@@ -5,12 +5,14 @@
     cat prompts.jsonl | ernie-zoo taskflow text_generation --task-path runs/poet --option max_new_tokens=16
     ernie-zoo taskflow text_generation -O stream=true "今天天气很好，"   # printed as it is generated
     ernie-zoo taskflow information_extraction --task-path runs/ie --schema '{"人物": ["毕业院校"]}' 李明毕业于北京大学。
+    ernie-zoo taskflow text_similarity 今天天气怎么样 今天的天气如何   # pair tasks: TEXT arguments two by two
     ernie-zoo taskflow ner --usage        # the task's usage example
     ernie-zoo taskflow --list             # tasks, aliases, default models and options
 
 Input: TEXT arguments; or `--input FILE` (`-` = stdin): `.jsonl` files hold one JSON string or object with a
 "text" field per line, any other file one text per line (blank lines skipped); with neither, stdin is read
-the same way (as plain lines). Output: one JSON object per line (the task's result dict), to `--output FILE`
+the same way (as plain lines). text_similarity reads pairs: TEXT arguments two by two, a plain line `text1<TAB>text2`,
+a JSON line `["text1", "text2"]` or `{"text1": ..., "text2": ...}`. Output: one JSON object per line (the task's result dict), to `--output FILE`
 (written to a temporary file and renamed when complete) or stdout. A progress bar goes to stderr.
 
 Corpus-scale jobs: `--input big.jsonl -o out.jsonl --resume` appends to out.jsonl as it goes (memory stays flat:
@@ -138,11 +140,21 @@ def _stdin_bytes() -> BinaryIO:
     return io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))  # a text stream set by a caller
 
 
-def _lines(stream: BinaryIO, jsonl: bool, name: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) for each non-blank line."""
+def _lines(stream: BinaryIO, jsonl: bool, name: str, pairs: bool = False) -> Iterator[tuple[int, Any]]:
+    """(line number, text) for each non-blank line; with `pairs` (text_similarity), (line number, [text1, text2]):
+    a plain line holds the two texts separated by a tab, a JSON line `["text1", "text2"]` or an object with string
+    "text1" and "text2" fields."""
     for number, raw in enumerate(stream, 1):
         line = _decode(raw, name, number).removeprefix("\ufeff" if number == 1 else "").rstrip("\r\n")
         if not line.strip():
+            continue
+        if not jsonl and pairs:
+            pair = line.split("\t")
+            if len(pair) != 2:
+                raise ValueError(
+                    f"{name}:{number}: expected two texts separated by one tab, got {len(pair)} fields"
+                )
+            yield number, pair
             continue
         if not jsonl:
             yield number, line
@@ -151,6 +163,18 @@ def _lines(stream: BinaryIO, jsonl: bool, name: str) -> Iterator[tuple[int, str]
             item = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{name}:{number}: not valid JSON ({exc.msg})") from exc
+        if pairs:
+            from ernie_zoo.taskflow.text import is_pair
+
+            if isinstance(item, dict):
+                item = [item.get("text1"), item.get("text2")]
+            if not is_pair(item):
+                raise ValueError(
+                    f'{name}:{number}: expected a JSON pair ["text1", "text2"] or an object with string '
+                    "'text1' and 'text2' fields"
+                )
+            yield number, list(item)
+            continue
         if isinstance(item, dict):
             item = item.get("text")
         if not isinstance(item, str):
@@ -308,18 +332,23 @@ def _run(args: Args, stdout: TextIO) -> int:
 
     total: int | None
     source: BinaryIO | None = None
+    pairs = flow._task.takes_pairs  # text_similarity: TEXT arguments two by two, a pair per line
+    if args.texts and pairs and len(args.texts) % 2:
+        print(f"error: {flow.task} compares pairs: give an even number of TEXT arguments", file=sys.stderr)
+        return 2
     if args.texts:
-        texts: Iterator[tuple[int, str]] = enumerate(args.texts, 1)
-        total = len(args.texts)
+        items = [list(p) for p in zip(args.texts[::2], args.texts[1::2])] if pairs else args.texts
+        texts: Iterator[tuple[int, Any]] = enumerate(items, 1)
+        total = len(items)
     elif args.input and args.input != "-":
         source = open(args.input, "rb")
-        texts = _lines(source, args.input.endswith(".jsonl"), args.input)
+        texts = _lines(source, args.input.endswith(".jsonl"), args.input, pairs)
         total = _count(args.input)
     else:
         if args.input is None and sys.stdin.isatty():
             print("error: give TEXT arguments, --input FILE, or pipe text to stdin", file=sys.stderr)
             return 2
-        texts = _lines(_stdin_bytes(), False, "<stdin>")
+        texts = _lines(_stdin_bytes(), False, "<stdin>", pairs)
         total = None
 
     out: Any

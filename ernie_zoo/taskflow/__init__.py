@@ -6,7 +6,8 @@
 
 Tasks (one file each, registered by name; `list_tasks()` lists them with their options):
 sentiment_analysis, ner (= named_entity_recognition), text_generation, word_segmentation, pos_tagging,
-fill_mask, feature_extraction, text_correction, information_extraction (= ie). `Taskflow(task).help()` prints a task's usage example.
+fill_mask, feature_extraction (= text_embedding), text_similarity (pairs of texts in), text_correction,
+information_extraction (= ie). `Taskflow(task).help()` prints a task's usage example.
 
 Models: shipped models live in `ernie_zoo/zoo/<name>/` and are verified against their `manifest.json`
 (`verify_manifest`); `task_path=` takes any local save_pretrained directory; hub ids go through transformers'
@@ -22,6 +23,7 @@ from . import (  # noqa: F401  (importing a task module registers it)
     sentiment_analysis,
     text_correction,
     text_generation,
+    text_similarity,
     word_segmentation,
 )
 from .models import (

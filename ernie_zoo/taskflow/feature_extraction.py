@@ -1,7 +1,8 @@
 """Feature extraction: one sentence embedding per text (mean of the encoder's last hidden states).
 
-Usage (the shipped default is `Taskflow("feature_extraction")`, model ernie-zoo-mini-zh; below, a tiny encoder
-the test-suite saves, passed with task_path=; its hidden size is 32):
+Usage (the shipped default is `Taskflow("feature_extraction")`, model ernie-zoo-e5-small-zh: multilingual-e5-small
+converted to a character vocabulary, 384 dimensions; below, a tiny encoder the test-suite saves, passed with
+task_path=; its hidden size is 32):
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> embed = Taskflow("feature_extraction", task_path=encoder_dir, normalize=True)
@@ -11,11 +12,20 @@ the test-suite saves, passed with task_path=; its hidden size is 32):
 >>> type(Taskflow("feature_extraction", task_path=encoder_dir, return_numpy=True)("你好")["embedding"]).__name__
 'ndarray'
 
-Pooling: `mean` averages the last hidden states of all non-padding tokens (including [CLS]/[SEP]), `cls` takes
-the first token's. A long text is split by sentences and the chunk embeddings are averaged weighted by their
-token counts. Any encoder directory works (a masked-LM or classifier checkpoint: its encoder is used).
+Pooling: `mean` averages the last hidden states of all non-padding tokens (including [CLS]/[SEP]: e5's own
+pooling), `cls` takes the first token's. A long text is split by sentences and the chunk embeddings are averaged
+weighted by their token counts. Any encoder directory works (a masked-LM or classifier checkpoint: its encoder is
+used).
 
-Options: `pooling`, `normalize`, `return_numpy`.
+Input prefixes: a model trained with them names them in its config.json (`taskflow_embedding_prefixes`; e5's are
+`query: ` and `passage: `) and every text gets the one of `input_type` before it is tokenised. e5's recommendation:
+"query" on both sides of a symmetric task (similarity, clustering, same-topic search: the default), "query" for
+questions and "passage" for the documents they search in an asymmetric one. A model without prefixes (the previous
+default, `model="ernie-zoo-mini-zh"`) reads the text as it is, whatever `input_type` says. On a THUCNews same-topic
+search of our own the default scores precision@10 0.617 against 0.461 for BM25 over jieba words and 0.458 for
+ernie-zoo-mini-zh (bench/results/retrieval.json).
+
+Options: `pooling`, `normalize`, `return_numpy`, `input_type`.
 """
 
 from __future__ import annotations
@@ -27,6 +37,10 @@ import torch
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task
 
+#: config.json key of a model's input prefixes, {input_type: prefix} (written by recipes/zoo/ship.py).
+PREFIXES_KEY = "taskflow_embedding_prefixes"
+INPUT_TYPES = ("query", "passage")
+
 
 @dataclass
 class FeatureOptions:
@@ -35,11 +49,14 @@ class FeatureOptions:
     pooling: "mean" (average of the token states) or "cls" (the first token's state).
     normalize: scale each embedding to unit L2 norm.
     return_numpy: return a float32 numpy array instead of a list of floats.
+    input_type: "query" (default; also both sides of a symmetric task) or "passage" (the documents of a search):
+        which of the model's input prefixes each text gets; no effect on a model without prefixes.
     """
 
     pooling: Literal["mean", "cls"] = "mean"
     normalize: bool = False
     return_numpy: bool = False
+    input_type: Literal["query", "passage"] = "query"
 
 
 @dataclass
@@ -51,11 +68,29 @@ class FeatureResult(Result):
         return {"text": self.text, "embedding": self.embedding}
 
 
-@register_task("feature_extraction", aliases=("text_embedding",), default_model="ernie-zoo-mini-zh")
+@register_task("feature_extraction", aliases=("text_embedding",), default_model="ernie-zoo-e5-small-zh")
 class FeatureExtraction(EncoderTask):
     auto_class = "AutoModel"
     ignore_missing = ("pooler.", "ernie.pooler.")  # the mean/cls pooling here never uses the pooler
     Options = FeatureOptions
+
+    def __init__(self, settings, options, loaded=None):
+        super().__init__(settings, options, loaded)
+        prefixes = getattr(self.model.config, PREFIXES_KEY, None) or {}
+        if not isinstance(prefixes, dict) or not all(
+            isinstance(prefixes.get(t, ""), str) for t in INPUT_TYPES
+        ):
+            raise ValueError(
+                f"config.json {PREFIXES_KEY} must map {INPUT_TYPES} to strings, got {prefixes!r}"
+            )
+        self.prefix: str = prefixes.get(options.input_type, "")
+        # the prefix's tokens take room in every chunk, as the special tokens do
+        self.n_special += len(self.tokenizer.tokenize(self.prefix)) if self.prefix else 0
+        if self.max_len - self.n_special < 4:
+            raise ValueError(f"max_seq_len={self.max_len} leaves no room for text after {self.prefix!r}")
+
+    def encode(self, texts: list[str]) -> list[dict[str, Any]]:
+        return super().encode([self.prefix + t for t in texts] if self.prefix else texts)
 
     def run_batch(
         self, batch: dict[str, torch.Tensor], chunks: list[Chunk]
@@ -70,12 +105,18 @@ class FeatureExtraction(EncoderTask):
         counts = mask.sum(1).tolist()
         return [(pooled[i].cpu(), int(counts[i])) for i in range(len(chunks))]
 
-    def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[FeatureResult]:
-        results = []
-        for text, pairs in zip(prepared.texts, self.group(prepared, outputs)):
+    def embeddings(self, prepared: Prepared, outputs: list[Any]) -> torch.Tensor:
+        """(texts, H) float64: each text's chunk embeddings averaged, weighted by their token counts."""
+        rows = []
+        for pairs in self.group(prepared, outputs):
             vectors = torch.stack([v.double() for _, (v, _) in pairs])
             weights = torch.tensor([n for _, (_, n) in pairs], dtype=torch.float64)
-            vector = (weights[:, None] * vectors).sum(0) / weights.sum()
+            rows.append((weights[:, None] * vectors).sum(0) / weights.sum())
+        return torch.stack(rows)
+
+    def postprocess(self, prepared: Prepared, outputs: list[Any]) -> list[FeatureResult]:
+        results = []
+        for text, vector in zip(prepared.texts, self.embeddings(prepared, outputs)):
             if self.options.normalize:
                 vector = vector / vector.norm().clamp(min=1e-12)
             array = vector.float().numpy()

@@ -188,6 +188,8 @@ class Task:
     Options: ClassVar[type] = NoOptions
     # whether a call may pass a conversation (a list of {role, content} messages) as one input (text_generation)
     takes_conversations: ClassVar[bool] = False
+    # whether each input is a pair of texts, [text1, text2] (text_similarity), instead of one text
+    takes_pairs: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, options: Any, loaded: LoadedModel | None = None):
         self.settings = settings

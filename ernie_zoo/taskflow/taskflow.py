@@ -19,7 +19,7 @@ from .models import INFERENCE_PRECISIONS, check_precision, default_precision, lo
 from .onnx import BACKENDS, load_onnx_model, onnx_default_precision
 from .onnx import OUTPUTS as ONNX_TASKS
 from .task import TASKS, Settings, Task, build_options, get_task
-from .text import normalize_inputs
+from .text import normalize_inputs, normalize_pairs
 
 
 class Taskflow:
@@ -27,7 +27,7 @@ class Taskflow:
 
     Args:
         task: a task name or alias: sentiment_analysis, ner (named_entity_recognition), text_generation,
-            word_segmentation, pos_tagging, fill_mask, feature_extraction, information_extraction (see
+            word_segmentation, pos_tagging, fill_mask, feature_extraction, text_similarity, information_extraction (see
             `ernie_zoo.taskflow.list_tasks()`).
         model: a shipped model name (ernie-zoo-mini-...), a local directory or a hub id; defaults to the task's
             shipped model.
@@ -140,14 +140,18 @@ class Taskflow:
     def __call__(self, inputs: str | list[str]) -> dict[str, Any] | list[dict[str, Any]] | Iterator[str]:
         """`str` -> one result dict; `list[str]` -> a list of result dicts in input order. With the option
         `stream=True` (text_generation): one `str` -> an iterator of text pieces as they are generated.
-        text_generation also takes a conversation, `[{"role": "user", "content": ...}, ...]`, as one input."""
+        text_generation also takes a conversation, `[{"role": "user", "content": ...}, ...]`, as one input;
+        text_similarity takes pairs instead of texts: `[text1, text2]` -> one dict, a list of pairs -> a list."""
         chats = self._task.takes_conversations
         if getattr(self.options, "stream", False):
             texts, single = normalize_inputs(inputs, chats)
             if not single:
                 raise ValueError("stream=True takes one text (a str) per call, got a list")
             return self._task.stream(texts[0])
-        texts, single = normalize_inputs(inputs, chats)
+        if self._task.takes_pairs:
+            texts, single = normalize_pairs(inputs)
+        else:
+            texts, single = normalize_inputs(inputs, chats)
         results = [r.to_dict() for r in self._task.run(texts)] if texts else []
         return results[0] if single else results
 

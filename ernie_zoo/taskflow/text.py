@@ -64,6 +64,33 @@ def normalize_inputs(inputs: object, conversations: bool = False) -> tuple[list[
     )
 
 
+def is_pair(value: object) -> bool:
+    """Whether `value` is a pair of texts: a list or tuple of exactly two `str`."""
+    return isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(t, str) for t in value)
+
+
+def normalize_pairs(inputs: object) -> tuple[list[tuple[str, str]], bool]:
+    """Check what a pair task (text_similarity) was called with: one pair `[text1, text2]` -> `([pair], True)`, a
+    list/tuple of pairs -> `(list, False)`. Raises TypeError naming the offending item for anything else (a str, a
+    pair of three texts or of non-str, a dict)."""
+    if is_pair(inputs):
+        return [(inputs[0], inputs[1])], True  # type: ignore[index]
+    if isinstance(inputs, str):
+        raise TypeError(
+            "this task compares pairs of texts: pass [text1, text2] or a list of such pairs, got a str: "
+            f"{inputs!r:.80}"
+        )
+    if isinstance(inputs, (list, tuple)):
+        for i, item in enumerate(inputs):
+            if not is_pair(item):
+                raise TypeError(f"Taskflow input item {i} is not a pair [text1, text2] of str: {item!r:.80}")
+        return [(a, b) for a, b in inputs], False
+    raise TypeError(
+        f"Taskflow input must be a pair [text1, text2] or a list of pairs, got {type(inputs).__name__}: "
+        f"{inputs!r:.80}"
+    )
+
+
 def clean_surrogates(text: str) -> str:
     """Replace unpaired UTF-16 surrogates (e.g. '\\ud800', not encodable as UTF-8) by U+FFFD.
 
@@ -82,4 +109,11 @@ def has_letters(text: str) -> bool:
     return any(unicodedata.category(ch)[0] == "L" for ch in text)
 
 
-__all__ = ["clean_surrogates", "has_letters", "join_wordpieces", "normalize_inputs"]
+__all__ = [
+    "clean_surrogates",
+    "has_letters",
+    "is_pair",
+    "join_wordpieces",
+    "normalize_inputs",
+    "normalize_pairs",
+]

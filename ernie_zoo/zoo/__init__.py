@@ -30,6 +30,7 @@ SHIPPED_MODELS = (
     "ernie-zoo-mini-generator",
     "ernie-zoo-mini-zh",
     "ernie-zoo-mini-csc",
+    "ernie-zoo-e5-small-zh",
 )
 #: The pretrained encoder (masked LM) that fine-tuning starts from by default.
 BASE_ENCODER = "ernie-zoo-mini-zh"

