@@ -73,8 +73,11 @@ def run(args: Args, argv: list[str]) -> int:
         if name not in ZOO_MODELS:
             raise SystemExit(f"ernie-zoo eval: unknown model {name!r}; expected one of {list(ZOO_MODELS)}")
         path = Path(directory) if directory else ZOO_DIR / name
-        if not (path / "config.json").is_file():
-            raise SystemExit(f"ernie-zoo eval: {path} is not a model directory (no config.json)")
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+            raise SystemExit(
+                f"ernie-zoo eval: {path} is not a model directory (no config.json) nor an adapter directory "
+                "(no adapter_config.json)"
+            )
         models[name] = path
     results = evaluate_zoo(
         models,

@@ -111,6 +111,9 @@ _DIRECTORY_FILES: dict[str, tuple[str, str]] = {
     "tokenizer_config.json": ("tokenizer configuration", _OURS),
     "training.json": ("training record (data, stages, compute)", _OURS),
     "manifest.json": ("sha256 of every file, checked before loading", _OURS),
+    "adapter_config.json": ("peft LoRA configuration (base_model_name_or_path: the shipped base)", _OURS),
+    "adapter_model.safetensors": ("LoRA adapter and classifier weights, trained by this project's recipes", _OURS),
+    "ernie_zoo_finetune.json": ("the base model, head class and label fields the adapter goes on", _OURS),
     "entity_lexicon.txt": _LEXICON_LICENCE,
     "confusion_sets.json": (
         "spelling confusion sets: pycorrector 1.1.4's same_pinyin.txt and same_stroke.txt, plus near-sound sets "

