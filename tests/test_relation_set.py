@@ -44,8 +44,10 @@ def test_files_parse_and_match_the_manifest():
     assert not dev_texts & test_texts and dev_texts | test_texts == {r.text for r in labelled}
     n_relations = sum(len(r.relations) for r in labelled)
     assert n_relations == sum(manifest["counts"]["labelled"]["relations"].values())
-    without = sum(1 for r in labelled if not r.relations)
-    assert 0.1 <= without / len(labelled) <= 0.2  # ~15 % sentences with no relation
+    records = load_jsonl(RELATIONS_DIR / "labelled.jsonl")
+    evaluation = [r for r in records if r["id"].startswith("rel-")]
+    for rows in (evaluation, load_jsonl(RELATIONS_DIR / "test.jsonl")):  # ~15 % sentences with no relation
+        assert 0.1 <= sum(1 for r in rows if not r["relations"]) / len(rows) <= 0.2
 
 
 def test_every_offset_is_the_span_it_names():
@@ -60,6 +62,64 @@ def test_every_offset_is_the_span_it_names():
         ids = {e["id"] for e in rec["entities"]}
         assert all(r["from_id"] in ids and r["to_id"] in ids for r in rec["relations"])
         assert rec["source"].startswith("msra_train line ")
+
+
+def _build_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "build_relations.py"
+    spec = importlib.util.spec_from_file_location("build_relations", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_test_split_is_frozen_and_the_train_pool_is_dev_only(tmp_path):
+    build = _build_script()
+    test_bytes = (RELATIONS_DIR / "test.jsonl").read_bytes()
+    assert hashlib.sha256(test_bytes).hexdigest() == build.FROZEN_TEST_SHA256
+    records = load_jsonl(RELATIONS_DIR / "labelled.jsonl")
+    dev_ids = [r["id"] for r in load_jsonl(RELATIONS_DIR / "dev.jsonl")]
+    test_ids = [r["id"] for r in load_jsonl(RELATIONS_DIR / "test.jsonl")]
+    pool = [r["id"] for r in records if r["id"].startswith("pool-")]
+    assert len(test_ids) == 187 and len(dev_ids) >= 200 and len(pool) >= 76
+    assert set(pool) <= set(dev_ids) and not any(i.startswith("pool-") for i in test_ids)
+    assert dev_ids[:124] == [i for i in dev_ids if i.startswith("rel-")]  # the first dev split, then the pool
+    assert all(r["id"].startswith(("rel-", "pool-")) for r in records)
+
+    # a rebuild writes the same files; a new train-pool sentence joins dev and leaves test as it is
+    for name in ("labelled.jsonl", "GUIDE.md", "annotation.json"):
+        (tmp_path / name).write_bytes((RELATIONS_DIR / name).read_bytes())
+    build.build(tmp_path)
+    for name in ("dev.jsonl", "test.jsonl", "exclude.txt"):
+        assert (tmp_path / name).read_bytes() == (RELATIONS_DIR / name).read_bytes(), name
+    extra = {
+        "id": "pool-9999",
+        "text": "李明毕业于北京大学。",
+        "entities": [],
+        "relations": [],
+        "source": "x",
+    }
+    with (tmp_path / "labelled.jsonl").open("a", encoding="utf-8") as f:
+        f.write(json.dumps(extra, ensure_ascii=False) + "\n")
+    build.build(tmp_path)
+    assert (tmp_path / "test.jsonl").read_bytes() == test_bytes
+    assert load_jsonl(tmp_path / "dev.jsonl")[-1]["id"] == "pool-9999"
+
+    # dropping a sentence of the evaluation set would move the test split: refused before anything is written
+    kept = [r for r in load_jsonl(tmp_path / "labelled.jsonl") if r["id"] != test_ids[0]]
+    (tmp_path / "labelled.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8"
+    )
+    dev_before = (tmp_path / "dev.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="the test split would change"):
+        build.build(tmp_path)
+    assert (tmp_path / "dev.jsonl").read_bytes() == dev_before
+    assert (tmp_path / "test.jsonl").read_bytes() == test_bytes
+    extra["id"] = "new-1"
+    (tmp_path / "labelled.jsonl").write_text(json.dumps(extra, ensure_ascii=False) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="starts with neither"):
+        build.build(tmp_path)
 
 
 def test_exclude_list_holds_every_text():

@@ -14,6 +14,7 @@ from ernie_zoo.text.sentences import (
     SENTENCE_END,
     chunk_spans,
     chunk_text,
+    overlapping_chunk_spans,
     sentence_spans,
 )
 
@@ -126,3 +127,25 @@ def test_never_cuts_protected_spans_and_keeps_closing_quotes():
     assert any(text[a:b].endswith("”") for a, b in spans)  # closing quote stays with its sentence
     with pytest.raises(ValueError, match="longer than the chunk size"):
         chunk_spans("x" * 30, 5, protected=[(0, 6)])
+
+
+def test_overlapping_chunks_overlap_only_inside_sentences():
+    # sentence borders only: exactly chunk_spans, nothing repeated
+    assert overlapping_chunk_spans(POEM * 4, 12, 3) == chunk_spans(POEM * 4, 12)
+    assert overlapping_chunk_spans("短句。", 10, 5) == [(0, 3)]
+    text = "第一句话。" + "字" * 40 + "。最后一句。"
+    spans = overlapping_chunk_spans(text, 12, 3)
+    assert spans[0][0] == 0 and spans[-1][1] == len(text) and all(0 < b - a <= 12 for a, b in spans)
+    starts = {s for s, _ in sentence_spans(text)}
+    for (a0, b0), (a1, b1) in zip(spans, spans[1:]):
+        assert a0 < a1 and b0 < b1 and a1 <= b0  # ordered, contiguous or overlapping: the text is covered
+        assert (a1 == b0) == (a1 in starts)  # overlap exactly where the border is inside a sentence
+        if a1 < b0:
+            assert b0 - a1 == 3
+    # any 2-character name in the long sentence lies whole in some chunk
+    for p in range(5, 5 + 40 - 1):
+        assert any(a <= p and p + 2 <= b for a, b in spans)
+    capped = overlapping_chunk_spans("字" * 30, 8, 2)  # the overlap is capped at 8 // 4
+    assert overlapping_chunk_spans("字" * 30, 8, 100) == capped
+    with pytest.raises(ValueError, match="overlap must be >= 0"):
+        overlapping_chunk_spans("字" * 30, 8, -1)

@@ -23,7 +23,11 @@ whole text, one level of the schema per round. Every round batches all its (prom
 
 Long texts: a text longer than `max_seq_len` minus the prompt is cut at sentence ends into chunks
 (`ernie_zoo.text.sentences.chunk_spans`, as every encoder task); spans found in a chunk are shifted back into the
-text's offsets and merged (a span found twice keeps its highest probability). A span never crosses two chunks.
+text's offsets and merged (a span found twice keeps its highest probability). Where a border falls inside a
+sentence (a long sentence cut at a comma, or a run without punctuation cut by length), the chunks on both sides
+overlap by `chunk_overlap` characters (`overlapping_chunk_spans`), and a span touching an overlapped border is
+dropped in that chunk (it may be cut there): a name of up to `chunk_overlap` characters across the border is
+found whole in the next chunk, once.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import torch
 
 from ernie_zoo.models.span_extraction import ErnieZooForSpanExtraction, pair_pointers
 from ernie_zoo.text.extraction import SchemaNode, parse_schema, relation_prompt
-from ernie_zoo.text.sentences import chunk_spans
+from ernie_zoo.text.sentences import overlapping_chunk_spans
 
 from .task import Chunk, EncoderTask, Prepared, Result, register_task, require, without_onednn
 from .text import clean_surrogates
@@ -51,13 +55,20 @@ class InformationExtractionOptions:
         Changeable later with `set_schema`. Required before the first call.
     position_prob: a token starts (ends) a span when its start (end) probability is above this; the span's
         probability is start x end.
+    chunk_overlap: characters shared by two chunks of a long text where their border falls inside a sentence,
+        so a name cut by the border is found whole in the next chunk (at most a quarter of a chunk; 0: none).
     """
 
     schema: str | list | dict | None = None
     position_prob: float = 0.5
+    chunk_overlap: int = 16
 
     def validate(self) -> None:
         require(0.0 < self.position_prob < 1.0, f"position_prob must be in (0, 1), got {self.position_prob}")
+        require(
+            isinstance(self.chunk_overlap, int) and self.chunk_overlap >= 0,
+            f"chunk_overlap must be an int >= 0, got {self.chunk_overlap!r}",
+        )
         if self.schema is not None:
             parse_schema(self.schema)
 
@@ -143,19 +154,38 @@ class InformationExtraction(EncoderTask):
             outputs = self.forward(prepared)
         best: list[dict[tuple[int, int], float]] = [{} for _ in queries]
         threshold = self.options.position_prob
-        for chunk, owner, (start_probs, end_probs) in zip(prepared.chunks, owners, outputs):
+        for chunk, (owner, cut_start, cut_end), (start_probs, end_probs) in zip(
+            prepared.chunks, owners, outputs
+        ):
             positions = [t for t, s in enumerate(chunk.special) if not s and t < len(start_probs)]
             for s, e, prob in pair_pointers(start_probs.tolist(), end_probs.tolist(), threshold, positions):
                 span = (chunk.start + chunk.offsets[s][0], chunk.start + chunk.offsets[e][1])
-                if span[1] > span[0]:
+                # a span touching an overlapped border may be a cut piece: the neighbouring chunk sees it whole
+                if span[1] > span[0] and span[0] != cut_start and span[1] != cut_end:
                     best[owner][span] = max(prob, best[owner].get(span, 0.0))
         return [sorted((s, e, p) for (s, e), p in spans.items()) for spans in best]
 
-    def prepare(self, texts: list[str], queries: list[_Query]) -> tuple[Prepared, list[int]]:
+    def _chunks(self, index: int, text: str, start: int, end: int, room: int) -> list[tuple[Chunk, int, int]]:
+        """Text `index`'s characters [start, end) cut into chunks of at most `room` characters, each with the
+        positions (in text offsets) where a found span may be a cut piece: its start if the previous chunk
+        overlaps it, its end if the next one does (-1: none)."""
+        spans = [
+            (start + s, start + e)
+            for s, e in overlapping_chunk_spans(text[start:end], room, self.options.chunk_overlap)
+        ]
+        out = []
+        for k, (s, e) in enumerate(spans):
+            cut_start = s if k > 0 and s < spans[k - 1][1] else -1
+            cut_end = e if k + 1 < len(spans) and spans[k + 1][0] < e else -1
+            out.append((Chunk(index, s, e), cut_start, cut_end))
+        return out
+
+    def prepare(self, texts: list[str], queries: list[_Query]) -> tuple[Prepared, list[tuple[int, int, int]]]:
         """Every query's (prompt, text chunk) pairs, encoded: chunks cut to the room its prompt leaves, cut finer
-        where the tokens overflow (NFKC may expand a character); returns the chunks and the query of each."""
+        where the tokens overflow (NFKC may expand a character); returns the chunks and, for each, its query and
+        its overlapped borders (`_chunks`)."""
         prompt_lengths = self._token_counts([q.prompt for q in queries])
-        pending: list[tuple[int, Chunk]] = []
+        pending: list[tuple[tuple[int, int, int], Chunk]] = []
         for q, (query, n_prompt) in enumerate(zip(queries, prompt_lengths)):
             room = self.max_len - self.n_special - n_prompt
             if room < 4:
@@ -164,28 +194,31 @@ class InformationExtraction(EncoderTask):
                     "no room for text; shorten the schema name or raise max_seq_len"
                 )
             text = texts[query.index]
-            pending += [(q, Chunk(query.index, s, e)) for s, e in chunk_spans(text, room)]
+            pending += [((q, a, b), c) for c, a, b in self._chunks(query.index, text, 0, len(text), room)]
         chunks: list[Chunk] = []
-        owners: list[int] = []
+        owners: list[tuple[int, int, int]] = []
         while pending:
             encoded = self._encode_pairs(
-                [queries[q].prompt for q, _ in pending], [texts[c.index][c.start : c.end] for _, c in pending]
+                [queries[q].prompt for (q, _, _), _ in pending],
+                [texts[c.index][c.start : c.end] for _, c in pending],
             )
             retry = []
-            for (q, chunk), item in zip(pending, encoded):
+            for ((q, a, b), chunk), item in zip(pending, encoded):
                 length = chunk.end - chunk.start
                 if len(item["input_ids"]) > self.max_len and length > 1:
-                    text = texts[chunk.index][chunk.start : chunk.end]
+                    pieces = self._chunks(
+                        chunk.index, texts[chunk.index], chunk.start, chunk.end, length // 2
+                    )
                     retry += [
-                        (q, Chunk(chunk.index, chunk.start + s, chunk.start + e))
-                        for s, e in chunk_spans(text, length // 2)
+                        ((q, a if c.start == chunk.start else ca, b if c.end == chunk.end else cb), c)
+                        for c, ca, cb in pieces
                     ]
                     continue
                 chunk.offsets = item.pop("offsets")[: self.max_len]
                 chunk.special = item.pop("special")[: self.max_len]
                 chunk.features = {k: v[: self.max_len] for k, v in item.items()}
                 chunks.append(chunk)
-                owners.append(q)
+                owners.append((q, a, b))
             pending = retry
         return Prepared(texts=texts, chunks=chunks), owners
 
