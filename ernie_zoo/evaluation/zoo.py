@@ -72,6 +72,7 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-generator": "generator",
     "ernie-zoo-mini-csc": "csc",
     "ernie-zoo-e5-small-zh": "embedding",
+    "ernie-zoo-e5-sentiment": "sentiment",
 }
 #: Kinds evaluated without the prepared labelled sets (`ernie-zoo prepare-data`): their tests fetch what they need.
 SELF_CONTAINED_KINDS = frozenset({"embedding"})
@@ -523,7 +524,7 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
     if manifest.is_file():
         info["weights_sha256"] = read_manifest(model_dir).get(weights_name, {}).get("sha256")
     weights = model_dir / weights_name
-    if weights.is_file() and not adapter:
+    if weights.is_file():  # an adapter's: its own parameters (the base's are the base's card's)
         info.update(_weights_info(weights))
     training = model_dir / TRAINING_FILE
     if training.is_file():

@@ -1,10 +1,10 @@
 """Sentiment analysis: a label and its probability for each text.
 
-Usage with the shipped default model, ernie-zoo-mini-sentiment (real output):
+Usage with the shipped default model, ernie-zoo-e5-sentiment (real output):
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> Taskflow("sentiment_analysis")("这家餐厅的服务非常棒！")  # doctest: +ELLIPSIS
-{'text': '这家餐厅的服务非常棒！', 'label': 'positive', 'score': 0.83...}
+{'text': '这家餐厅的服务非常棒！', 'label': 'positive', 'score': 0.92...}
 
 With a local model directory (task_path=; here a tiny model the test-suite trains on review sentences):
 
@@ -67,7 +67,7 @@ class SentimentResult(Result):
         return out
 
 
-@register_task("sentiment_analysis", aliases=("sentiment",), default_model="ernie-zoo-mini-sentiment")
+@register_task("sentiment_analysis", aliases=("sentiment",), default_model="ernie-zoo-e5-sentiment")
 class SentimentAnalysis(EncoderTask):
     auto_class = "AutoModelForSequenceClassification"
     Options = SentimentOptions

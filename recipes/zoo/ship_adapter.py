@@ -39,9 +39,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # (sequence classifiers), and what the card says about the data.
 ADAPTERS = {
     "ernie-zoo-e5-sentiment": {
-        "run": "runs/zoo/sentiment-e5-reviews",
+        "run": "runs/zoo/sentiment-e5-frames",
         "base": "ernie-zoo-e5-small-zh",
-        "recipe": "recipes/zoo/sentiment-e5-reviews.yaml",
+        "recipe": "recipes/zoo/sentiment-e5-frames.yaml",
         "calibrate_on": "data/eval/sentiment_multidomain/dev.jsonl",
         "replaces": "ernie-zoo-mini-sentiment",
         "why": "the mini, pretrained from scratch on ~10M characters, read everyday good news as negative with "
