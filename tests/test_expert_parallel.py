@@ -107,13 +107,33 @@ def reference() -> dict:
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_ep2_matches_one_process(tmp_path, reference):
+    """EP 2 on 2 ranks, AdamW's state whole on each rank (of its experts and every dense parameter)."""
+    results = _check_layout(tmp_path, reference, "ep2")
+    for res in results:
+        assert res["optimizer_dense_numel"] == res["dense_numel"]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_zero1_matches_one_process(tmp_path, reference):
+    """EP 2 x ZeRO-1 on 2 ranks: the dense parameters' AdamW state dealt out to the two ranks (each steps its
+    share and broadcasts it), each rank's experts' state on that rank alone (ep_size = world: no expert-data-parallel
+    peer)."""
+    results = _check_layout(tmp_path, reference, "ep2-zero1")
+    dense = results[0]["dense_numel"]
+    assert sum(r["optimizer_dense_numel"] for r in results) == dense
+    assert all(0 < r["optimizer_dense_numel"] < dense for r in results)
+
+
+def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
+    """Run the layout's worker and check it against the reference (module docstring); returns the ranks' results."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     from ernie_zoo.cli import main as cli
     from ernie_zoo.parallel.distributed import run_local_ranks
 
-    run_local_ranks([__file__, "--worker", str(tmp_path)], nproc=RANKS, timeout=900)
+    run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=RANKS, timeout=900)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(RANKS)]
     grads = load_file(str(tmp_path / "grads.safetensors"))
     experts = [n for n in reference["grads"] if ".mlp.experts." in n]
@@ -173,9 +193,11 @@ def test_ep2_matches_one_process(tmp_path, reference):
     assert single.step() == pytest.approx(reference["norms"][-1], rel=LOSS_RTOL)
     resumed = single.model.state_dict()
     assert max((resumed[k] - ref[k]).abs().max().item() for k in ref) < WEIGHT_ATOL
-    print({"loss_rel": max(abs(a - b) / b for a, b in zip(results[0]["losses"], reference["losses"])),
+    print({"layout": layout,
+           "loss_rel": max(abs(a - b) / b for a, b in zip(results[0]["losses"], reference["losses"])),
            "norm_rel": max(abs(a - b) / b for a, b in zip(results[0]["norms"], reference["norms"])),
            "grad_abs": grad_diff, "weight_abs": weight_diff, "logit_abs": logit_diff})  # fmt: skip
+    return results
 
 
 def test_expert_layout_is_validated():
@@ -194,13 +216,14 @@ def test_expert_layout_is_validated():
         ({"backend": "deepspeed"}, "expert parallelism runs on distributed.backend pipeline"),
         ({"backend": "pipeline", "pp_size": 2}, "EP with TP or PP is not built"),
         ({"backend": "pipeline", "tp_size": 2}, "EP with TP or PP is not built"),
-        ({"backend": "pipeline", "zero_stage": 1}, "ZeRO-1 of the expert-parallel engine is not built"),
+        ({"backend": "pipeline", "zero_stage": 2}, "ZeRO-2/3 of the expert-parallel engine are not built"),
     ):
         with pytest.raises(ValueError, match=match):
             DistributedArgs(ep_size=2, **keys).validate()
     with pytest.raises(ValueError, match="must be >= 1"):
         DistributedArgs(backend="pipeline", ep_size=0).validate()
     DistributedArgs(backend="pipeline", ep_size=2).validate()
+    DistributedArgs(backend="pipeline", ep_size=2, zero_stage=1).validate()
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -266,7 +289,11 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
     assert all(torch.equal(loaded[k], a[k]) for k in a)
 
 
-def _worker(out_dir: str) -> None:
+#: layout -> the distributed keys of its 2 ranks
+LAYOUTS = {"ep2": {"ep_size": 2}, "ep2-zero1": {"ep_size": 2, "zero_stage": 1}}
+
+
+def _worker(out_dir: str, layout: str) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
     from torch.distributed.tensor import DTensor
@@ -276,7 +303,7 @@ def _worker(out_dir: str) -> None:
 
     torch.set_num_threads(1)
     out = Path(out_dir)
-    recipe = _recipe(GLOBAL_BATCH // RANKS, 1, ep_size=2)
+    recipe = _recipe(GLOBAL_BATCH // RANKS, 1, **LAYOUTS[layout])
 
     def make_engine() -> ExpertParallelEngine:
         model = _model(meta=True)  # as ernie-pretrain hands it to the pipeline backend
@@ -341,11 +368,17 @@ def _worker(out_dir: str) -> None:
         "shapes": shapes,
         "optimizer_shapes": optimizer_shapes,
         "resumed_max_diff": diff,
+        "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic)
+            p.numel() for p in engine.model.parameters() if p.requires_grad and not isinstance(p, DTensor)
+        ),
+        "optimizer_dense_numel": sum(
+            s["exp_avg"].numel() for p, s in engine.optimizer.state.items() if not isinstance(p, DTensor)
+        ),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
     dist.destroy_process_group()
 
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--worker":
-    _worker(sys.argv[2])
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], sys.argv[3])

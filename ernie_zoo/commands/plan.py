@@ -265,12 +265,19 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
     )
     moe = bool(best.model.moe_layers)
     # expert parallelism x data parallelism runs (training/expert_engine.py): a MoE layout with EP, no TP, no
-    # pipeline and no ZeRO is the pipeline backend at pp_size 1 with distributed.ep_size
-    expert_engine = moe and st.ep > 1 and st.pp == 1 and st.tp == 1 and st.zero_stage == 0
+    # pipeline and ZeRO 0 or 1 is the pipeline backend at pp_size 1 with distributed.ep_size
+    expert_engine = (
+        moe
+        and st.ep > 1
+        and st.pp == 1
+        and st.tp == 1
+        and st.zero_stage in (0, 1)
+        and st.offload_optimizer == st.offload_param == "none"
+    )
     if expert_engine:
         how = (
-            f"distributed.backend pipeline, pp_size 1, tp_size 1, ep_size {st.ep}, zero_stage 0, recompute "
-            f"{recompute}; micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}{slower}"
+            f"distributed.backend pipeline, pp_size 1, tp_size 1, ep_size {st.ep}, zero_stage {st.zero_stage}, "
+            f"recompute {recompute}; micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}{slower}"
         )
     elif st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
         schedule = (
@@ -295,13 +302,15 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             if st.pp > 1 or st.tp > 1:
                 why.append(
                     f"EP {st.ep} with {'PP' if st.pp > 1 else 'TP'} (expert parallelism runs with data parallelism "
-                    "only, at ZeRO-0)"
+                    "only, at ZeRO 0 or 1)"
                 )
+            elif st.zero_stage in (0, 1):
+                why.append(f"EP {st.ep} with offload (the expert-parallel engine keeps its state on the GPU)")
             else:
                 why.append(
                     f"EP {st.ep} with ZeRO-{st.zero_stage} (the expert-parallel engine, distributed.backend "
-                    "pipeline with ep_size, keeps the optimizer whole on every rank: plan with --zero 0 for EP that "
-                    "runs, or --ep 1 for ZeRO without EP)"
+                    "pipeline with ep_size, runs ZeRO 0 or 1: plan with --zero 1 for EP that runs, or --ep 1 for "
+                    "ZeRO-2/3 without EP)"
                 )
         if st.pp > 1:
             why.append("the pipeline backend runs encoders and dense decoders (plan with --pp 1)")
@@ -309,7 +318,7 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             why.append("the engines refuse TP > 1 for a MoE model (plan with --tp 1)")
         how += (
             f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed "
-            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x DP, ZeRO-0)"
+            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x DP, ZeRO 0-1)"
         )
     print(f"\nto run it: {how}\n")
     print(best.render())

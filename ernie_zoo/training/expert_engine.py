@@ -29,13 +29,16 @@ transformers' `aux_loss`), the loss one process computes on that micro batch. Gr
 
 The global gradient norm counts every expert once (the expert shards' squares summed over the EP group) and the
 dense parameters once; clipping, AdamW (on the DTensor shards: each rank steps only its experts) and the LR
-schedule follow. Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
+schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
+parameters dealt out to every rank, each rank's expert shards to the ranks of its expert-data-parallel group
+(which hold the same shards; with ep_size = world each rank steps its own experts); each rank steps its share and
+broadcasts the new values to the ranks that hold the same tensors. Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
 `parallel.resharding`): each rank writes its experts under the model's own names and full shapes (a piece at its
 global expert offset), rank 0 joins a plain `from_pretrained` model.safetensors, and any layout (another ep_size,
 one process) resumes from it.
 
 Evaluation runs the same forward without gradients; every rank runs the same number of forwards
-(`pretrain.evaluate`), as the all-to-alls need. ZeRO, TP and PP with experts are not built here (the recipe
+(`pretrain.evaluate`), as the all-to-alls need. ZeRO-2/3, TP and PP with experts are not built here (the recipe
 validation says so).
 """
 
@@ -135,6 +138,15 @@ class ExpertParallelEngine(LogicalStateEngine):
         self.objective = PretrainObjective(model, keep_details=False)
         # fused AdamW over plain tensors only; DTensor expert shards step through the for-each-free path
         self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=not self.expert_names)
+        self.zero_stage = int(d.zero_stage or 0)
+        if self.zero_stage not in (0, 1):
+            raise ValueError(
+                f"distributed.zero_stage {self.zero_stage}: expert parallelism runs ZeRO 0 or 1 (ZeRO-2/3 not built)"
+            )
+        #: ZeRO-1: [(group, global ranks of the group, each group rank's parameters)] of the dense and expert deals
+        self.deals: list[tuple[Any, list[int], list[list[nn.Parameter]]]] = []
+        if self.zero_stage == 1 and self.world_size > 1:
+            self._shard_optimizer()
         logger.info(
             "expert parallelism: EP %d x DP %d (%d expert groups), %d of %d routed experts per rank",
             self.ep,
@@ -160,6 +172,50 @@ class ExpertParallelEngine(LogicalStateEngine):
             self.model, self.mesh["ep"], self.mesh["tp"], ep_plan, ep_implementation="all_to_all"
         )
         return ep_plan
+
+    def _shard_optimizer(self) -> None:
+        """ZeRO-1: deal the dense parameters out to every rank and each rank's expert shards to the ranks of its
+        expert-data-parallel group (largest first, each to the least loaded rank: the same deal on every rank that
+        holds the same tensors), and keep only this rank's share in the optimizer."""
+        import torch.distributed as dist
+
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        mine: set[int] = set()
+        edp_ranks = [int(r) for r in self.mesh["edp"].mesh.tolist()]
+        world_ranks = list(range(self.world_size))
+        edp_group = self.edp_group if self.edp > 1 else None
+        for expert, group, ranks in ((False, self.dp_group, world_ranks), (True, edp_group, edp_ranks)):
+            pool = [p for p in params if (names[id(p)] in self.expert_names) == expert]
+            loads = [0] * len(ranks)
+            shares: list[list[nn.Parameter]] = [[] for _ in ranks]
+            for p in sorted(pool, key=lambda p: (-p.numel(), names[id(p)])):
+                r = loads.index(min(loads))
+                shares[r].append(p)
+                loads[r] += p.numel()
+            me = ranks.index(dist.get_rank())
+            mine.update(id(p) for p in shares[me])
+            if len(ranks) > 1:
+                self.deals.append((group, ranks, shares))
+        for group in self.optimizer.param_groups:
+            group["params"] = [p for p in group["params"] if id(p) in mine]
+
+    @torch.no_grad()
+    def _broadcast_updates(self) -> None:
+        """ZeRO-1: every rank's stepped share, flattened, broadcast to the ranks that hold the same tensors."""
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        for group, ranks, shares in self.deals:
+            for src, share in zip(ranks, shares):
+                if not share:
+                    continue
+                tensors = [self._local(p) for p in share]
+                flat = _flatten_dense_tensors(tensors)
+                dist.broadcast(flat, src=src, group=group)
+                if src != self.rank:
+                    for t, new in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                        t.copy_(new)
 
     # ------------------------------------------------------------------------------------- forward / backward
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
@@ -219,6 +275,8 @@ class ExpertParallelEngine(LogicalStateEngine):
             for _, g in grads:
                 g.mul_(coef)
         self.optimizer.step()
+        if self.deals:
+            self._broadcast_updates()
         self.scheduler.step()
         self.zero_grad()
         return norm
@@ -240,7 +298,7 @@ class ExpertParallelEngine(LogicalStateEngine):
             "ep_size": self.ep,
             "num_layers": self.model.config.num_hidden_layers,
             "dp_size": self.dp,
-            "zero_stage": 0,
+            "zero_stage": 1 if self.deals else 0,
         }
 
 

@@ -254,7 +254,8 @@ class DistributedArgs:
     routed experts split over groups of this many ranks (each rank holds moe_num_experts / ep_size of them), tokens
     sent to their experts' ranks by all-to-all, the rest data-parallel over every rank
     (ernie_zoo.training.expert_engine; docs/scale.md, Expert parallelism). It must divide the launched ranks and
-    moe_num_experts. 1: the MoE decoder data-parallel, every expert on every rank."""
+    moe_num_experts. zero_stage 0 or 1 (ZeRO-1: AdamW's state sharded, the experts' over the ranks holding the same
+    experts). 1: the MoE decoder data-parallel, every expert on every rank."""
     zero_stage: int | None = None
     """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's. pipeline backend: 0/null or 1 (ZeRO-1:
     each data-parallel rank keeps the AdamW state of its share of the stage's parameters)."""
@@ -349,10 +350,11 @@ class DistributedArgs:
                 f"tp_size {self.tp_size}",
             )
             _check(
-                self.zero_stage in (None, 0),
+                self.zero_stage in (None, 0, 1),
                 "distributed.zero_stage",
                 self.zero_stage,
-                "must be 0 or null with distributed.ep_size > 1 (ZeRO-1 of the expert-parallel engine is not built)",
+                "must be 0, 1 or null with distributed.ep_size > 1 (ZeRO-1 shards AdamW's state; ZeRO-2/3 of the "
+                "expert-parallel engine are not built)",
             )
         pipeline = {"pp_size": 1, "pp_schedule": "1f1b", "pp_microbatches": None, "pp_virtual_stages": 2}
         if self.backend != "pipeline":
