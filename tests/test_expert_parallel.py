@@ -79,12 +79,14 @@ def _rows(batch: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
     return {k: v[rank * per : (rank + 1) * per] for k, v in batch.items()}
 
 
-@pytest.fixture(scope="module")
-def reference() -> dict:
+def _reference(capacity_factor: float | None = None) -> dict:
     from ernie_zoo.training.backends import engine_for_recipe
+    from ernie_zoo.training.expert_engine import apply_capacity
 
-    engine = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), _model(), torch.device("cpu"))
-    losses, norms, lrs, grads = [], [], [], {}
+    model = _model()
+    capacity = apply_capacity(model, capacity_factor) if capacity_factor is not None else []
+    engine = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), model, torch.device("cpu"))
+    losses, norms, lrs, grads, dropped = [], [], [], {}, []
     for step in range(STEPS):
         total = 0.0
         for rank in range(RANKS):  # each rank's rows as one micro batch
@@ -97,11 +99,22 @@ def reference() -> dict:
         engine.zero_grad()
         losses.append(total)
         lrs.append(engine.lr)
+        dropped.append(sum(c.dropped for c in capacity))
+        for c in capacity:
+            c.dropped = 0
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
-    engine.model.eval()
+    plain = _model()  # the trained weights in a model without token dropping, as from_pretrained builds it
+    plain.load_state_dict(params)
+    plain.eval()
     with torch.no_grad():
-        logits = engine.model(input_ids=_batch(0)["input_ids"], position_ids=_batch(0)["position_ids"]).logits
-    return {"losses": losses, "norms": norms, "lrs": lrs, "grads": grads, "params": params, "logits": logits}
+        logits = plain(input_ids=_batch(0)["input_ids"], position_ids=_batch(0)["position_ids"]).logits
+    return {"losses": losses, "norms": norms, "lrs": lrs, "grads": grads, "params": params, "logits": logits,
+            "dropped": dropped}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    return _reference()
 
 
 @pytest.mark.distributed
@@ -123,6 +136,53 @@ def test_ep2_zero1_matches_one_process(tmp_path, reference):
     dense = results[0]["dense_numel"]
     assert sum(r["optimizer_dense_numel"] for r in results) == dense
     assert all(0 < r["optimizer_dense_numel"] < dense for r in results)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_with_token_dropping_matches_one_process(tmp_path):
+    """EP 2 with distributed.moe_capacity_factor 0.5: each rank drops the (token, expert) pairs over each expert's
+    capacity of its own rows before the all-to-all, as one process drops them on that micro batch; the same pairs
+    are dropped (counted per step) and the training matches."""
+    reference = _reference(capacity_factor=0.5)
+    assert all(d > 0 for d in reference["dropped"])  # the capacity bites at every step
+    results = _check_layout(tmp_path, reference, "ep2-capacity")
+    assert [sum(r["dropped"][i] for r in results) for i in range(STEPS)] == reference["dropped"]
+
+
+def test_capacity_drops_the_pairs_over_each_experts_capacity():
+    """`ExpertCapacity` on one experts module: the first pairs in token order up to ceil(factor x tokens x top_k /
+    experts) per expert are kept, the output equals the experts' own forward with the dropped pairs' weights zeroed,
+    and a factor that leaves room for every pair changes nothing."""
+    import math
+
+    from ernie_zoo.training.expert_engine import ExpertCapacity
+
+    g = torch.Generator().manual_seed(7)
+    tokens, top_k, experts_n = 24, 2, 4
+    x = torch.randn(tokens, 32, generator=g)
+    index = torch.stack([torch.randperm(experts_n, generator=g)[:top_k] for _ in range(tokens)])
+    index[:10] = torch.tensor([0, 1])  # crowd experts 0 and 1 at the front
+    weights = torch.rand(tokens, top_k, generator=g)
+    for factor in (0.5, 1.0, 8.0):
+        module = _model().model.layers[1].mlp.experts
+        plain = module.forward
+        capacity = math.ceil(factor * tokens * top_k / experts_n)
+        seen, keep = [0] * experts_n, torch.zeros(tokens, top_k, dtype=torch.bool)
+        for t in range(tokens):  # by hand: token order, slot order
+            for s in range(top_k):
+                e = int(index[t, s])
+                keep[t, s] = seen[e] < capacity
+                seen[e] += 1
+        wrapper = ExpertCapacity(module, factor, experts_n)
+        got = module(x, index, weights)
+        want = plain(x, index, weights * keep)
+        assert torch.allclose(got, want, rtol=0, atol=1e-6)
+        assert (wrapper.routed, wrapper.dropped) == (tokens * top_k, int((~keep).sum()))
+        if factor == 8.0:
+            assert wrapper.dropped == 0 and torch.allclose(got, plain(x, index, weights), rtol=0, atol=1e-6)
+        else:
+            assert wrapper.dropped > 0
 
 
 def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
@@ -184,8 +244,12 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     assert logit_diff < 1e-4
     # resharding EP 2 -> one process: the single-device engine resumes the checkpoint written before the last step
     from ernie_zoo.training.backends import engine_for_recipe
+    from ernie_zoo.training.expert_engine import apply_capacity
 
-    single = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), _model(), torch.device("cpu"))
+    model = _model()
+    if "moe_capacity_factor" in LAYOUTS[layout]:
+        apply_capacity(model, LAYOUTS[layout]["moe_capacity_factor"])
+    single = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), model, torch.device("cpu"))
     single.load(tmp_path / "before-last")
     for rank in range(RANKS):
         loss, _, _ = single.forward(_rows(_batch(STEPS - 1), rank))
@@ -233,8 +297,9 @@ SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
-    """`ernie-pretrain recipes/pretrain/ernie4.5-tiny-cpu.yaml` with the MoE tiny preset and `distributed.ep_size 2`
-    on 2 gloo ranks (each holds 2 of the 4 experts; eval every 2 steps through the all-to-all forward): a run
+    """`ernie-pretrain recipes/pretrain/ernie4.5-tiny-cpu.yaml` with the MoE tiny preset, `distributed.ep_size 2` and
+    `moe_capacity_factor 1.0` on 2 gloo ranks (each holds 2 of the 4 experts; eval every 2 steps through the
+    all-to-all forward; the dropped pairs logged every step): a run
     SIGKILLed after step 4 and restarted logs the same losses, grad norms and eval losses as an uninterrupted
     6-step run and ends on the same weights, bit for bit; `ernie-zoo consolidate` turns its checkpoint into a
     directory plain `AutoModelForCausalLM` loads as Ernie4_5_MoeForCausalLM with those weights."""
@@ -253,7 +318,8 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
              "--output_dir", str(out), "--model.preset", "ernie4.5-moe-tiny", "--max_steps", "6",
              "--micro_batch_size", "2", "--checkpoint.interval", "2", "--eval.interval", "2", "--data.files",
              f"[{SENTENCES}]", "--tokenizer.path", str(ZOO_DIR / "ernie-zoo-mini-zh"), "--distributed.backend",
-             "pipeline", "--distributed.ep_size", "2", "--logging.interval", "1", "--logging.progress_bar", "false",
+             "pipeline", "--distributed.ep_size", "2", "--distributed.moe_capacity_factor", "1.0",
+             "--logging.interval", "1", "--logging.progress_bar", "false",
              "--logging.tensorboard", "false", "--optim.warmup_steps", "1"],
             nproc=2, timeout=900, cwd=REPO, env=env,
         )  # fmt: skip
@@ -267,6 +333,12 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
     resumed = {(r["step"], tuple(sorted(r))): r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl")}
     assert [r["step"] for r in straight if "train/loss" in r] == [1, 2, 3, 4, 5, 6]
     assert [r["step"] for r in straight if "eval/loss" in r] == [2, 4, 6]
+    # token dropping at capacity factor 1.0: the pairs over capacity, counted over both ranks and logged per step
+    fractions = [r["train/moe_dropped_fraction"] for r in straight if "train/loss" in r]
+    assert all(0 <= f < 0.5 for f in fractions) and sum(
+        r["train/moe_dropped"] for r in straight if "train/loss" in r
+    )
+    print({"moe_dropped_fraction": fractions})
     for r in straight:
         twin = resumed[r["step"], tuple(sorted(r))]
         for key in ("train/loss", "train/grad_norm", "eval/loss"):
@@ -290,7 +362,11 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
 
 
 #: layout -> the distributed keys of its 2 ranks
-LAYOUTS = {"ep2": {"ep_size": 2}, "ep2-zero1": {"ep_size": 2, "zero_stage": 1}}
+LAYOUTS = {
+    "ep2": {"ep_size": 2},
+    "ep2-zero1": {"ep_size": 2, "zero_stage": 1},
+    "ep2-capacity": {"ep_size": 2, "moe_capacity_factor": 0.5},
+}
 
 
 def _worker(out_dir: str, layout: str) -> None:
@@ -324,8 +400,12 @@ def _worker(out_dir: str, layout: str) -> None:
 
     engine._reduce_gradients = capture
 
+    dropped: list[int] = []
+
     def train_step(step: int) -> tuple[float, float]:
         loss, _, _ = engine.forward(_rows(_batch(step), rank))
+        counts = engine.take_routing_counts()
+        dropped.append(counts[1] if counts else 0)
         engine.backward(loss)
         norm = engine.step()
         (total,) = engine.dp_sum([loss.item()])
@@ -368,6 +448,7 @@ def _worker(out_dir: str, layout: str) -> None:
         "shapes": shapes,
         "optimizer_shapes": optimizer_shapes,
         "resumed_max_diff": diff,
+        "dropped": dropped[:STEPS],
         "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic)
             p.numel() for p in engine.model.parameters() if p.requires_grad and not isinstance(p, DTensor)
         ),

@@ -38,8 +38,9 @@ global expert offset), rank 0 joins a plain `from_pretrained` model.safetensors,
 one process) resumes from it.
 
 Evaluation runs the same forward without gradients; every rank runs the same number of forwards
-(`pretrain.evaluate`), as the all-to-alls need. ZeRO-2/3, TP and PP with experts are not built here (the recipe
-validation says so).
+(`pretrain.evaluate`), as the all-to-alls need. `distributed.moe_capacity_factor` drops the (token, expert) pairs
+over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3, TP and PP
+with experts are not built here (the recipe validation says so).
 """
 
 from __future__ import annotations
@@ -60,6 +61,59 @@ from .objective import PretrainObjective
 from .pipeline_engine import LogicalStateEngine
 
 logger = logging.getLogger(__name__)
+
+
+class ExpertCapacity:
+    """Token dropping at a capacity factor, around one MoE layer's experts module (installed by `apply_capacity`,
+    after the EP plan, so the all-to-all carries only the kept pairs). Each expert takes at most
+
+        capacity = ceil(capacity_factor x tokens x top_k / num_experts)
+
+    of this rank's (token, expert) pairs of a forward, the first ones in token order (Megatron's drop policy
+    "position"); a dropped pair contributes nothing to its token (the token's other experts, the shared experts and
+    the residual still do). The kept pairs go to the experts as top-1 rows with their routing weights and are summed
+    back per token. `routed` / `dropped` count the pairs of the training forwards since the engine last took them."""
+
+    def __init__(self, experts: nn.Module, capacity_factor: float, num_experts: int):
+        self.forward = experts.forward  # the experts' own forward, or transformers' EP dispatch around it
+        self.capacity_factor, self.num_experts = capacity_factor, num_experts
+        self.routed = self.dropped = 0
+        experts.forward = self
+
+    def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        import math
+
+        import torch.nn.functional as F
+
+        tokens, top_k = top_k_index.shape  # hidden_states (tokens, H); index / weights (tokens, top_k)
+        capacity = math.ceil(self.capacity_factor * tokens * top_k / self.num_experts)
+        experts = top_k_index.reshape(-1)  # pairs in token order
+        with torch.no_grad():
+            hits = F.one_hot(experts, self.num_experts)  # (pairs, E)
+            queue = (hits.cumsum(0) * hits).sum(-1) - 1  # each pair's place in its expert's queue
+            keep = queue < capacity
+        if torch.is_grad_enabled():  # training forwards only (evaluation drops the same way, uncounted)
+            self.routed += experts.numel()
+            self.dropped += int((~keep).sum())
+        rows = torch.arange(tokens, device=hidden_states.device).repeat_interleave(top_k)[keep]
+        out = self.forward(  # (kept pairs, H), each weighted by its routing weight
+            hidden_states[rows], experts[keep].unsqueeze(-1), top_k_weights.reshape(-1)[keep].unsqueeze(-1)
+        )
+        return torch.zeros_like(hidden_states).index_add(0, rows, out.to(hidden_states.dtype))
+
+
+def apply_capacity(model: nn.Module, capacity_factor: float) -> list[ExpertCapacity]:
+    """Install `ExpertCapacity` on every MoE layer's experts module of `model`; returns them."""
+    if capacity_factor <= 0:
+        raise ValueError(
+            f"distributed.moe_capacity_factor {capacity_factor}: must be > 0 (null: no token dropping)"
+        )
+    num_experts = int(model.config.moe_num_experts)
+    return [
+        ExpertCapacity(module, capacity_factor, num_experts)
+        for name, module in model.named_modules()
+        if name.endswith(".mlp.experts")
+    ]
 
 
 def check_expert_layout(config: Any, world_size: int, ep_size: int) -> None:
@@ -129,6 +183,9 @@ class ExpertParallelEngine(LogicalStateEngine):
         self.expert_names = {n for n, p in model.named_parameters() if isinstance(p, DTensor)}
         if self.ep > 1 and not self.expert_names:
             raise ValueError(f"{type(model).__name__}: transformers' EP plan sharded no parameter")
+        self.capacity = (
+            apply_capacity(model, d.moe_capacity_factor) if d.moe_capacity_factor is not None else []
+        )
         self._checkpoint_group = resharding.checkpoint_group()
         self._joiner = None
         if d.recompute == "full":
@@ -230,6 +287,17 @@ class ExpertParallelEngine(LogicalStateEngine):
     def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
         loss.backward()
 
+    def take_routing_counts(self) -> tuple[int, int] | None:
+        """(routed, dropped) (token, expert) pairs of this rank's MoE layers since the last call, under
+        `distributed.moe_capacity_factor` (None without it). Recompute runs a layer's forward twice, and counts
+        both."""
+        if not self.capacity:
+            return None
+        routed, dropped = sum(c.routed for c in self.capacity), sum(c.dropped for c in self.capacity)
+        for c in self.capacity:
+            c.routed = c.dropped = 0
+        return routed, dropped
+
     # ------------------------------------------------------------------------------------- step
     @torch.no_grad()
     def _reduce_gradients(self) -> list[tuple[str, torch.Tensor]]:
@@ -308,4 +376,4 @@ def _world_group() -> Any:
     return dist.group.WORLD
 
 
-__all__ = ["ExpertParallelEngine", "check_expert_layout"]
+__all__ = ["ExpertCapacity", "ExpertParallelEngine", "apply_capacity", "check_expert_layout"]

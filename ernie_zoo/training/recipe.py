@@ -256,6 +256,11 @@ class DistributedArgs:
     (ernie_zoo.training.expert_engine; docs/scale.md, Expert parallelism). It must divide the launched ranks and
     moe_num_experts. zero_stage 0 or 1 (ZeRO-1: AdamW's state sharded, the experts' over the ranks holding the same
     experts). 1: the MoE decoder data-parallel, every expert on every rank."""
+    moe_capacity_factor: float | None = None
+    """pipeline backend, a MoE decoder at pp_size 1: each expert takes at most ceil(factor x tokens x top_k /
+    moe_num_experts) of a rank's (token, expert) pairs per forward, the first in token order; the rest are dropped
+    before the all-to-all (their tokens keep their other experts, the shared experts and the residual), and
+    pretraining logs train/moe_dropped and train/moe_dropped_fraction. null: no dropping (transformers' router)."""
     zero_stage: int | None = None
     """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's. pipeline backend: 0/null or 1 (ZeRO-1:
     each data-parallel rank keeps the AdamW state of its share of the stage's parameters)."""
@@ -355,6 +360,19 @@ class DistributedArgs:
                 self.zero_stage,
                 "must be 0, 1 or null with distributed.ep_size > 1 (ZeRO-1 shards AdamW's state; ZeRO-2/3 of the "
                 "expert-parallel engine are not built)",
+            )
+        if self.moe_capacity_factor is not None:
+            _check(
+                self.moe_capacity_factor > 0,
+                "distributed.moe_capacity_factor",
+                self.moe_capacity_factor,
+                "must be > 0 or null",
+            )
+            _check(
+                self.backend == "pipeline" and self.pp_size == 1,
+                "distributed.moe_capacity_factor",
+                self.moe_capacity_factor,
+                "token dropping runs in the expert-parallel engine: distributed.backend pipeline with pp_size 1",
             )
         pipeline = {"pp_size": 1, "pp_schedule": "1f1b", "pp_microbatches": None, "pp_virtual_stages": 2}
         if self.backend != "pipeline":
