@@ -129,9 +129,9 @@ def test_ep2_matches_one_process(tmp_path, reference):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_ep2_zero1_matches_one_process(tmp_path, reference):
-    """EP 2 x ZeRO-1 on 2 ranks: the dense parameters' AdamW state dealt out to the two ranks (each steps its
-    share and broadcasts it), each rank's experts' state on that rank alone (ep_size = world: no expert-data-parallel
-    peer)."""
+    """EP 2 x ZeRO-1 on 2 ranks, recompute full (every layer, its all-to-alls included, run again in backward): the
+    dense parameters' AdamW state dealt out to the two ranks (each steps its share and broadcasts it), each rank's
+    experts' state on that rank alone (ep_size = world: no expert-data-parallel peer)."""
     results = _check_layout(tmp_path, reference, "ep2-zero1")
     dense = results[0]["dense_numel"]
     assert sum(r["optimizer_dense_numel"] for r in results) == dense
@@ -364,7 +364,7 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
 #: layout -> the distributed keys of its 2 ranks
 LAYOUTS = {
     "ep2": {"ep_size": 2},
-    "ep2-zero1": {"ep_size": 2, "zero_stage": 1},
+    "ep2-zero1": {"ep_size": 2, "zero_stage": 1, "recompute": "full"},
     "ep2-capacity": {"ep_size": 2, "moe_capacity_factor": 0.5},
 }
 
