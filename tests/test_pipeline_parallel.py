@@ -429,7 +429,7 @@ def test_an_moe_decoder_is_refused_by_the_pipeline_backend():
     moe = build_decoder_model(decoder_config(True, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
                                              num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
                                              moe_num_experts=4, moe_intermediate_size=32), seed=0)  # fmt: skip
-    with pytest.raises(ValueError, match="MoE decoder trains on distributed.backend deepspeed"):
+    with pytest.raises(ValueError, match="MoE decoder trains on this backend with pp_size 1 and tp_size 1"):
         PipelineEngine(_recipe(4, 1, pp_size=2), moe, torch.device("cpu"))
 
 

@@ -280,14 +280,18 @@ def test_a_moe_model_on_a_pipeline_is_said_to_be_planned_not_built(capsys):
         " tp_size 1," not in line
     )  # TP > 1 of a MoE model is refused by the engines too
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
-                             "--pp", "1", "--tp", "1", "--ep", "8", "--seq-len", "4096")  # fmt: skip
+                             "--pp", "1", "--tp", "1", "--ep", "8", "--zero", "3", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
-    # EP is in the plan (memory, all-to-alls) but the engines do not build it yet: said where it says how to run
+    # EP with ZeRO-3 is in the plan (memory, all-to-alls) but not built: said where it says how to run
     assert (
-        rc == 0
-        and "distributed.backend deepspeed" in line
-        and "planned, not built: EP 8, expert parallelism" in line
+        rc == 0 and "distributed.backend deepspeed" in line and "planned, not built: EP 8 with ZeRO-3" in line
     )
+    rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
+                             "--pp", "1", "--tp", "1", "--ep", "8", "--zero", "1", "--seq-len", "4096")  # fmt: skip
+    line = next(x for x in out.splitlines() if x.startswith("to run it: "))
+    # EP x DP at ZeRO-1 runs (training/expert_engine.py): the line is the recipe's distributed keys, nothing else
+    assert rc == 0 and "planned, not built" not in line, line
+    assert "distributed.backend pipeline, pp_size 1, tp_size 1, ep_size 8, zero_stage 1," in line
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
                              "--pp", "1", "--tp", "1", "--ep", "1", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))

@@ -255,7 +255,23 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
         return 0
     print(found.explain())
     st = best.settings
-    if st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
+    moe = bool(best.model.moe_layers)
+    # expert parallelism x data parallelism runs (training/expert_engine.py): a MoE layout with EP, no TP, no
+    # pipeline and ZeRO 0 or 1 is the pipeline backend at pp_size 1 with distributed.ep_size
+    expert_engine = (
+        moe
+        and st.ep > 1
+        and st.pp == 1
+        and st.tp == 1
+        and st.zero_stage in (0, 1)
+        and st.offload_optimizer == st.offload_param == "none"
+    )
+    if expert_engine:
+        how = (
+            f"distributed.backend pipeline, pp_size 1, tp_size 1, ep_size {st.ep}, zero_stage {st.zero_stage}, "
+            f"recompute {st.recompute}; micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}"
+        )
+    elif st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
         schedule = (
             f"pp_schedule interleaved, pp_virtual_stages {st.virtual_stages}"
             if st.virtual_stages > 1
@@ -272,20 +288,30 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
             f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}"
         )
-    if best.model.moe_layers and (
-        st.pp > 1 or st.tp > 1 or st.ep > 1
-    ):  # what the engines do not build for MoE
+    if moe and not expert_engine and (st.pp > 1 or st.tp > 1 or st.ep > 1):  # what the engines do not build
         why = []
-        if st.ep > 1:  # the plan's memory and all-to-all traffic assume it; the engines do not set it up yet
-            why.append(
-                f"EP {st.ep}, expert parallelism (the engines keep every routed expert on each GPU, ZeRO sharding "
-                "their states, and have no setting for EP; plan with --ep 1 for what runs today)"
-            )
+        if st.ep > 1:  # the plan's memory and all-to-all traffic assume it
+            if st.pp > 1 or st.tp > 1:
+                why.append(
+                    f"EP {st.ep} with {'PP' if st.pp > 1 else 'TP'} (expert parallelism runs with data parallelism "
+                    "only, at ZeRO 0 or 1)"
+                )
+            elif st.zero_stage in (0, 1):
+                why.append(f"EP {st.ep} with offload (the expert-parallel engine keeps its state on the GPU)")
+            else:
+                why.append(
+                    f"EP {st.ep} with ZeRO-{st.zero_stage} (the expert-parallel engine, distributed.backend "
+                    "pipeline with ep_size, runs ZeRO 0 or 1: plan with --zero 1 for EP that runs, or --ep 1 for "
+                    "ZeRO-2/3 without EP)"
+                )
         if st.pp > 1:
             why.append("the pipeline backend runs encoders and dense decoders (plan with --pp 1)")
         if st.tp > 1:
             why.append("the engines refuse TP > 1 for a MoE model (plan with --tp 1)")
-        how += f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed"
+        how += (
+            f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed "
+            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x DP, ZeRO 0-1)"
+        )
     print(f"\nto run it: {how}\n")
     print(best.render())
     return 0

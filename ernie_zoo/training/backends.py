@@ -6,7 +6,8 @@
     deepspeed  DeepSpeed ZeRO 0-3 (+ AutoTP) over the launched ranks: `deepspeed_engine.DeepSpeedEngine`; under
                ZeRO-3 the model is built already partitioned
     pipeline   pipeline stages (x TP x ZeRO-1 data parallelism): `pipeline_engine.PipelineEngine` (pretraining
-               only; it builds its stages' optimizer from the recipe)
+               only; it builds its stages' optimizer from the recipe); a MoE decoder at pp_size 1 (any
+               distributed.ep_size): expert parallelism x data parallelism, `expert_engine.ExpertParallelEngine`
 
 `make_engine` builds the single and deepspeed engines from explicit parts (model, optimizer, schedule, clipping,
 precision, objective); fine-tuning calls it with its own. `engine_for_recipe` builds a pretraining recipe's
@@ -125,6 +126,12 @@ def engine_for_recipe(
     if backend not in BACKENDS:
         raise ValueError(f"recipe key 'distributed.backend' = {backend!r}: one of {sorted(BACKENDS)}")
     if backend == "pipeline":
+        from ernie_zoo.models.decoder import is_moe
+
+        if recipe.distributed.ep_size > 1 or (is_moe(model.config) and recipe.distributed.pp_size == 1):
+            from .expert_engine import ExpertParallelEngine
+
+            return ExpertParallelEngine(recipe, model, device)
         from .pipeline_engine import PipelineEngine
 
         return PipelineEngine(recipe, model, device)

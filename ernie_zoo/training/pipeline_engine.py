@@ -190,7 +190,121 @@ class DecoderStage(_Stage):
         return self.norm(h) if self.last else (h, positions.to(h.dtype).detach())
 
 
-class PipelineEngine:
+class LogicalStateEngine:
+    """What the engines over DTensor-sharded models share (`PipelineEngine` here, `expert_engine.ExpertParallelEngine`):
+    the data-parallel sums, the LR, and checkpoints as one logical state (`parallel.resharding`) that any of their
+    layouts, and the single-device engine, resume from. A subclass sets `model`, `optimizer`, `scheduler`, `device`,
+    `is_main`, `dp_group` (None: one replica), `tp_plan`, `_checkpoint_group`, `_joiner` and defines `layout()`."""
+
+    @staticmethod
+    def _local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    def zero_grad(self) -> None:
+        self.model.zero_grad(set_to_none=True)  # ZeRO-1: the optimizer holds this rank's share only
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def dp_sum(self, values: list[float]) -> list[float]:
+        """The floats summed over the data-parallel replicas (the ranks of one pipeline agree already)."""
+        import torch.distributed as dist
+
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        if self.dp_group is not None:
+            dist.all_reduce(t, group=self.dp_group)
+        return t.tolist()
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def local_state(self) -> dict[str, torch.Tensor]:
+        """This rank's weights and buffers (TP: its shards), tied copies once, on the CPU."""
+        from ernie_zoo.utils import tied_names
+
+        tied = tied_names(self.model)
+        return {
+            k: self._local(v).detach().contiguous().cpu()
+            for k, v in self.model.state_dict().items()
+            if k not in tied
+        }
+
+    def logical_state(self) -> dict[str, torch.Tensor]:
+        """This rank's part of the run's one logical state (`parallel.resharding`): its stages' weights and buffers
+        (TP: their DTensor shards) and AdamW's state of the parameters it steps (ZeRO-1: its share), by the model's
+        own names and full shapes. The tensors are the engine's own: a load fills them in place."""
+        return {**model_state(self.model), **optimizer_state(self.model, self.optimizer)}
+
+    def save(self, directory: str | Path, asynchronous: bool = False) -> Future | None:
+        """Every rank writes its part of the logical state into `directory/dcp` (any layout resumes from it); rank 0
+        writes config.json, the layout that wrote it (layout.json, for the record) and the LR schedule, and joins
+        the model's tensors into model.safetensors (a from_pretrained directory) once every rank's pieces are
+        written. Every rank calls it.
+
+        asynchronous: return as soon as the state is copied to CPU memory, with a future that completes when this
+        rank's part of the checkpoint is complete (rank 0: model.safetensors too); otherwise return None when the
+        checkpoint is complete on every rank."""
+        import torch.distributed as dist
+
+        directory = Path(directory)
+        if self.is_main:
+            self.model.config.save_pretrained(directory)
+            write_json(directory / META_FILE, {**self.layout(), "format": 2, "tp_plan": self.tp_plan})
+            save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
+        written = resharding.save(
+            self.logical_state(), directory, process_group=self._checkpoint_group, asynchronous=asynchronous
+        )
+        if not asynchronous:
+            if self.is_main:
+                self._join_model(directory)
+            dist.barrier()
+            return None
+        if not self.is_main:
+            return written
+        if self._joiner is None:
+            self._joiner = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-join")
+        return self._joiner.submit(self._join_model, directory, written)
+
+    @staticmethod
+    def _join_model(directory: Path, written: Future | None = None) -> None:
+        """model.safetensors from the logical checkpoint's model tensors (after `written`, the pieces' write)."""
+        from safetensors.torch import save_file
+
+        from ernie_zoo.parallel.consolidate import MODEL_FILE
+
+        if written is not None:
+            written.result()
+        state = {k: v.contiguous() for k, v in resharding.read_full(directory).items()}
+        save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
+
+    def load(self, directory: str | Path) -> None:
+        """Restore this rank's part of the logical state and the LR schedule from a checkpoint of any pipeline
+        layout (another pp / tp / dp size, schedule or ZeRO-1 sharding: DCP reads each piece from the ranks'
+        files that overlap it)."""
+        directory = Path(directory)
+        if not (directory / resharding.DCP_DIR).is_dir():
+            raise ValueError(
+                f"{directory} has no {resharding.DCP_DIR}/: not a checkpoint of distributed.backend pipeline (or one "
+                "written before checkpoints resharded); start from its model.safetensors with model.init_from"
+            )
+        meta_file = directory / META_FILE
+        saved = read_json(meta_file) if meta_file.is_file() else {}
+        diff = {k: (saved.get(k), v) for k, v in self.layout().items() if saved.get(k) != v}
+        if diff and self.is_main:
+            logger.info(
+                "resharding %s: %s",
+                directory,
+                ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.items()),
+            )
+        resharding.load(self.logical_state(), directory, process_group=self._checkpoint_group)
+        load_schedule_state(self.scheduler, directory / "scheduler.json")
+
+
+class PipelineEngine(LogicalStateEngine):
     """`distributed.backend: pipeline` (see the module docstring): the engine contract of `engine.py` over a
     dp x pp x tp mesh of the ranks the launcher started, built from the pretraining recipe (its optimizer is
     built here, for this rank's stages). The loss is the pretraining objective's (`objective.pretrain_loss`),
@@ -221,8 +335,10 @@ class PipelineEngine:
         self.decoder = is_decoder_config(model.config)
         if self.decoder and is_moe(model.config):
             raise ValueError(
-                "the pipeline backend runs the encoders and the dense ERNIE 4.5 decoders; an MoE decoder trains on "
-                "distributed.backend deepspeed (its router's load-balancing loss is not carried between stages)"
+                "the pipeline stages run the encoders and the dense ERNIE 4.5 decoders; a MoE decoder trains on this "
+                "backend with pp_size 1 and tp_size 1 (expert parallelism: distributed.ep_size) or on distributed.backend "
+                "deepspeed (its router's load-balancing loss is not carried between stages, and TP of the experts is "
+                "not built)"
             )
         self.split = DECODER_SPLIT if self.decoder else ENCODER_SPLIT
         #: the input every stage needs besides the hidden states: the padding mask, or a decoder's positions
@@ -517,10 +633,6 @@ class PipelineEngine:
     def _grads(self) -> list[tuple[str, torch.Tensor]]:
         return [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
 
-    @staticmethod
-    def _local(t: torch.Tensor) -> torch.Tensor:
-        return t.to_local() if hasattr(t, "to_local") else t
-
     def step(self) -> float:
         """DP average, tied-gradient sum, global norm + clipping, AdamW, LR schedule; the pre-clip norm."""
         import torch.distributed as dist
@@ -571,27 +683,6 @@ class PipelineEngine:
                 mine = group
         return mine
 
-    def zero_grad(self) -> None:
-        self.model.zero_grad(set_to_none=True)  # ZeRO-1: the optimizer holds this rank's share only
-
-    @property
-    def lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
-
-    def dp_sum(self, values: list[float]) -> list[float]:
-        """The floats summed over the data-parallel replicas (the ranks of one pipeline agree already)."""
-        import torch.distributed as dist
-
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
-        if self.dp_group is not None:
-            dist.all_reduce(t, group=self.dp_group)
-        return t.tolist()
-
-    def barrier(self) -> None:
-        import torch.distributed as dist
-
-        dist.barrier()
-
     def num_parameters(self) -> int:
         """Parameters of the whole model (every stage; a tied weight once; TP shards as whole tensors)."""
         import torch.distributed as dist
@@ -615,87 +706,6 @@ class PipelineEngine:
             "zero_stage": 1 if self.owned else 0,
         }
 
-    def local_state(self) -> dict[str, torch.Tensor]:
-        """This rank's weights and buffers (TP: its shards), tied copies once, on the CPU."""
-        from ernie_zoo.utils import tied_names
-
-        tied = tied_names(self.model)
-        return {
-            k: self._local(v).detach().contiguous().cpu()
-            for k, v in self.model.state_dict().items()
-            if k not in tied
-        }
-
-    def logical_state(self) -> dict[str, torch.Tensor]:
-        """This rank's part of the run's one logical state (`parallel.resharding`): its stages' weights and buffers
-        (TP: their DTensor shards) and AdamW's state of the parameters it steps (ZeRO-1: its share), by the model's
-        own names and full shapes. The tensors are the engine's own: a load fills them in place."""
-        return {**model_state(self.model), **optimizer_state(self.model, self.optimizer)}
-
-    def save(self, directory: str | Path, asynchronous: bool = False) -> Future | None:
-        """Every rank writes its part of the logical state into `directory/dcp` (any layout resumes from it); rank 0
-        writes config.json, the layout that wrote it (layout.json, for the record) and the LR schedule, and joins
-        the model's tensors into model.safetensors (a from_pretrained directory) once every rank's pieces are
-        written. Every rank calls it.
-
-        asynchronous: return as soon as the state is copied to CPU memory, with a future that completes when this
-        rank's part of the checkpoint is complete (rank 0: model.safetensors too); otherwise return None when the
-        checkpoint is complete on every rank."""
-        import torch.distributed as dist
-
-        directory = Path(directory)
-        if self.is_main:
-            self.model.config.save_pretrained(directory)
-            write_json(directory / META_FILE, {**self.layout(), "format": 2, "tp_plan": self.tp_plan})
-            save_json_state(self.scheduler, directory / "scheduler.json", "LR scheduler")
-        written = resharding.save(
-            self.logical_state(), directory, process_group=self._checkpoint_group, asynchronous=asynchronous
-        )
-        if not asynchronous:
-            if self.is_main:
-                self._join_model(directory)
-            dist.barrier()
-            return None
-        if not self.is_main:
-            return written
-        if self._joiner is None:
-            self._joiner = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-join")
-        return self._joiner.submit(self._join_model, directory, written)
-
-    @staticmethod
-    def _join_model(directory: Path, written: Future | None = None) -> None:
-        """model.safetensors from the logical checkpoint's model tensors (after `written`, the pieces' write)."""
-        from safetensors.torch import save_file
-
-        from ernie_zoo.parallel.consolidate import MODEL_FILE
-
-        if written is not None:
-            written.result()
-        state = {k: v.contiguous() for k, v in resharding.read_full(directory).items()}
-        save_file(state, str(directory / MODEL_FILE), metadata={"format": "pt"})
-
-    def load(self, directory: str | Path) -> None:
-        """Restore this rank's part of the logical state and the LR schedule from a checkpoint of any pipeline
-        layout (another pp / tp / dp size, schedule or ZeRO-1 sharding: DCP reads each piece from the ranks'
-        files that overlap it)."""
-        directory = Path(directory)
-        if not (directory / resharding.DCP_DIR).is_dir():
-            raise ValueError(
-                f"{directory} has no {resharding.DCP_DIR}/: not a checkpoint of distributed.backend pipeline (or one "
-                "written before checkpoints resharded); start from its model.safetensors with model.init_from"
-            )
-        meta_file = directory / META_FILE
-        saved = read_json(meta_file) if meta_file.is_file() else {}
-        diff = {k: (saved.get(k), v) for k, v in self.layout().items() if saved.get(k) != v}
-        if diff and self.is_main:
-            logger.info(
-                "resharding %s: %s",
-                directory,
-                ", ".join(f"{k} {a} -> {b}" for k, (a, b) in diff.items()),
-            )
-        resharding.load(self.logical_state(), directory, process_group=self._checkpoint_group)
-        load_schedule_state(self.scheduler, directory / "scheduler.json")
-
 
 def model_factory(config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     """`MODEL_BUILDERS["pipeline"]` of `ernie_zoo.training.backends`: the model on the meta device (no memory, so
@@ -704,4 +714,11 @@ def model_factory(config: Any, recipe: Any, tokenizer: Any) -> nn.Module:
     return build_pretraining_model(config, tokenizer, recipe.seed, meta=True)
 
 
-__all__ = ["DecoderStage", "EncoderStage", "PipelineEngine", "model_factory", "shard_name"]
+__all__ = [
+    "DecoderStage",
+    "EncoderStage",
+    "LogicalStateEngine",
+    "PipelineEngine",
+    "model_factory",
+    "shard_name",
+]

@@ -399,6 +399,10 @@ class Pretraining:
             )
         sums["masked"] += n_masked
         sums["correct"] += n_correct
+        routing = getattr(self.engine, "take_routing_counts", lambda: None)()
+        if routing is not None:  # a MoE decoder under distributed.moe_capacity_factor
+            sums["moe_routed"] = sums.get("moe_routed", 0) + routing[0]
+            sums["moe_dropped"] = sums.get("moe_dropped", 0) + routing[1]
         return loss
 
     def _details(self) -> dict[str, float] | None:
@@ -441,6 +445,9 @@ class Pretraining:
             if window["polarity_n"]:
                 record["train/polarity_loss"] = window["polarity_loss"] / window["polarity_n"]
                 record["train/polarity_accuracy"] = window["polarity_correct"] / window["polarity_n"]
+        if window["moe_routed"]:  # (token, expert) pairs over capacity, over every rank and MoE layer
+            record["train/moe_dropped"] = window["moe_dropped"]
+            record["train/moe_dropped_fraction"] = window["moe_dropped"] / window["moe_routed"]
         self.metrics.log(step, record)
         self.state["last_train_loss"] = record["train/loss"]
         self.window = dict(WINDOW)
@@ -521,6 +528,7 @@ DETERMINISTIC_WINDOW = ("loss", "steps", "masked", "correct")
 POLARITY = ("mlm_loss", "polarity_loss", "polarity_n", "polarity_correct")
 WINDOW = {"loss": 0.0, "steps": 0, "tokens": 0, "flops": 0.0, "time": 0.0, "masked": 0, "correct": 0}
 WINDOW.update(dict.fromkeys(POLARITY, 0))
+WINDOW.update(moe_routed=0, moe_dropped=0)  # MoE token dropping (distributed.moe_capacity_factor)
 
 
 def _collator(recipe: PretrainRecipe, tokenizer, seed: int, eval_strategy: bool = False):

@@ -250,6 +250,18 @@ class DistributedArgs:
     """deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this many
     ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
     autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap)."""
+    ep_size: int = 1
+    """pipeline backend, pp_size 1, tp_size 1, a MoE decoder (ERNIE 4.5 MoE): expert parallelism, each MoE layer's
+    routed experts split over groups of this many ranks (each rank holds moe_num_experts / ep_size of them), tokens
+    sent to their experts' ranks by all-to-all, the rest data-parallel over every rank
+    (ernie_zoo.training.expert_engine; docs/scale.md, Expert parallelism). It must divide the launched ranks and
+    moe_num_experts. zero_stage 0 or 1 (ZeRO-1: AdamW's state sharded, the experts' over the ranks holding the same
+    experts). 1: the MoE decoder data-parallel, every expert on every rank."""
+    moe_capacity_factor: float | None = None
+    """pipeline backend, a MoE decoder at pp_size 1: each expert takes at most ceil(factor x tokens x top_k /
+    moe_num_experts) of a rank's (token, expert) pairs per forward, the first in token order; the rest are dropped
+    before the all-to-all (their tokens keep their other experts, the shared experts and the residual), and
+    pretraining logs train/moe_dropped and train/moe_dropped_fraction. null: no dropping (transformers' router)."""
     zero_stage: int | None = None
     """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's. pipeline backend: 0/null or 1 (ZeRO-1:
     each data-parallel rank keeps the AdamW state of its share of the stage's parameters)."""
@@ -333,6 +345,36 @@ class DistributedArgs:
                 "distributed.offload_optimizer",
                 self.offload_optimizer,
                 "optimizer offload needs ZeRO stage 1-3 (distributed.zero_stage is 0)",
+            )
+        _check(self.ep_size >= 1, "distributed.ep_size", self.ep_size, "must be >= 1")
+        if self.ep_size > 1:
+            _check(
+                self.backend == "pipeline" and self.pp_size == 1 and (self.tp_size or 1) == 1,
+                "distributed.ep_size",
+                self.ep_size,
+                f"expert parallelism runs on distributed.backend pipeline with pp_size 1 and tp_size 1 (EP x data "
+                f"parallelism; EP with TP or PP is not built), got backend {self.backend}, pp_size {self.pp_size}, "
+                f"tp_size {self.tp_size}",
+            )
+            _check(
+                self.zero_stage in (None, 0, 1),
+                "distributed.zero_stage",
+                self.zero_stage,
+                "must be 0, 1 or null with distributed.ep_size > 1 (ZeRO-1 shards AdamW's state; ZeRO-2/3 of the "
+                "expert-parallel engine are not built)",
+            )
+        if self.moe_capacity_factor is not None:
+            _check(
+                self.moe_capacity_factor > 0,
+                "distributed.moe_capacity_factor",
+                self.moe_capacity_factor,
+                "must be > 0 or null",
+            )
+            _check(
+                self.backend == "pipeline" and self.pp_size == 1,
+                "distributed.moe_capacity_factor",
+                self.moe_capacity_factor,
+                "token dropping runs in the expert-parallel engine: distributed.backend pipeline with pp_size 1",
             )
         pipeline = {"pp_size": 1, "pp_schedule": "1f1b", "pp_microbatches": None, "pp_virtual_stages": 2}
         if self.backend != "pipeline":

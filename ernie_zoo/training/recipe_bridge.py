@@ -24,6 +24,7 @@ from .recipe import PretrainRecipe
 DISTRIBUTED_KEYS = {
     "tp_size": "tp",
     "pp_size": "pp",  # the pipeline backend's stages (distributed.pp_size)
+    "ep_size": "ep",  # expert parallelism of a MoE decoder (the pipeline backend at pp_size 1)
     "zero_stage": "zero_stage",
     "recompute": "recompute",
     "offload_optimizer": "offload_optimizer",

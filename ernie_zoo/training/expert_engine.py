@@ -1,0 +1,379 @@
+"""Expert-parallel pretraining engine for the ERNIE 4.5 MoE decoder (`distributed.backend: pipeline` with
+`pp_size: 1`, `tp_size: 1` and `distributed.ep_size`): the routed experts of every MoE layer sharded over groups of
+ep_size ranks, tokens dispatched to their experts' ranks by all-to-all, everything else replicated and
+data-parallel over all the ranks.
+
+The sharding and the dispatch are transformers' own (5.24): the model's `base_model_ep_plan` ("grouped_gemm" on the
+fused `experts.gate_up_proj` / `down_proj`: DTensors sharded on the expert axis; "ep_dispatch_experts" on the
+experts module: its forward receives this rank's tokens with their top-k global expert ids, sends each (token,
+expert) pair to the expert's rank with `all_to_all_single` and brings the weighted outputs back with a second one),
+applied by `transformers.distributed.expert_parallel.apply_expert_parallelism` with `ep_implementation="all_to_all"`.
+Nothing of ours moves tokens.
+
+    4 experts, 4 ranks, ep_size 2:      rank   0      1      2      3
+    dense (attention, router, shared         [ all replicated, gradients averaged over 0-3 ]
+    experts, embeddings, LM head)
+    routed experts                           E0 E1  E2 E3  E0 E1  E2 E3
+    EP groups (tokens move inside)           [  0 1  ]     [  2 3  ]
+    expert-data-parallel groups              {0, 2} hold E0 E1, {1, 3} hold E2 E3
+
+Each rank reads its own rows (the sampler shards by rank, as for DDP) and computes its loss on them: the next-token
+loss plus `router_aux_loss_coef` x the router's load-balancing loss of its rows (`causal_lm.causal_lm_loss`,
+transformers' `aux_loss`), the loss one process computes on that micro batch. Gradients in `step()`:
+
+    dense     all-reduced over every rank, / world                        (DDP's mean)
+    experts   each expert's gradient already holds the contributions of every rank of its EP group (the
+              all-to-all's backward brings them), so it is NOT averaged over the EP group: it is summed over
+              the expert-data-parallel group (ranks holding the same experts; none when ep_size = world) and
+              divided by world, which makes it the same mean over the global batch
+
+The global gradient norm counts every expert once (the expert shards' squares summed over the EP group) and the
+dense parameters once; clipping, AdamW (on the DTensor shards: each rank steps only its experts) and the LR
+schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
+parameters dealt out to every rank, each rank's expert shards to the ranks of its expert-data-parallel group
+(which hold the same shards; with ep_size = world each rank steps its own experts); each rank steps its share and
+broadcasts the new values to the ranks that hold the same tensors. Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
+`parallel.resharding`): each rank writes its experts under the model's own names and full shapes (a piece at its
+global expert offset), rank 0 joins a plain `from_pretrained` model.safetensors, and any layout (another ep_size,
+one process) resumes from it.
+
+Evaluation runs the same forward without gradients; every rank runs the same number of forwards
+(`pretrain.evaluate`), as the all-to-alls need. `distributed.moe_capacity_factor` drops the (token, expert) pairs
+over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3, TP and PP
+with experts are not built here (the recipe validation says so).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+
+from ernie_zoo.models.decoder import is_moe
+from ernie_zoo.models.seeded_init import materialize
+from ernie_zoo.parallel import resharding
+
+from .build import init_weights_from, optimizer_and_schedule
+from .engine import AUTOCAST_DTYPES
+from .objective import PretrainObjective
+from .pipeline_engine import LogicalStateEngine
+
+logger = logging.getLogger(__name__)
+
+
+class ExpertCapacity:
+    """Token dropping at a capacity factor, around one MoE layer's experts module (installed by `apply_capacity`,
+    after the EP plan, so the all-to-all carries only the kept pairs). Each expert takes at most
+
+        capacity = ceil(capacity_factor x tokens x top_k / num_experts)
+
+    of this rank's (token, expert) pairs of a forward, the first ones in token order (Megatron's drop policy
+    "position"); a dropped pair contributes nothing to its token (the token's other experts, the shared experts and
+    the residual still do). The kept pairs go to the experts as top-1 rows with their routing weights and are summed
+    back per token. `routed` / `dropped` count the pairs of the training forwards since the engine last took them."""
+
+    def __init__(self, experts: nn.Module, capacity_factor: float, num_experts: int):
+        self.forward = experts.forward  # the experts' own forward, or transformers' EP dispatch around it
+        self.capacity_factor, self.num_experts = capacity_factor, num_experts
+        self.routed = self.dropped = 0
+        experts.forward = self
+
+    def __call__(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        import math
+
+        import torch.nn.functional as F
+
+        tokens, top_k = top_k_index.shape  # hidden_states (tokens, H); index / weights (tokens, top_k)
+        capacity = math.ceil(self.capacity_factor * tokens * top_k / self.num_experts)
+        experts = top_k_index.reshape(-1)  # pairs in token order
+        with torch.no_grad():
+            hits = F.one_hot(experts, self.num_experts)  # (pairs, E)
+            queue = (hits.cumsum(0) * hits).sum(-1) - 1  # each pair's place in its expert's queue
+            keep = queue < capacity
+        if torch.is_grad_enabled():  # training forwards only (evaluation drops the same way, uncounted)
+            self.routed += experts.numel()
+            self.dropped += int((~keep).sum())
+        rows = torch.arange(tokens, device=hidden_states.device).repeat_interleave(top_k)[keep]
+        out = self.forward(  # (kept pairs, H), each weighted by its routing weight
+            hidden_states[rows], experts[keep].unsqueeze(-1), top_k_weights.reshape(-1)[keep].unsqueeze(-1)
+        )
+        return torch.zeros_like(hidden_states).index_add(0, rows, out.to(hidden_states.dtype))
+
+
+def apply_capacity(model: nn.Module, capacity_factor: float) -> list[ExpertCapacity]:
+    """Install `ExpertCapacity` on every MoE layer's experts module of `model`; returns them."""
+    if capacity_factor <= 0:
+        raise ValueError(
+            f"distributed.moe_capacity_factor {capacity_factor}: must be > 0 (null: no token dropping)"
+        )
+    num_experts = int(model.config.moe_num_experts)
+    return [
+        ExpertCapacity(module, capacity_factor, num_experts)
+        for name, module in model.named_modules()
+        if name.endswith(".mlp.experts")
+    ]
+
+
+def check_expert_layout(config: Any, world_size: int, ep_size: int) -> None:
+    """Raise ValueError unless `ep_size` experts groups fit `world_size` ranks and the model's experts."""
+    if not is_moe(config):
+        raise ValueError(
+            f"distributed.ep_size {ep_size}: expert parallelism needs a MoE model (moe_num_experts), and "
+            f"{type(config).__name__} has no routed experts; set ep_size 1"
+        )
+    experts = int(config.moe_num_experts)
+    if experts % ep_size:
+        raise ValueError(
+            f"distributed.ep_size {ep_size} does not divide the model's {experts} routed experts "
+            "(moe_num_experts): every rank of an expert group holds the same number of them"
+        )
+    if world_size % ep_size:
+        raise ValueError(
+            f"distributed.ep_size {ep_size} does not divide the {world_size} launched ranks: the ranks form "
+            "world / ep_size expert groups, each holding every expert once"
+        )
+
+
+class ExpertParallelEngine(LogicalStateEngine):
+    """The MoE decoder as EP x DP over the launched ranks (see the module docstring), built from the pretraining
+    recipe (its AdamW and schedule are built here, after the experts are sharded)."""
+
+    backend = "pipeline"
+
+    def __init__(self, recipe: Any, model: nn.Module, device: torch.device):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor
+
+        from ernie_zoo.parallel.distributed import init_from_env
+
+        d = recipe.distributed
+        if int(d.pp_size) != 1 or int(d.tp_size or 1) != 1:
+            raise ValueError(
+                f"distributed.ep_size {d.ep_size} with pp_size {d.pp_size} / tp_size {d.tp_size}: expert "
+                "parallelism runs with data parallelism only (pp_size 1, tp_size 1); EP x TP and EP x PP are not built"
+            )
+        if recipe.precision not in ("fp32", "bf16"):
+            raise ValueError(
+                f"recipe key 'precision' = {recipe.precision!r}: expert parallelism runs fp32 or bf16"
+            )
+        self.recipe, self.device = recipe, device
+        self.ep = int(d.ep_size)
+        self.rank, self.world_size, _ = init_from_env(timeout_s=d.timeout_s)
+        check_expert_layout(model.config, self.world_size, self.ep)
+        self.dp = self.dp_world_size = self.world_size
+        self.edp = self.world_size // self.ep
+        self.dp_rank = self.rank
+        self.is_main = self.rank == 0
+        # (expert-data-parallel, expert-parallel, tp): transformers' expert mesh without pp / dp_replicate; a TP
+        # dimension of 1 because its token dispatch slices the batch of a TP group (here: one rank)
+        self.mesh = init_device_mesh(device.type, (self.edp, self.ep, 1), mesh_dim_names=("edp", "ep", "tp"))
+        self.ep_rank = self.mesh.get_local_rank("ep")
+        self.dp_group = None if self.world_size == 1 else _world_group()
+        self.ep_group = self.mesh.get_group("ep")
+        self.edp_group = self.mesh.get_group("edp") if self.edp > 1 else None
+        if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            materialize(model, recipe.seed, device)  # `pipeline_engine.model_factory` builds it on meta
+            if recipe.model.init_from is not None:
+                init_weights_from(model, recipe.model.init_from)
+        self.model = model.to(device)
+        self.tp_plan: dict[str, str] = {}
+        self.ep_plan = self._shard_experts() if self.ep > 1 else {}
+        self.expert_names = {n for n, p in model.named_parameters() if isinstance(p, DTensor)}
+        if self.ep > 1 and not self.expert_names:
+            raise ValueError(f"{type(model).__name__}: transformers' EP plan sharded no parameter")
+        self.capacity = (
+            apply_capacity(model, d.moe_capacity_factor) if d.moe_capacity_factor is not None else []
+        )
+        self._checkpoint_group = resharding.checkpoint_group()
+        self._joiner = None
+        if d.recompute == "full":
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self._dtype = AUTOCAST_DTYPES[recipe.precision]
+        # the loss's parts (lm_loss, aux_loss) are logged as one process logs them: this rank's micro batch
+        self.objective = PretrainObjective(model, keep_details=False)
+        # fused AdamW over plain tensors only; DTensor expert shards step through the for-each-free path
+        self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=not self.expert_names)
+        self.zero_stage = int(d.zero_stage or 0)
+        if self.zero_stage not in (0, 1):
+            raise ValueError(
+                f"distributed.zero_stage {self.zero_stage}: expert parallelism runs ZeRO 0 or 1 (ZeRO-2/3 not built)"
+            )
+        #: ZeRO-1: [(group, global ranks of the group, each group rank's parameters)] of the dense and expert deals
+        self.deals: list[tuple[Any, list[int], list[list[nn.Parameter]]]] = []
+        if self.zero_stage == 1 and self.world_size > 1:
+            self._shard_optimizer()
+        logger.info(
+            "expert parallelism: EP %d x DP %d (%d expert groups), %d of %d routed experts per rank",
+            self.ep,
+            self.dp,
+            self.edp,
+            int(model.config.moe_num_experts) // self.ep,
+            int(model.config.moe_num_experts),
+        )
+
+    def _shard_experts(self) -> dict[str, str]:
+        """Apply transformers' EP plan of the model (resolved and expanded to concrete names as
+        `from_pretrained(distributed_config=...)` resolves it) on this rank's EP group; returns it."""
+        from transformers.distributed import DistributedConfig
+        from transformers.distributed.expert_parallel import apply_expert_parallelism
+
+        layout = DistributedConfig(fsdp_size=self.world_size, ep_size=self.ep, ep_implementation="all_to_all")
+        _, ep_plan, _ = self.model._resolve_parallel_plans(layout)
+        if "ep_dispatch_experts" not in ep_plan.values():
+            raise ValueError(
+                f"{type(self.model).__name__}'s EP plan has no token dispatch (ep_dispatch_experts): {ep_plan}"
+            )
+        apply_expert_parallelism(
+            self.model, self.mesh["ep"], self.mesh["tp"], ep_plan, ep_implementation="all_to_all"
+        )
+        return ep_plan
+
+    def _shard_optimizer(self) -> None:
+        """ZeRO-1: deal the dense parameters out to every rank and each rank's expert shards to the ranks of its
+        expert-data-parallel group (largest first, each to the least loaded rank: the same deal on every rank that
+        holds the same tensors), and keep only this rank's share in the optimizer."""
+        import torch.distributed as dist
+
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        mine: set[int] = set()
+        edp_ranks = [int(r) for r in self.mesh["edp"].mesh.tolist()]
+        world_ranks = list(range(self.world_size))
+        edp_group = self.edp_group if self.edp > 1 else None
+        for expert, group, ranks in ((False, self.dp_group, world_ranks), (True, edp_group, edp_ranks)):
+            pool = [p for p in params if (names[id(p)] in self.expert_names) == expert]
+            loads = [0] * len(ranks)
+            shares: list[list[nn.Parameter]] = [[] for _ in ranks]
+            for p in sorted(pool, key=lambda p: (-p.numel(), names[id(p)])):
+                r = loads.index(min(loads))
+                shares[r].append(p)
+                loads[r] += p.numel()
+            me = ranks.index(dist.get_rank())
+            mine.update(id(p) for p in shares[me])
+            if len(ranks) > 1:
+                self.deals.append((group, ranks, shares))
+        for group in self.optimizer.param_groups:
+            group["params"] = [p for p in group["params"] if id(p) in mine]
+
+    @torch.no_grad()
+    def _broadcast_updates(self) -> None:
+        """ZeRO-1: every rank's stepped share, flattened, broadcast to the ranks that hold the same tensors."""
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        for group, ranks, shares in self.deals:
+            for src, share in zip(ranks, shares):
+                if not share:
+                    continue
+                tensors = [self._local(p) for p in share]
+                flat = _flatten_dense_tensors(tensors)
+                dist.broadcast(flat, src=src, group=group)
+                if src != self.rank:
+                    for t, new in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                        t.copy_(new)
+
+    # ------------------------------------------------------------------------------------- forward / backward
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int, int]:
+        """(mean loss [+ the router's load-balancing loss in training], predicted tokens, correct) of this rank's
+        micro batch, under the run's autocast."""
+        batch = {k: v.to(self.device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        if self._dtype is None:
+            return self.objective(**batch)
+        with torch.autocast(self.device.type, dtype=self._dtype):
+            return self.objective(**batch)
+
+    def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:
+        loss.backward()
+
+    def take_routing_counts(self) -> tuple[int, int] | None:
+        """(routed, dropped) (token, expert) pairs of this rank's MoE layers since the last call, under
+        `distributed.moe_capacity_factor` (None without it). Recompute runs a layer's forward twice, and counts
+        both."""
+        if not self.capacity:
+            return None
+        routed, dropped = sum(c.routed for c in self.capacity), sum(c.dropped for c in self.capacity)
+        for c in self.capacity:
+            c.routed = c.dropped = 0
+        return routed, dropped
+
+    # ------------------------------------------------------------------------------------- step
+    @torch.no_grad()
+    def _reduce_gradients(self) -> list[tuple[str, torch.Tensor]]:
+        """Every gradient made the global batch's mean (module docstring): the dense ones all-reduced over every
+        rank as one flat buffer, each expert shard's over its expert-data-parallel group, all divided by world."""
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads = [(n, self._local(p.grad)) for n, p in self.model.named_parameters() if p.grad is not None]
+        dense = [g for n, g in grads if n not in self.expert_names]
+        experts = [g for n, g in grads if n in self.expert_names]
+        for tensors, group, size in ((dense, self.dp_group, self.dp), (experts, self.edp_group, self.edp)):
+            if not tensors:
+                continue
+            if group is not None and size > 1:
+                flat = _flatten_dense_tensors(tensors)
+                dist.all_reduce(flat, group=group)
+                for g, new in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                    g.copy_(new)
+            for g in tensors:
+                g.div_(self.dp)
+        return grads
+
+    def step(self) -> float:
+        """Gradient reduction, global norm + clipping, AdamW, LR schedule; the pre-clip norm."""
+        import torch.distributed as dist
+
+        grads = self._reduce_gradients()
+        dense = torch.zeros((), dtype=torch.float64, device=self.device)
+        experts = torch.zeros((), dtype=torch.float64, device=self.device)
+        for name, g in grads:
+            squares = g.detach().double().pow(2).sum()
+            if name in self.expert_names:
+                experts += squares
+            else:
+                dense += squares
+        if self.ep > 1:
+            dist.all_reduce(experts, group=self.ep_group)  # each expert once: the EP group holds every one
+        norm = float((dense + experts).sqrt())
+        max_norm = self.recipe.optim.grad_clip or 0.0
+        if max_norm > 0:
+            coef = min(1.0, max_norm / (norm + 1e-6))  # torch.nn.utils.clip_grad_norm_'s factor
+            for _, g in grads:
+                g.mul_(coef)
+        self.optimizer.step()
+        if self.deals:
+            self._broadcast_updates()
+        self.scheduler.step()
+        self.zero_grad()
+        return norm
+
+    def num_parameters(self) -> int:
+        """Parameters of the whole model (each expert once)."""
+        return sum(p.numel() for p in self.model.parameters())  # a DTensor's numel is its global one
+
+    def shard_report(self) -> dict[str, list[int]]:
+        """name -> [elements this rank holds, elements of the whole tensor]."""
+        return {n: [self._local(p).numel(), p.numel()] for n, p in self.model.named_parameters()}
+
+    def layout(self) -> dict[str, Any]:
+        """The layout (recorded in a checkpoint's layout.json; a resume under another one reshards, and logs it)."""
+        return {
+            "backend": self.backend,
+            "pp_size": 1,
+            "tp_size": 1,
+            "ep_size": self.ep,
+            "num_layers": self.model.config.num_hidden_layers,
+            "dp_size": self.dp,
+            "zero_stage": 1 if self.deals else 0,
+        }
+
+
+def _world_group() -> Any:
+    import torch.distributed as dist
+
+    return dist.group.WORLD
+
+
+__all__ = ["ExpertCapacity", "ExpertParallelEngine", "apply_capacity", "check_expert_layout"]

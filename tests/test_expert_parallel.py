@@ -1,0 +1,465 @@
+"""Expert parallelism in `ernie-pretrain`'s engines (`training/expert_engine.py`): the ERNIE 4.5 MoE decoder on 2
+gloo CPU ranks, EP 2 x DP 2 (each rank holds 2 of the 4 experts of the MoE layer, tokens dispatched by
+transformers' all-to-all, the dense parts data-parallel), against one process on the same global batch.
+
+The reference is the single-device engine (`PlainEngine`) running each rank's rows as one of two micro batches
+(gradient accumulation 2): each rank's loss is the next-token loss + router_aux_loss_coef (0.1 here, so it matters)
+x the router's load-balancing loss of its own rows, as one process computes it on that micro batch. 3 AdamW steps
+(lr 1e-2, clipping at 0.5 active), packed rows of two documents each.
+
+Checked: per-step losses and grad norms (1e-5 relative), LR; the gradients after the step-1 reduction, per
+parameter, equal the reference's (dense ones all-reduced; each expert's NOT averaged over the EP group: the rank's
+shard equals the reference's rows of those experts, 1e-6); each rank holds [2, ...] of the [4, ...] expert tensors
+and AdamW moments of its experts only; the final weights joined from the checkpoint equal the reference's (5e-5);
+the checkpoint's model.safetensors loads in plain `AutoModelForCausalLM` and `ernie-zoo consolidate` turns it into
+a directory whose logits equal the reference model's; a fresh engine loading the checkpoint written before the last
+step reproduces that step bit for bit; the single-device engine resumes from the EP checkpoint (resharding EP 2 ->
+one process). The worker is this file run under torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+STEPS, GLOBAL_BATCH, VOCAB, SEQ, RANKS = 3, 4, 300, 16, 2
+LOSS_RTOL, GRAD_ATOL, WEIGHT_ATOL = 1e-5, 1e-6, 5e-5
+CLIP = 0.5
+
+
+def _config():
+    from ernie_zoo.models.decoder import decoder_config
+
+    return decoder_config(True, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=64,
+                          moe_num_experts=4, moe_k=2, moe_num_shared_experts=1, moe_intermediate_size=16,
+                          moe_layer_start_index=1, router_aux_loss_coef=0.1)  # fmt: skip
+
+
+def _model(meta: bool = False):
+    from ernie_zoo.training.causal_lm import build_decoder_model
+
+    return build_decoder_model(_config(), seed=0, meta=meta)
+
+
+def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
+    from ernie_zoo.training.recipe import DistributedArgs, OptimArgs, PretrainRecipe
+
+    return PretrainRecipe(
+        max_steps=STEPS,
+        micro_batch_size=micro_batch_size,
+        grad_accum_steps=grad_accum_steps,
+        seed=0,
+        optim=OptimArgs(lr=1e-2, warmup_steps=1, decay="linear", grad_clip=CLIP, weight_decay=0.01),
+        distributed=DistributedArgs(backend="pipeline" if distributed else "single", **distributed),
+    )
+
+
+def _batch(step: int) -> dict[str, torch.Tensor]:
+    """The step's 4 packed rows, each two document pieces; every row predicts SEQ - 2 tokens (so the mean of the
+    ranks' means is the mean over all tokens)."""
+    g = torch.Generator().manual_seed(3000 + step)
+    ids = torch.randint(5, VOCAB, (GLOBAL_BATCH, SEQ), generator=g)
+    positions = torch.zeros_like(ids)
+    labels = ids.clone()
+    for row in range(GLOBAL_BATCH):
+        cut = 3 + 2 * row
+        positions[row, :cut] = torch.arange(cut)
+        positions[row, cut:] = torch.arange(SEQ - cut)
+        labels[row, [0, cut]] = -100
+    return {"input_ids": ids, "position_ids": positions, "labels": labels}
+
+
+def _rows(batch: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    per = GLOBAL_BATCH // RANKS
+    return {k: v[rank * per : (rank + 1) * per] for k, v in batch.items()}
+
+
+def _reference(capacity_factor: float | None = None) -> dict:
+    from ernie_zoo.training.backends import engine_for_recipe
+    from ernie_zoo.training.expert_engine import apply_capacity
+
+    model = _model()
+    capacity = apply_capacity(model, capacity_factor) if capacity_factor is not None else []
+    engine = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), model, torch.device("cpu"))
+    losses, norms, lrs, grads, dropped = [], [], [], {}, []
+    for step in range(STEPS):
+        total = 0.0
+        for rank in range(RANKS):  # each rank's rows as one micro batch
+            loss, _, _ = engine.forward(_rows(_batch(step), rank))
+            engine.backward(loss / RANKS)
+            total += loss.item() / RANKS
+        if step == 0:
+            grads = {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
+        norms.append(engine.step())
+        engine.zero_grad()
+        losses.append(total)
+        lrs.append(engine.lr)
+        dropped.append(sum(c.dropped for c in capacity))
+        for c in capacity:
+            c.dropped = 0
+    params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
+    plain = _model()  # the trained weights in a model without token dropping, as from_pretrained builds it
+    plain.load_state_dict(params)
+    plain.eval()
+    with torch.no_grad():
+        logits = plain(input_ids=_batch(0)["input_ids"], position_ids=_batch(0)["position_ids"]).logits
+    return {"losses": losses, "norms": norms, "lrs": lrs, "grads": grads, "params": params, "logits": logits,
+            "dropped": dropped}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict:
+    return _reference()
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_matches_one_process(tmp_path, reference):
+    """EP 2 on 2 ranks, AdamW's state whole on each rank (of its experts and every dense parameter)."""
+    results = _check_layout(tmp_path, reference, "ep2")
+    for res in results:
+        assert res["optimizer_dense_numel"] == res["dense_numel"]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_zero1_matches_one_process(tmp_path, reference):
+    """EP 2 x ZeRO-1 on 2 ranks, recompute full (every layer, its all-to-alls included, run again in backward): the
+    dense parameters' AdamW state dealt out to the two ranks (each steps its share and broadcasts it), each rank's
+    experts' state on that rank alone (ep_size = world: no expert-data-parallel peer)."""
+    results = _check_layout(tmp_path, reference, "ep2-zero1")
+    dense = results[0]["dense_numel"]
+    assert sum(r["optimizer_dense_numel"] for r in results) == dense
+    assert all(0 < r["optimizer_dense_numel"] < dense for r in results)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_with_token_dropping_matches_one_process(tmp_path):
+    """EP 2 with distributed.moe_capacity_factor 0.5: each rank drops the (token, expert) pairs over each expert's
+    capacity of its own rows before the all-to-all, as one process drops them on that micro batch; the same pairs
+    are dropped (counted per step) and the training matches."""
+    reference = _reference(capacity_factor=0.5)
+    assert all(d > 0 for d in reference["dropped"])  # the capacity bites at every step
+    results = _check_layout(tmp_path, reference, "ep2-capacity")
+    assert [sum(r["dropped"][i] for r in results) for i in range(STEPS)] == reference["dropped"]
+
+
+def test_capacity_drops_the_pairs_over_each_experts_capacity():
+    """`ExpertCapacity` on one experts module: the first pairs in token order up to ceil(factor x tokens x top_k /
+    experts) per expert are kept, the output equals the experts' own forward with the dropped pairs' weights zeroed,
+    and a factor that leaves room for every pair changes nothing."""
+    import math
+
+    from ernie_zoo.training.expert_engine import ExpertCapacity
+
+    g = torch.Generator().manual_seed(7)
+    tokens, top_k, experts_n = 24, 2, 4
+    x = torch.randn(tokens, 32, generator=g)
+    index = torch.stack([torch.randperm(experts_n, generator=g)[:top_k] for _ in range(tokens)])
+    index[:10] = torch.tensor([0, 1])  # crowd experts 0 and 1 at the front
+    weights = torch.rand(tokens, top_k, generator=g)
+    for factor in (0.5, 1.0, 8.0):
+        module = _model().model.layers[1].mlp.experts
+        plain = module.forward
+        capacity = math.ceil(factor * tokens * top_k / experts_n)
+        seen, keep = [0] * experts_n, torch.zeros(tokens, top_k, dtype=torch.bool)
+        for t in range(tokens):  # by hand: token order, slot order
+            for s in range(top_k):
+                e = int(index[t, s])
+                keep[t, s] = seen[e] < capacity
+                seen[e] += 1
+        wrapper = ExpertCapacity(module, factor, experts_n)
+        got = module(x, index, weights)
+        want = plain(x, index, weights * keep)
+        assert torch.allclose(got, want, rtol=0, atol=1e-6)
+        assert (wrapper.routed, wrapper.dropped) == (tokens * top_k, int((~keep).sum()))
+        if factor == 8.0:
+            assert wrapper.dropped == 0 and torch.allclose(got, plain(x, index, weights), rtol=0, atol=1e-6)
+        else:
+            assert wrapper.dropped > 0
+
+
+def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
+    """Run the layout's worker and check it against the reference (module docstring); returns the ranks' results."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from ernie_zoo.cli import main as cli
+    from ernie_zoo.parallel.distributed import run_local_ranks
+
+    run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=RANKS, timeout=900)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(RANKS)]
+    grads = load_file(str(tmp_path / "grads.safetensors"))
+    experts = [n for n in reference["grads"] if ".mlp.experts." in n]
+    assert sorted(experts) == [
+        "model.layers.1.mlp.experts.down_proj",
+        "model.layers.1.mlp.experts.gate_up_proj",
+    ]
+    for res in results:
+        assert res["losses"] == pytest.approx(reference["losses"], rel=LOSS_RTOL)
+        assert res["norms"] == pytest.approx(reference["norms"], rel=LOSS_RTOL)
+        assert res["norms"][0] > CLIP  # clipping was active, on the norm that counts every expert once
+        assert res["lrs"] == pytest.approx(reference["lrs"], rel=1e-12)
+        assert res["resumed_max_diff"] == 0.0  # the resumed last step: bit for bit
+        rank = res["rank"]
+        for name in experts:  # this rank holds experts 2r, 2r + 1 of 4
+            full = list(reference["grads"][name].shape)
+            assert res["shapes"][name] == [2, *full[1:]] and full[0] == 4
+            assert res["optimizer_shapes"][name] == [2, *full[1:]]  # Adam's moments of its experts only
+        assert res["shapes"]["model.layers.1.mlp.shared_experts.gate_proj.weight"] == [16, 32]  # dense: whole
+    # the reduced gradients of step 1: dense all-reduced over both ranks (mean), experts summed over no one
+    grad_diff = 0.0
+    for name, ref in reference["grads"].items():
+        for rank in range(RANKS):
+            got = grads[f"rank{rank}.{name}"]
+            want = ref[2 * rank : 2 * rank + 2] if name in experts else ref
+            grad_diff = max(grad_diff, (got - want).abs().max().item())
+            assert torch.allclose(got, want, rtol=0, atol=GRAD_ATOL), name
+    ref_experts = reference["grads"][experts[0]]
+    assert ref_experts.abs().max() > 100 * GRAD_ATOL  # an EP average (half of it) would fail the check above
+    # the checkpoint: a plain from_pretrained directory with the reference's weights and logits
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    ref = reference["params"]
+    assert set(final) == set(ref) - {"lm_head.weight"} or set(final) == set(ref)
+    weight_diff = max((final[k] - ref[k]).abs().max().item() for k in final)
+    assert weight_diff < WEIGHT_ATOL
+    initial = _model().state_dict()
+    assert max((ref[k] - initial[k]).abs().max().item() for k in final) > 1e-3  # training moved them
+    out = tmp_path / "consolidated"
+    assert cli(["consolidate", str(tmp_path / "final"), str(out), "--no_tokenizer", "true"]) == 0
+    batch = _batch(0)
+    logit_diff = 0.0
+    for directory in (tmp_path / "final", out):
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32).eval()
+        assert type(model).__name__ == "Ernie4_5_MoeForCausalLM"
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"]).logits
+        logit_diff = max(logit_diff, (logits - reference["logits"]).abs().max().item())
+    assert logit_diff < 1e-4
+    # resharding EP 2 -> one process: the single-device engine resumes the checkpoint written before the last step
+    from ernie_zoo.training.backends import engine_for_recipe
+    from ernie_zoo.training.expert_engine import apply_capacity
+
+    model = _model()
+    if "moe_capacity_factor" in LAYOUTS[layout]:
+        apply_capacity(model, LAYOUTS[layout]["moe_capacity_factor"])
+    single = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), model, torch.device("cpu"))
+    single.load(tmp_path / "before-last")
+    for rank in range(RANKS):
+        loss, _, _ = single.forward(_rows(_batch(STEPS - 1), rank))
+        single.backward(loss / RANKS)
+    assert single.step() == pytest.approx(reference["norms"][-1], rel=LOSS_RTOL)
+    resumed = single.model.state_dict()
+    assert max((resumed[k] - ref[k]).abs().max().item() for k in ref) < WEIGHT_ATOL
+    print({"layout": layout,
+           "loss_rel": max(abs(a - b) / b for a, b in zip(results[0]["losses"], reference["losses"])),
+           "norm_rel": max(abs(a - b) / b for a, b in zip(results[0]["norms"], reference["norms"])),
+           "grad_abs": grad_diff, "weight_abs": weight_diff, "logit_abs": logit_diff})  # fmt: skip
+    return results
+
+
+def test_expert_layout_is_validated():
+    from ernie_zoo.models.decoder import decoder_config
+    from ernie_zoo.training.expert_engine import check_expert_layout
+    from ernie_zoo.training.recipe import DistributedArgs
+
+    with pytest.raises(ValueError, match="does not divide the model's 4 routed experts"):
+        check_expert_layout(_config(), 3, 3)
+    with pytest.raises(ValueError, match="does not divide the 6 launched ranks"):
+        check_expert_layout(_config(), 6, 4)
+    with pytest.raises(ValueError, match="needs a MoE model"):
+        check_expert_layout(decoder_config(), 2, 2)
+    check_expert_layout(_config(), 4, 2)  # EP 2 x DP 4 (two expert groups)
+    for keys, match in (
+        ({"backend": "deepspeed"}, "expert parallelism runs on distributed.backend pipeline"),
+        ({"backend": "pipeline", "pp_size": 2}, "EP with TP or PP is not built"),
+        ({"backend": "pipeline", "tp_size": 2}, "EP with TP or PP is not built"),
+        ({"backend": "pipeline", "zero_stage": 2}, "ZeRO-2/3 of the expert-parallel engine are not built"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            DistributedArgs(ep_size=2, **keys).validate()
+    with pytest.raises(ValueError, match="must be >= 1"):
+        DistributedArgs(backend="pipeline", ep_size=0).validate()
+    DistributedArgs(backend="pipeline", ep_size=2).validate()
+    DistributedArgs(backend="pipeline", ep_size=2, zero_stage=1).validate()
+
+
+REPO = Path(__file__).resolve().parents[1]
+SENTENCES = REPO / "tests" / "data" / "zh_sentences.txt"
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
+    """`ernie-pretrain recipes/pretrain/ernie4.5-tiny-cpu.yaml` with the MoE tiny preset, `distributed.ep_size 2` and
+    `moe_capacity_factor 1.0` on 2 gloo ranks (each holds 2 of the 4 experts; eval every 2 steps through the
+    all-to-all forward; the dropped pairs logged every step): a run
+    SIGKILLed after step 4 and restarted logs the same losses, grad norms and eval losses as an uninterrupted
+    6-step run and ends on the same weights, bit for bit; `ernie-zoo consolidate` turns its checkpoint into a
+    directory plain `AutoModelForCausalLM` loads as Ernie4_5_MoeForCausalLM with those weights."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from ernie_zoo.cli import main as cli
+    from ernie_zoo.parallel.distributed import run_local_ranks
+    from ernie_zoo.taskflow.models import ZOO_DIR
+    from ernie_zoo.training.checkpoint import read_json
+    from ernie_zoo.training.logging_utils import read_metrics
+
+    def pretrain(out: Path, env: dict | None = None) -> None:
+        run_local_ranks(
+            ["-m", "ernie_zoo.training.pretrain", str(REPO / "recipes/pretrain/ernie4.5-tiny-cpu.yaml"),
+             "--output_dir", str(out), "--model.preset", "ernie4.5-moe-tiny", "--max_steps", "6",
+             "--micro_batch_size", "2", "--checkpoint.interval", "2", "--eval.interval", "2", "--data.files",
+             f"[{SENTENCES}]", "--tokenizer.path", str(ZOO_DIR / "ernie-zoo-mini-zh"), "--distributed.backend",
+             "pipeline", "--distributed.ep_size", "2", "--distributed.moe_capacity_factor", "1.0",
+             "--logging.interval", "1", "--logging.progress_bar", "false",
+             "--logging.tensorboard", "false", "--optim.warmup_steps", "1"],
+            nproc=2, timeout=900, cwd=REPO, env=env,
+        )  # fmt: skip
+
+    pretrain(tmp_path / "straight")
+    with pytest.raises(RuntimeError, match="failed"):  # both ranks SIGKILL themselves after step 4
+        pretrain(tmp_path / "resumed", env={"ERNIE_ZOO_TEST_KILL_AT_STEP": "4"})
+    assert (tmp_path / "resumed" / "checkpoint-2").is_dir()
+    pretrain(tmp_path / "resumed")
+    straight = read_metrics(tmp_path / "straight" / "metrics.jsonl")
+    resumed = {(r["step"], tuple(sorted(r))): r for r in read_metrics(tmp_path / "resumed" / "metrics.jsonl")}
+    assert [r["step"] for r in straight if "train/loss" in r] == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in straight if "eval/loss" in r] == [2, 4, 6]
+    # token dropping at capacity factor 1.0: the pairs over capacity, counted over both ranks and logged per step
+    fractions = [r["train/moe_dropped_fraction"] for r in straight if "train/loss" in r]
+    assert all(0 <= f < 0.5 for f in fractions) and sum(
+        r["train/moe_dropped"] for r in straight if "train/loss" in r
+    )
+    print({"moe_dropped_fraction": fractions})
+    for r in straight:
+        twin = resumed[r["step"], tuple(sorted(r))]
+        for key in ("train/loss", "train/grad_norm", "eval/loss"):
+            if key in r:
+                assert twin[key] == r[key], (r["step"], key)  # the same floats: exact resume
+    ckpt = tmp_path / "straight" / "checkpoint-6"
+    a = load_file(str(ckpt / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "checkpoint-6" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a["model.layers.1.mlp.experts.gate_up_proj"].shape[0] == 4  # every expert, at its global index
+    assert read_json(ckpt / "layout.json")["ep_size"] == 2
+    assert (
+        len(list((ckpt / "dcp").glob("*.safetensors"))) == 2
+    )  # one file per rank: its experts + the rest once
+    out = tmp_path / "model"
+    assert cli(["consolidate", str(ckpt), str(out)]) == 0
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    assert type(model).__name__ == "Ernie4_5_MoeForCausalLM"
+    loaded = model.state_dict()
+    assert all(torch.equal(loaded[k], a[k]) for k in a)
+
+
+#: layout -> the distributed keys of its 2 ranks
+LAYOUTS = {
+    "ep2": {"ep_size": 2},
+    "ep2-zero1": {"ep_size": 2, "zero_stage": 1, "recompute": "full"},
+    "ep2-capacity": {"ep_size": 2, "moe_capacity_factor": 0.5},
+}
+
+
+def _worker(out_dir: str, layout: str) -> None:
+    import torch.distributed as dist
+    from safetensors.torch import save_file
+    from torch.distributed.tensor import DTensor
+
+    from ernie_zoo.training.backends import engine_for_recipe
+    from ernie_zoo.training.expert_engine import ExpertParallelEngine
+
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    recipe = _recipe(GLOBAL_BATCH // RANKS, 1, **LAYOUTS[layout])
+
+    def make_engine() -> ExpertParallelEngine:
+        model = _model(meta=True)  # as ernie-pretrain hands it to the pipeline backend
+        engine = engine_for_recipe(recipe, model, torch.device("cpu"))
+        assert isinstance(engine, ExpertParallelEngine)
+        return engine
+
+    engine = make_engine()
+    rank = dist.get_rank()
+    captured: dict[str, torch.Tensor] = {}
+    reduce = engine._reduce_gradients
+
+    def capture():
+        grads = reduce()
+        if not captured:
+            captured.update({f"rank{rank}.{n}": g.detach().clone() for n, g in grads})
+        return grads
+
+    engine._reduce_gradients = capture
+
+    dropped: list[int] = []
+
+    def train_step(step: int) -> tuple[float, float]:
+        loss, _, _ = engine.forward(_rows(_batch(step), rank))
+        counts = engine.take_routing_counts()
+        dropped.append(counts[1] if counts else 0)
+        engine.backward(loss)
+        norm = engine.step()
+        (total,) = engine.dp_sum([loss.item()])
+        return total / engine.dp_world_size, norm
+
+    losses, norms, lrs = [], [], []
+    for step in range(STEPS):
+        if step == STEPS - 1:
+            engine.save(out / "before-last")
+        loss, norm = train_step(step)
+        losses.append(loss)
+        norms.append(norm)
+        lrs.append(engine.lr)
+    engine.save(out / "final")
+    final = {k: v.clone() for k, v in engine.local_state().items()}
+    gathered = [None] * RANKS
+    dist.all_gather_object(gathered, {k: v.tolist() for k, v in captured.items()})
+    if rank == 0:
+        save_file(
+            {k: torch.tensor(v) for part in gathered for k, v in part.items()}, str(out / "grads.safetensors")
+        )
+    local = engine._local
+    shapes = {n: list(local(p).shape) for n, p in engine.model.named_parameters()}
+    names = {id(p): n for n, p in engine.model.named_parameters()}
+    optimizer_shapes = {
+        names[id(p)]: list(local(s["exp_avg"]).shape)
+        for p, s in engine.optimizer.state.items()
+        if isinstance(p, DTensor)
+    }
+    engine = make_engine()  # resume: a fresh engine loads the checkpoint written before the last step
+    engine.load(out / "before-last")
+    train_step(STEPS - 1)
+    again = engine.local_state()
+    diff = max((again[k] - final[k]).abs().max().item() for k in final)
+    result = {
+        "rank": rank,
+        "losses": losses,
+        "norms": norms,
+        "lrs": lrs,
+        "shapes": shapes,
+        "optimizer_shapes": optimizer_shapes,
+        "resumed_max_diff": diff,
+        "dropped": dropped[:STEPS],
+        "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic)
+            p.numel() for p in engine.model.parameters() if p.requires_grad and not isinstance(p, DTensor)
+        ),
+        "optimizer_dense_numel": sum(
+            s["exp_avg"].numel() for p, s in engine.optimizer.state.items() if not isinstance(p, DTensor)
+        ),
+    }
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], sys.argv[3])
