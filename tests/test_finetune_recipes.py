@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 from ernie_zoo.finetune import build_args, run_finetune
 from ernie_zoo.finetune.cli import main as cli_main
 from ernie_zoo.finetune.export import META_NAME
-from ernie_zoo.finetune.run import build_model, build_tokenizer
 from ernie_zoo.finetune.objectives import make_objective
+from ernie_zoo.finetune.run import build_model, build_tokenizer
 from ernie_zoo.taskflow.models import resolve_model
 from ernie_zoo.zoo import BASE_ENCODER, SHIPPED_MODELS, ZOO_DIR, resolve_model_source
 

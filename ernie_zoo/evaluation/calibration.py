@@ -71,7 +71,9 @@ def fit_temperature(
     if not torch.isfinite(logits).all():
         raise ValueError("logits hold NaN or inf: fix the model before calibrating it")
     if labels.min() < 0 or labels.max() >= logits.shape[1]:
-        raise ValueError(f"labels must be in [0, {logits.shape[1]}), got {int(labels.min())}..{int(labels.max())}")
+        raise ValueError(
+            f"labels must be in [0, {logits.shape[1]}), got {int(labels.min())}..{int(labels.max())}"
+        )
     a, b = math.log(low), math.log(high)
     ratio = (math.sqrt(5) - 1) / 2
     c, d = b - ratio * (b - a), a + ratio * (b - a)

@@ -514,7 +514,9 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
 
     files = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
     # an adapter directory (a LoRA on a shipped base): its weights are the adapter's, its architecture the base's
-    adapter = (model_dir / "adapter_config.json").is_file() and (model_dir / "ernie_zoo_finetune.json").is_file()
+    adapter = (model_dir / "adapter_config.json").is_file() and (
+        model_dir / "ernie_zoo_finetune.json"
+    ).is_file()
     weights_name = "adapter_model.safetensors" if adapter else "model.safetensors"
     info: dict[str, Any] = {
         "size_bytes": sum(files.values()),

@@ -30,12 +30,17 @@ def main() -> None:
     frames = [json.loads(x) for x in args.silver.read_text(encoding="utf-8").splitlines() if x]
     frames = [r for r in frames if r.get("source") == "silver:frames"]
     if not frames:
-        raise SystemExit(f"{args.silver}: no 'silver:frames' rows (build it with sentiment_silver.py --frames 3000)")
+        raise SystemExit(
+            f"{args.silver}: no 'silver:frames' rows (build it with sentiment_silver.py --frames 3000)"
+        )
     rows = reviews + frames
     random.Random(args.seed).shuffle(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(
-        args.out, "".join(json.dumps({"text": r["text"], "label": r["label"]}, ensure_ascii=False) + "\n" for r in rows)
+        args.out,
+        "".join(
+            json.dumps({"text": r["text"], "label": r["label"]}, ensure_ascii=False) + "\n" for r in rows
+        ),
     )
     print(f"{args.out}: {len(reviews):,} reviews + {len(frames):,} framed sentences")
 

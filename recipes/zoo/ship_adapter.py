@@ -55,7 +55,11 @@ def _batches(tokenizer, texts: list[str], max_length: int, size: int = 32):
         enc = tokenizer(
             texts[i : i + size], truncation=True, max_length=max_length, padding=True, return_tensors="pt"
         )
-        yield {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")}
+        yield {
+            k: v
+            for k, v in enc.items()
+            if k in ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")
+        }
 
 
 @torch.no_grad()
@@ -79,9 +83,7 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
     base_dir = shipped_model_dir(spec["base"])
     base_tok = _tokenizer(base_dir)
 
-    model = load_adapter(
-        load_base_model(base_dir, meta["architecture"], meta["config_updates"]), src
-    ).eval()
+    model = load_adapter(load_base_model(base_dir, meta["architecture"], meta["config_updates"]), src).eval()
     # 1. the adapter on the shipped base = the run's merged model (trained on a fresh conversion)
     from ernie_zoo.finetune.export import load_finetuned
 
@@ -101,7 +103,9 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
         )
     calibration = None
     if spec["calibrate_on"]:
-        rows = [json.loads(x) for x in Path(spec["calibrate_on"]).read_text(encoding="utf-8").splitlines() if x]
+        rows = [
+            json.loads(x) for x in Path(spec["calibrate_on"]).read_text(encoding="utf-8").splitlines() if x
+        ]
         label2id = {v: int(k) for k, v in meta["config_updates"]["id2label"].items()}
         labels = torch.tensor([label2id[r["label"]] for r in rows])
         logits = _logits(model, base_tok, [r["text"] for r in rows], max_length)
@@ -111,7 +115,10 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
             "fitted_on": spec["calibrate_on"],
             "examples": len(rows),
             "temperature": round(t, 4),
-            "dev_nll": {"before": round(nll(logits, labels, 1.0), 4), "after": round(nll(logits, labels, t), 4)},
+            "dev_nll": {
+                "before": round(nll(logits, labels, 1.0), 4),
+                "after": round(nll(logits, labels, t), 4),
+            },
             "dev_ece": {
                 "before": round(classification_ece(logits, labels), 4),
                 "after": round(classification_ece(logits, labels, t), 4),
@@ -119,7 +126,9 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
         }
         fold_temperature(_classifier(model), t)
         check = _logits(model, base_tok, [r["text"] for r in rows[:8]], max_length)
-        assert torch.allclose(check, logits[:8] / t, atol=1e-4), "folding the temperature changed more than the scale"
+        assert torch.allclose(check, logits[:8] / t, atol=1e-4), (
+            "folding the temperature changed more than the scale"
+        )
         print(f"{name}: temperature {t:.3f} on {len(rows)} dev texts; {calibration}")
 
     target = out_root / name
@@ -184,7 +193,12 @@ def _previous_release(spec: dict) -> dict | None:
         "multi-domain test accuracy": r["multidomain"]["test"]["overall"]["accuracy"],
     }
     recipe = (r.get("training") or {}).get("stages", [{}])[-1].get("recipe", "n/a")
-    return {"weights": f"{name} {r.get('weights_sha256', '')[:8]}", "recipe": recipe, "why": spec["why"], "scores": scores}
+    return {
+        "weights": f"{name} {r.get('weights_sha256', '')[:8]}",
+        "recipe": recipe,
+        "why": spec["why"],
+        "scores": scores,
+    }
 
 
 def _tokenizer(directory: Path):
