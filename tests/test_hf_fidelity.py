@@ -332,7 +332,8 @@ def test_generic_tokenizer_gives_the_same_ids_without_import_ernie_zoo():
         name, ids, offsets = generic[d]
         # really the generic path; a decoder directory (model_type ernie4_5) gets transformers' generic
         # tokenizer in both cases, and what matters is the same ids
-        if json.loads((Path(d) / "config.json").read_text(encoding="utf-8"))["model_type"] == "ernie_zoo":
+        config = Path(d) / "config.json"  # an adapter directory (no config.json) holds its ErnieZoo base's tokenizer
+        if not config.is_file() or json.loads(config.read_text(encoding="utf-8"))["model_type"] == "ernie_zoo":
             assert name != type(ours).__name__
         assert ids == enc["input_ids"], d
         assert offsets == [[list(o) for o in row] for row in enc["offset_mapping"]], d
@@ -366,10 +367,34 @@ def test_parity_sentiment(zoo):
 
     texts = _texts()
     assert len(texts) >= 20
-    ours = Taskflow("sentiment_analysis")(texts)
+    ours = Taskflow("sentiment_analysis", model="ernie-zoo-mini-sentiment")(texts)
     theirs = pipeline("text-classification", model=zoo("ernie-zoo-mini-sentiment"))(texts)
     assert [r["label"] for r in theirs] == [r["label"] for r in ours]
     assert [r["score"] for r in theirs] == pytest.approx([r["score"] for r in ours], abs=1e-5)
+
+
+def test_parity_sentiment_default_adapter_through_peft(zoo):
+    """The default, a LoRA adapter on the shipped e5 base: plain peft onto transformers' Auto class, merged, in
+    transformers' pipeline, scores as Taskflow does (the card's recipe)."""
+    import json
+
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from ernie_zoo import Taskflow
+
+    texts = _texts()
+    adapter = zoo("ernie-zoo-e5-sentiment")
+    meta = json.loads((Path(adapter) / "ernie_zoo_finetune.json").read_text(encoding="utf-8"))
+    labels = {int(k): v for k, v in meta["config_updates"]["id2label"].items()}
+    base = AutoModelForSequenceClassification.from_pretrained(
+        zoo(meta["base_model"]), num_labels=len(labels), id2label=labels, label2id={v: k for k, v in labels.items()}
+    )
+    model = PeftModel.from_pretrained(base, adapter).merge_and_unload().eval()
+    theirs = pipeline("text-classification", model=model, tokenizer=AutoTokenizer.from_pretrained(adapter))(texts)
+    ours = Taskflow("sentiment_analysis")(texts)
+    assert [r["label"] for r in theirs] == [r["label"] for r in ours]
+    assert [r["score"] for r in theirs] == pytest.approx([r["score"] for r in ours], abs=1e-4)
 
 
 def test_parity_fill_mask(zoo):
