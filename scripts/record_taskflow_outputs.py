@@ -100,6 +100,9 @@ def record() -> dict[str, Any]:
         _embedding(r)
         for r in Taskflow("feature_extraction", device="cpu", pooling="cls", normalize=True)(TEXTS[:5])
     ]
+    runs["text_similarity"] = Taskflow("text_similarity", device="cpu")(
+        [[a, b] for a, b in zip(TEXTS[:6], TEXTS[1:7])] + [[TEXTS[0], TEXTS[0]]]
+    )
     runs["text_correction"] = Taskflow("text_correction", device="cpu")(CORRECTION_TEXTS + TEXTS[:4])
     runs["text_generation/greedy"] = Taskflow(
         "text_generation", device="cpu", mode="poetry", decode_strategy="greedy"

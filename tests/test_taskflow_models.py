@@ -364,7 +364,7 @@ def test_network_is_blocked():
 @pytest.mark.parametrize(
     "task, name",
     [
-        ("sentiment_analysis", "ernie-zoo-mini-sentiment"),
+        ("sentiment_analysis", "ernie-zoo-e5-sentiment"),
         ("ner", "ernie-zoo-mini-ner"),
         ("named_entity_recognition", "ernie-zoo-mini-ner"),
         ("text_generation", "ernie-zoo-mini-poetry"),
@@ -381,7 +381,7 @@ def test_shipped_default_not_installed_is_a_clear_error(task, name, monkeypatch,
     assert name in message and "not installed" in message and "task_path=" in message
 
 
-def _shipped(models, tmp_path, monkeypatch, name="ernie-zoo-mini-sentiment"):
+def _shipped(models, tmp_path, monkeypatch, name="ernie-zoo-e5-sentiment"):
     import shutil
 
     zoo = tmp_path / "zoo"
