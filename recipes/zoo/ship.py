@@ -272,7 +272,7 @@ def recorded_stage(recipe: str, shipped: Path = SHIPPED, masked_lm: bool = True)
     committed; once it is gone (a new machine), the record written when a model built on that stage was shipped is
     the stage's account."""
     for info in sorted(shipped.glob("*/training.json")):
-        for stage in json.loads(info.read_text(encoding="utf-8"))["stages"]:
+        for stage in json.loads(info.read_text(encoding="utf-8")).get("stages", []):  # converted / adapters: none
             if stage["recipe"] == recipe and (stage.get("tokens") is not None) == masked_lm:
                 return stage
     return None
