@@ -272,7 +272,9 @@ def recorded_stage(recipe: str, shipped: Path = SHIPPED, masked_lm: bool = True)
     committed; once it is gone (a new machine), the record written when a model built on that stage was shipped is
     the stage's account."""
     for info in sorted(shipped.glob("*/training.json")):
-        for stage in json.loads(info.read_text(encoding="utf-8")).get("stages", []):  # converted / adapters: none
+        for stage in json.loads(info.read_text(encoding="utf-8")).get(
+            "stages", []
+        ):  # converted / adapters: none
             if stage["recipe"] == recipe and (stage.get("tokens") is not None) == masked_lm:
                 return stage
     return None
@@ -431,6 +433,21 @@ def write_decoding_defaults(path: Path, results_file: str, tokenizer, poem_forma
     atomic_write_json(path, config, sort_keys=True)
 
 
+def seal_model_dir(tmp: Path, name: str) -> int:
+    """Finish a model directory written to `tmp` (inside `atomic_directory`): refuse it over 25 MB on disk, write its
+    manifest, make its files world-readable; returns its size in bytes."""
+    from ernie_zoo.taskflow.models import write_manifest
+
+    size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
+    if size > MAX_BYTES:
+        raise SystemExit(f"{name}: {size / 1e6:.1f} MB on disk > 25 MB")
+    write_manifest(tmp)
+    for f in tmp.iterdir():
+        f.chmod(0o644)
+    tmp.chmod(0o755)
+    return size
+
+
 #: Models converted from a pretrained source rather than trained here: name -> what training.json records.
 CONVERTED = {
     "ernie-zoo-e5-small-zh": {
@@ -465,7 +482,6 @@ def ship_converted(name: str, out_root: Path) -> Path:
     from ernie_zoo.data.sources import fetch
     from ernie_zoo.models.e5 import WHEEL_MEMBER, build_e5
     from ernie_zoo.models.q4_0 import save_q4_0_weights
-    from ernie_zoo.taskflow.models import write_manifest
     from ernie_zoo.utils import atomic_directory, atomic_write_json
 
     spec = CONVERTED[name]
@@ -490,13 +506,7 @@ def ship_converted(name: str, out_root: Path) -> Path:
         save_q4_0_weights(model, tmp, blocks)
         tokenizer.save_pretrained(tmp)
         atomic_write_json(tmp / "training.json", info)
-        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
-        if size > MAX_BYTES:
-            raise SystemExit(f"{name}: {size / 1e6:.1f} MB on disk > 25 MB")
-        write_manifest(tmp)
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        tmp.chmod(0o755)
+        size = seal_model_dir(tmp, name)
     print(f"{name}: {type(model).__name__} (Q4_0 blocks) -> {target} ({size / 1e6:.1f} MB)")
     return target
 
@@ -517,7 +527,6 @@ def ship(name: str, out_root: Path) -> Path:
     from ernie_zoo.models.correction import ErnieZooForSpellingCorrection
     from ernie_zoo.models.crf_tagger import ErnieZooForTokenClassificationCRF
     from ernie_zoo.models.int8 import save_int8_weights
-    from ernie_zoo.taskflow.models import write_manifest
     from ernie_zoo.utils import atomic_directory, atomic_write_json
 
     classes = {
@@ -542,7 +551,9 @@ def ship(name: str, out_root: Path) -> Path:
         arch = type(model).__name__
     else:
         config = json.loads((Path(src) / "config.json").read_text(encoding="utf-8"))
-        if config.get("model_type") == "ernie4_5":  # pretraining checkpoints of a decoder name no architectures
+        if (
+            config.get("model_type") == "ernie4_5"
+        ):  # pretraining checkpoints of a decoder name no architectures
             config["architectures"] = ["Ernie4_5ForCausalLM"]
         arch = (config.get("architectures") or ["ErnieZooForMaskedLM"])[0]
         model = classes[arch].from_pretrained(src, dtype=torch.float32)
@@ -574,13 +585,7 @@ def ship(name: str, out_root: Path) -> Path:
                 tmp / "generation_config.json", DECODING[name], tokenizer, POEM_FORMAT.get(name, False)
             )
         atomic_write_json(tmp / "training.json", info)
-        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
-        if size > MAX_BYTES:
-            raise SystemExit(f"{name}: {size / 1e6:.1f} MB on disk > 25 MB")
-        write_manifest(tmp)
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        tmp.chmod(0o755)
+        size = seal_model_dir(tmp, name)
     print(f"{name}: {arch} -> {target} ({size / 1e6:.1f} MB)")
     return target
 

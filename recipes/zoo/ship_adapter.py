@@ -25,14 +25,13 @@ import sys
 from pathlib import Path
 
 import torch
+from ship import SHIPPED, seal_model_dir  # recipes/zoo/ship.py, beside this script
 
 from ernie_zoo.evaluation.calibration import classification_ece, fit_temperature, fold_temperature, nll
 from ernie_zoo.finetune.export import CONFIG_NAME, META_NAME, load_adapter, load_base_model
-from ernie_zoo.utils import atomic_directory, atomic_write_json, write_manifest
+from ernie_zoo.utils import atomic_directory, atomic_write_json
 from ernie_zoo.zoo import shipped_model_dir
 
-SHIPPED = Path("ernie_zoo/zoo")
-MAX_BYTES = 25 * 1000 * 1000
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 # name -> run directory (its adapter/), the shipped base, the recipe, the dev file the temperature is fitted on
@@ -158,13 +157,7 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
             "machine": "x86_64 CPU, 2 cores, shared with other jobs",
         }
         atomic_write_json(tmp / "training.json", info)
-        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file())
-        if size > MAX_BYTES:
-            raise SystemExit(f"{name}: {size / 1e6:.1f} MB on disk > 25 MB")
-        write_manifest(tmp)
-        for f in tmp.iterdir():
-            f.chmod(0o644)
-        tmp.chmod(0o755)
+        size = seal_model_dir(tmp, name)
     print(f"{name}: adapter on {spec['base']} -> {target} ({size / 1e6:.1f} MB)")
     return target
 
