@@ -92,25 +92,47 @@ def quantize_state_dict(
     return out
 
 
+def dequantize_pairs(
+    tensors: dict[str, torch.Tensor],
+    dequantize,
+    *,
+    quant_suffix: str,
+    scale_suffix: str,
+    label: str,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, torch.Tensor]:
+    """Original keys from a stored state dict whose matrices are `<key><quant_suffix>` + `<key><scale_suffix>` pairs
+    (`dequantize(values, scales, dtype)` rebuilds each); other tensors pass through. A half of a pair without the
+    other is an error naming it (`label`: the format, for the message). Shared by the int8 and Q4_0 formats."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        if key.endswith(scale_suffix):
+            if key[: -len(scale_suffix)] + quant_suffix not in tensors:
+                raise ValueError(f"{label} weights: {key!r} has no matching {quant_suffix!r} tensor")
+            continue
+        if key.endswith(quant_suffix):
+            base = key[: -len(quant_suffix)]
+            scales = tensors.get(base + scale_suffix)
+            if scales is None:
+                raise ValueError(f"{label} weights: {key!r} has no scales ({base + scale_suffix!r})")
+            out[base] = dequantize(tensor, scales, dtype)
+        else:
+            out[key] = tensor
+    return out
+
+
 def dequantize_state_dict(
     tensors: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor]:
     """The inverse of `quantize_state_dict` (up to rounding): original keys, stored matrices in `dtype`."""
-    out: dict[str, torch.Tensor] = {}
-    for key, tensor in tensors.items():
-        if key.endswith(SCALE_SUFFIX):
-            if key[: -len(SCALE_SUFFIX)] + QUANT_SUFFIX not in tensors:
-                raise ValueError(f"int8 weights: {key!r} has no matching {QUANT_SUFFIX!r} tensor")
-            continue
-        if key.endswith(QUANT_SUFFIX):
-            base = key[: -len(QUANT_SUFFIX)]
-            scale = tensors.get(base + SCALE_SUFFIX)
-            if scale is None:
-                raise ValueError(f"int8 weights: {key!r} has no scales ({base + SCALE_SUFFIX!r})")
-            out[base] = dequantize_rows(tensor, scale, dtype)
-        else:
-            out[key] = tensor
-    return out
+    return dequantize_pairs(
+        tensors,
+        dequantize_rows,
+        quant_suffix=QUANT_SUFFIX,
+        scale_suffix=SCALE_SUFFIX,
+        label="int8",
+        dtype=dtype,
+    )
 
 
 def _scaled_rows(x: torch.Tensor, pins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,6 +254,7 @@ def save_int8_weights(
 __all__ = [
     "INT8_ROWWISE",
     "RowwiseInt8Linear",
+    "dequantize_pairs",
     "dequantize_rows",
     "dequantize_state_dict",
     "int8_weights_file",

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from .int8 import FORMAT_KEY, WEIGHTS_NAME
+from .int8 import FORMAT_KEY, WEIGHTS_NAME, dequantize_pairs
 
 Q4_0 = "q4_0"
 QUANT_SUFFIX = ".q4_0"
@@ -103,21 +103,14 @@ def dequantize_state_dict(
     tensors: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor]:
     """The inverse of `q4_0_state_dict`: original keys, the stored matrices dequantised to `dtype`."""
-    out: dict[str, torch.Tensor] = {}
-    for key, tensor in tensors.items():
-        if key.endswith(SCALE_SUFFIX):
-            if key[: -len(SCALE_SUFFIX)] + QUANT_SUFFIX not in tensors:
-                raise ValueError(f"Q4_0 weights: {key!r} has no matching {QUANT_SUFFIX!r} tensor")
-            continue
-        if key.endswith(QUANT_SUFFIX):
-            base = key[: -len(QUANT_SUFFIX)]
-            scales = tensors.get(base + SCALE_SUFFIX)
-            if scales is None:
-                raise ValueError(f"Q4_0 weights: {key!r} has no scales ({base + SCALE_SUFFIX!r})")
-            out[base] = dequantize_blocks(tensor, scales, dtype)
-        else:
-            out[key] = tensor
-    return out
+    return dequantize_pairs(
+        tensors,
+        dequantize_blocks,
+        quant_suffix=QUANT_SUFFIX,
+        scale_suffix=SCALE_SUFFIX,
+        label="Q4_0",
+        dtype=dtype,
+    )
 
 
 def save_q4_0_weights(
