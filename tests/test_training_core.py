@@ -93,6 +93,42 @@ def test_lora_factors_decay_outside_the_embedding_block(make_config):
     )
 
 
+def test_head_learning_rate_is_a_group_of_its_own(make_config):
+    import peft
+
+    from ernie_zoo.models import ErnieZooForTokenClassificationCRF
+
+    model = ErnieZooForTokenClassificationCRF(make_config(num_labels=5))
+    assert [g.get("lr") for g in param_groups(model, 0.01, ("classifier", "crf"))] == [
+        None,
+        None,
+    ]  # no head_lr
+    groups = param_groups(model, 0.01, ("classifier", "crf"), head_lr=2e-3)
+    named = _names(model, groups)
+    heads = [names for g, names in zip(groups, named) if g.get("lr") == 2e-3]
+    assert set().union(*heads) == {
+        n for n, _ in model.named_parameters() if n.startswith(("classifier.", "crf."))
+    }
+    assert {"classifier.bias", "crf.transitions"} <= set().union(*heads)
+    assert sum(len(n) for n in named) == len(list(model.parameters()))  # every parameter once
+    decays_by_group = {g["weight_decay"] for g in groups if g.get("lr") == 2e-3}
+    assert decays_by_group == {0.0, 0.01}  # the head's weights decay, its biases do not
+    lora = peft.get_peft_model(
+        model, peft.LoraConfig(r=2, target_modules=["query"], modules_to_save=["classifier", "crf"])
+    )
+    lora_named = _names(lora, groups := param_groups(lora, 0.01, ("classifier", "crf"), head_lr=2e-3))
+    head_names = set().union(*(n for g, n in zip(groups, lora_named) if g.get("lr") == 2e-3))
+    assert head_names and all(
+        "modules_to_save" in n for n in head_names
+    )  # the trained copies, not the originals
+    assert not any("lora_" in n for n in head_names)
+    optimizer = torch.optim.AdamW(groups, lr=5e-5)
+    scheduler = warmup_decay(optimizer, warmup_steps=0, total_steps=10)
+    optimizer.step()
+    scheduler.step()
+    assert sorted({g["lr"] for g in optimizer.param_groups}) == pytest.approx([4.5e-5, 1.8e-3])
+
+
 def test_nothing_trainable_is_an_error(make_config):
     from ernie_zoo.models import ErnieZooForSequenceClassification
 

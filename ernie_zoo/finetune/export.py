@@ -34,7 +34,7 @@ from ernie_zoo.models.decoder import DECODER_MODEL_TYPES, is_decoder_config
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.int8 import save_int8_weights
 from ernie_zoo.models.registry import model_class_for
-from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.tokenization import ErnieZooTokenizerFast, load_tokenizer
 from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
@@ -117,11 +117,7 @@ def load_finetuned(
         raise ValueError(f"{path} is neither a model directory (config.json) nor an adapter ({CONFIG_NAME})")
     check_finite_weights(model, str(path))
     # a decoder's tokenizer is whatever its directory holds (the zoo's, or ERNIE 4.5's own)
-    load = (
-        AutoTokenizer.from_pretrained
-        if is_decoder_config(model.config)
-        else ErnieZooTokenizerFast.from_pretrained
-    )
+    load = AutoTokenizer.from_pretrained if is_decoder_config(model.config) else load_tokenizer
     tokenizer = load(str(path))
     return model.to(device).eval(), tokenizer
 

