@@ -123,13 +123,16 @@ class GPUSpec:
 # H100 SXM5 989 TFLOPS, 900 GB/s NVLink, NDR 400 Gb/s per GPU in DGX H100; H200 SXM: H100's compute and links
 # with 141 GB HBM3e. memory.total: 40960 MiB (A100 40GB), 81920 MiB (A100 80GB), 81559 MiB (H100 80GB),
 # 143771 MiB (H200). Host link: A100 PCIe Gen4 x16 (32 GB/s per direction), H100/H200 PCIe Gen5 x16 (64 GB/s).
+# H800 SXM5 (the export H100): H100's compute, memory and NICs, NVLink cut to 400 GB/s (both directions); DeepSeek-V3's
+# cluster (its technical report, sec. 3.1 and 3.2.2: "IB (50 GB/s)" per GPU, 8 GPUs per node).
 GPUS: dict[str, GPUSpec] = {
     "a100-40gb": GPUSpec("a100-40gb", 40960 / 1024, 312.0, 300.0, 200.0, 32.0),
     "a100-80gb": GPUSpec("a100-80gb", 81920 / 1024, 312.0, 300.0, 200.0, 32.0),
     "h100-80gb": GPUSpec("h100-80gb", 81559 / 1024, 989.0, 450.0, 400.0, 64.0),
     "h200-141gb": GPUSpec("h200-141gb", 143771 / 1024, 989.0, 450.0, 400.0, 64.0),
+    "h800-80gb": GPUSpec("h800-80gb", 81559 / 1024, 989.0, 200.0, 400.0, 64.0),
 }
-GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb"}
+GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb", "h800": "h800-80gb"}
 
 
 GPU_FIELDS = ("memory_gib", "peak_tflops", "nvlink_gbyte_s", "nic_gbit_s", "pcie_gbyte_s")
@@ -245,6 +248,7 @@ class ModelShape:
     top_k: int = 0  # experts per token
     moe_layers: int = 0
     expert_ffn: int = 0  # a routed expert's SwiGLU width (moe_intermediate_size); 0: from n_expert
+    shared_experts: int = 0  # experts of that width every token passes through (no routing, no capacity)
     # Pipeline stages (`stage_counts`): the parameters outside the transformer layers, by the stage that holds
     # them (embeddings on the first, final norm + output head on the last; a tied word embedding on both, as
     # Megatron-LM keeps a copy on the last stage), and those inside the layers (routed experts apart), each split
@@ -378,6 +382,7 @@ class ModelShape:
             top_k=blocks[0].top_k if blocks else 0,
             moe_layers=counts["moe_layers"],
             expert_ffn=getattr(config, "moe_intermediate_size", 0) if blocks else 0,
+            shared_experts=getattr(config, "moe_num_shared_experts", 0) or 0 if blocks else 0,
             **stage_counts(model, plan),
         )
 
@@ -576,6 +581,23 @@ def activation_bytes_per_layer(
     if sequence_parallel:
         return sbh / t * (34 + attention)
     return sbh * (10 + 24 / t + attention / t)
+
+
+def mlp_activation_bytes(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    tp: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = False,
+) -> float:
+    """The MLP's share of `activation_bytes_per_layer` (Korthikanti et al. 2022, sec. 4.1: its input 2sbh, the two
+    4h-wide activations 16sbh/t, the dropout mask sbh); nothing under full recompute. A MoE layer has no such MLP:
+    its experts are counted per (token, expert) pair instead (`expert_pair_bytes`)."""
+    if recompute == "full":
+        return 0.0
+    sbh = seq * micro_batch * hidden
+    return 19 * sbh / tp if sequence_parallel else sbh * (3 + 16 / tp)
 
 
 def recompute_working_set(seq: int, micro_batch: int, heads: int, tp: int = 1) -> float:
@@ -852,18 +874,21 @@ def _stage_memory(
             f"activations: {which} stage, {layers} layers x {in_flight:.3g} micro-batches, recompute {st.recompute}"
         ] = layers * per_layer * in_flight
     if model.moe_layers:
-        # The routed experts' pairs at capacity: each GPU's experts receive, on average, the pairs its tokens send
-        # (f x s*b/t x top_k); full recompute keeps none of them, and rematerialises one layer's in backward.
+        # A MoE layer's experts instead of the formula's MLP: each GPU's experts receive, on average, the pairs its
+        # tokens send (f x s*b/t x top_k at capacity f), and the shared experts see every token once; full
+        # recompute keeps none of them, and rematerialises one layer's in backward.
         cap = st.moe_capacity_factor if st.moe_capacity_factor is not None else 1.0
-        pair_bytes = cap * s * b / t * model.top_k * expert_pair_bytes(model.hidden, model.expert_width)
+        pairs = (cap * model.top_k + model.shared_experts) * s * b / t
+        pair_bytes = pairs * expert_pair_bytes(model.hidden, model.expert_width)
         at = f"capacity {cap:g}" if st.moe_capacity_factor is not None else "uniform routing, no cap"
         if st.recompute == "full":
-            memory[f"recompute working set: 1 MoE layer's routed-expert pairs ({at})"] = pair_bytes
+            memory[f"recompute working set: 1 MoE layer's expert pairs ({at})"] = pair_bytes
         else:
             moe_here = _ceil_div(model.moe_layers, pp)
+            mlp = mlp_activation_bytes(s, b, model.hidden, t, st.recompute, st.sequence_parallel)
             flight = f" x {in_flight:.3g} micro-batches" if pp > 1 else ""
-            memory[f"routed-expert activations: {moe_here} MoE layers{flight} ({at})"] = (
-                moe_here * in_flight * pair_bytes
+            memory[f"expert activations: {moe_here} MoE layers{flight}, for their MLP term above ({at})"] = (
+                moe_here * in_flight * (pair_bytes - mlp)
             )
     if st.recompute == "full":
         memory["recompute working set: 1 layer rematerialised"] = activation_bytes_per_layer(
@@ -1076,7 +1101,11 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     # Model FLOPs count the pairs the experts process: with f < 1 the dropped ones do no work.
     if kept < 1:
         model_flops_tok = model_flops_per_token(
-            model.matmul_params(st.head_fraction) - (1 - kept) * model.expert_active, model.layers, width, s, f
+            model.matmul_params(st.head_fraction) - (1 - kept) * model.expert_active,
+            model.layers,
+            width,
+            s,
+            f,
         )
     # One GPU's work per token of its TP group: split layers / t, replicated parameters in full, and on average
     # top_k / experts of the routed experts for its 1/t of the tokens (EP moves tokens, not work), padded to
@@ -1091,7 +1120,9 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         layer_rank * layer_share + st.head_fraction * head_rank + expert_active / t * layer_share
     ) + 12 * stage_layers * width * s / t
     if st.recompute == "full":
-        n_layer_params += model.expert_active * (cap - 1)  # the recomputed forward runs the experts at capacity
+        n_layer_params += model.expert_active * (
+            cap - 1
+        )  # the recomputed forward runs the experts at capacity
         gpu_flops_tok += (2 * n_layer_params * layer_share + 4 * stage_layers * width * s) / t
     elif st.recompute == "selective":
         gpu_flops_tok += 4 * stage_layers * width * s / t
