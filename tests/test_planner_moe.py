@@ -168,3 +168,14 @@ def test_the_planner_against_a_published_moe_run(run):
         assert abs(row.error) <= MOE_ERROR_BOUND, (row.predicted_tokens_per_gpu_s, run.tokens_per_gpu_s)
     else:  # DeepSeek-V3: FP8, node-limited routing and FP8 activations, none of which the planner models
         assert row.error < -MOE_ERROR_BOUND
+
+
+def test_docs_carry_the_moe_table():
+    from pathlib import Path
+
+    from ernie_zoo.parallel.published_runs import moe_table
+
+    docs = (Path(__file__).resolve().parents[1] / "docs/scale.md").read_text(encoding="utf-8")
+    assert moe_table() in docs, (
+        "docs/scale.md's MoE table is stale: python -m ernie_zoo.parallel.published_runs"
+    )

@@ -480,7 +480,7 @@ def moe_table(rows: list[MoEComparison] | None = None) -> str:
     rows = rows if rows is not None else [compare_moe(run) for run in MOE_RUNS]
     lines = [
         "| model | hardware | published layout | published tokens/s/GPU | planner, same layout (MFU) | error "
-        "| planner without the all-to-all overlap |",
+        "| planner, all-to-alls not overlapped |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
