@@ -51,7 +51,7 @@ class Args:
     preset: str | None = None
     """Model preset name (see `ernie-zoo info`)."""
     cluster: str = "nodes=1,gpus_per_node=8,gpu=h100-80gb"
-    """nodes=N,gpus_per_node=8,gpu=h100-80gb (gpus: a100-40gb, a100-80gb, h100-80gb, h200-141gb; optional
+    """nodes=N,gpus_per_node=8,gpu=h100-80gb (gpus: a100-40gb, a100-80gb, h100-80gb, h200-141gb, h800-80gb; optional
     nvlink_gbyte_s=, nic_gbit_s=, memory_gib=, peak_tflops=, pcie_gbyte_s=)."""
     deepspeed: Path | None = None
     """DeepSpeed json: ZeRO stage, buckets, tensor_parallel.autotp_size."""
@@ -63,6 +63,10 @@ class Args:
     """Interleaved 1F1B: layer chunks per GPU, Megatron-LM's v (default 1; searched)."""
     ep: int | None = None
     """Expert-parallel size for a MoE model: each GPU holds experts/ep of every MoE layer (default 1)."""
+    moe_capacity_factor: float | None = None
+    """MoE: each expert takes at most this x its uniform share of the (token, expert) pairs (the recipe's
+    distributed.moe_capacity_factor): expert compute, all-to-all traffic and expert activations planned at it,
+    1 - it of the pairs dropped below 1 (default: none, no cap)."""
     zero: Literal[0, 1, 2, 3] | None = None
     """ZeRO stage (default 3)."""
     micro_batch: int | Literal["auto"] | None = None
@@ -166,6 +170,7 @@ def run(args: Args, argv: list[str]) -> int:
             "pp": args.pp,
             "virtual_stages": args.virtual_stages,
             "ep": args.ep,
+            "moe_capacity_factor": args.moe_capacity_factor,
             "zero_stage": args.zero,
             "micro_batch": None if auto_micro else args.micro_batch,
             "seq_len": args.seq_len,
@@ -312,6 +317,8 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed "
             "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x DP, ZeRO 0-1)"
         )
+    if moe and st.moe_capacity_factor is not None:  # the plan's expert compute and traffic assume it
+        how += f"; distributed.moe_capacity_factor {st.moe_capacity_factor:g}"
     print(f"\nto run it: {how}\n")
     print(best.render())
     return 0

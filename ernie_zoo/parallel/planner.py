@@ -52,9 +52,19 @@ every MoE layer's experts and ZeRO shards their states over the world/ep ranks h
 FLOPs count the parameters a token uses (the active ones: top-k of the routed experts) and the attention width
 heads x head_dim. Every MoE layer sends each token's hidden state to its k experts and back (GShard's dispatch and
 combine), each TP rank its 1/t of its group's tokens: per micro-batch 2 all-to-alls forward and 2 backward (+2 with
-full recompute) of (s*b/t)*k*h bf16 values per GPU, of which (ep-1)/ep leave the GPU (uniform routing).
-Activations use the per-layer formula above with the model's hidden size (a first-order estimate: SwiGLU, GQA and
-MoE dispatch buffers are not modelled separately).
+full recompute) of f*(s*b/t)*k*h bf16 values per GPU (f the capacity factor, 1 without one). With uniform routing
+1/ep of them stay on the GPU; EP groups are consecutive GPUs, so of a group's ep members `ep_node_peers` share the
+node: (peers-1)/ep of the bytes ride NVLink and (ep-peers)/ep InfiniBand, both links at once (the slower sets the
+time), on the critical path unless `ep_overlap` (DualPipe, Megatron-Core's EP overlap; not ernie-zoo's engines)
+hides them under another micro-batch's compute. EP beyond a node thus pays InfiniBand for (ep-gpus_per_node)/ep of
+its traffic. The capacity factor (`distributed.moe_capacity_factor`, Lepikhin et al. 2020; Fedus et al. 2021,
+"Switch Transformers", sec. 2.2) caps each expert at f x its uniform share of the (token, expert) pairs: the plan
+sizes expert compute, dispatch traffic and expert activations at f (the padded buffers of GShard / DeepSpeed-MoE /
+Megatron-Core's pad-to-capacity; ernie-zoo's engine drops without padding, and f x the share is the most its
+busiest expert, which the all-to-all waits for, can take), and at f < 1 counts 1 - f of the pairs dropped: they do
+no expert work and are not in the model FLOPs. Activations use the per-layer formula above with the model's
+hidden size (its MLP term standing for the shared experts; a first-order estimate: SwiGLU and GQA are not modelled
+separately) plus, per MoE layer, the routed experts' pairs at capacity, `expert_pair_bytes` each.
 
 Offload (DeepSpeed `offload_optimizer` / `offload_param`, the recipe's `distributed.offload_*`): ZeRO-Offload
 (Ren et al. 2021, "ZeRO-Offload", sec. 4) keeps the fp32 master weights and Adam moments (12 bytes per trainable
@@ -113,13 +123,16 @@ class GPUSpec:
 # H100 SXM5 989 TFLOPS, 900 GB/s NVLink, NDR 400 Gb/s per GPU in DGX H100; H200 SXM: H100's compute and links
 # with 141 GB HBM3e. memory.total: 40960 MiB (A100 40GB), 81920 MiB (A100 80GB), 81559 MiB (H100 80GB),
 # 143771 MiB (H200). Host link: A100 PCIe Gen4 x16 (32 GB/s per direction), H100/H200 PCIe Gen5 x16 (64 GB/s).
+# H800 SXM5 (the export H100): H100's compute, memory and NICs, NVLink cut to 400 GB/s (both directions); DeepSeek-V3's
+# cluster (its technical report, sec. 3.1 and 3.2.2: "IB (50 GB/s)" per GPU, 8 GPUs per node).
 GPUS: dict[str, GPUSpec] = {
     "a100-40gb": GPUSpec("a100-40gb", 40960 / 1024, 312.0, 300.0, 200.0, 32.0),
     "a100-80gb": GPUSpec("a100-80gb", 81920 / 1024, 312.0, 300.0, 200.0, 32.0),
     "h100-80gb": GPUSpec("h100-80gb", 81559 / 1024, 989.0, 450.0, 400.0, 64.0),
     "h200-141gb": GPUSpec("h200-141gb", 143771 / 1024, 989.0, 450.0, 400.0, 64.0),
+    "h800-80gb": GPUSpec("h800-80gb", 81559 / 1024, 989.0, 200.0, 400.0, 64.0),
 }
-GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb"}
+GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h200": "h200-141gb", "h800": "h800-80gb"}
 
 
 GPU_FIELDS = ("memory_gib", "peak_tflops", "nvlink_gbyte_s", "nic_gbit_s", "pcie_gbyte_s")
@@ -234,6 +247,8 @@ class ModelShape:
     experts: int = 0  # routed experts per MoE layer
     top_k: int = 0  # experts per token
     moe_layers: int = 0
+    expert_ffn: int = 0  # a routed expert's SwiGLU width (moe_intermediate_size); 0: from n_expert
+    shared_experts: int = 0  # experts of that width every token passes through (no routing, no capacity)
     # Pipeline stages (`stage_counts`): the parameters outside the transformer layers, by the stage that holds
     # them (embeddings on the first, final norm + output head on the last; a tied word embedding on both, as
     # Megatron-LM keeps a copy on the last stage), and those inside the layers (routed experts apart), each split
@@ -248,6 +263,18 @@ class ModelShape:
     @property
     def active(self) -> int:
         return self.n_params if self.n_active is None else self.n_active
+
+    @property
+    def expert_active(self) -> float:
+        """Routed-expert parameters one token passes through (top_k of each MoE layer's experts)."""
+        return self.n_expert * self.top_k / self.experts if self.experts else 0.0
+
+    @property
+    def expert_width(self) -> float:
+        """A routed expert's SwiGLU width: `expert_ffn`, else from the counts (gate, up and down: 3 x h x width)."""
+        if self.expert_ffn or not self.moe_layers:
+            return float(self.expert_ffn)
+        return self.n_expert / (self.moe_layers * self.experts * 3 * self.hidden)
 
     def layer_and_head_params(self, tp: int) -> tuple[float, float]:
         """Parameters one TP rank holds in (all transformer layers, the output head + final norm), routed experts
@@ -268,8 +295,7 @@ class ModelShape:
         if not (self.layer_sharded or self.layer_replicated):
             return float(self.active)
         layers, head = self.layer_and_head_params(1)
-        expert_active = self.n_expert * self.top_k / self.experts if self.experts else 0.0
-        return layers + head_fraction * head + expert_active
+        return layers + head_fraction * head + self.expert_active
 
     def stage_params(self, tp: int, pp: int) -> tuple[float, float]:
         """Parameters one GPU holds (routed experts apart) on the (first, last) pipeline stage, at TP `tp`: the
@@ -355,6 +381,8 @@ class ModelShape:
             experts=blocks[0].num_experts if blocks else 0,
             top_k=blocks[0].top_k if blocks else 0,
             moe_layers=counts["moe_layers"],
+            expert_ffn=getattr(config, "moe_intermediate_size", 0) if blocks else 0,
+            shared_experts=getattr(config, "moe_num_shared_experts", 0) or 0 if blocks else 0,
             **stage_counts(model, plan),
         )
 
@@ -428,6 +456,13 @@ class ParallelSettings:
     host_adam_params_per_s: float = (
         1e9  # parameters DeepSpeed's CPU Adam steps per second per GPU (its cores)
     )
+    # MoE (a model with routed experts): the recipe's distributed.moe_capacity_factor f: each expert takes at most
+    # f x its uniform share of the (token, expert) pairs; the plan sizes expert compute, dispatch traffic and
+    # expert activations at f (padded to capacity) and counts 1 - f of the pairs dropped when f < 1. None: no cap.
+    moe_capacity_factor: float | None = None
+    # MoE all-to-alls hidden under another micro-batch's compute (DeepSeek-V3's DualPipe, Megatron-Core's EP
+    # communication overlap); ernie-zoo's engines do not overlap them (False)
+    ep_overlap: bool = False
 
     def validate(self) -> None:
         for name in ("tp", "pp", "virtual_stages", "ep", "micro_batch", "seq_len"):
@@ -459,6 +494,9 @@ class ParallelSettings:
             raise ValueError(f"offload_optimizer nvme needs ZeRO stage 3, got zero_stage={self.zero_stage}")
         if self.nvme_gbyte_s <= 0 or self.host_adam_params_per_s <= 0:
             raise ValueError("nvme_gbyte_s and host_adam_params_per_s must be > 0")
+        f = self.moe_capacity_factor
+        if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f <= 64):
+            raise ValueError(f"moe_capacity_factor must be a number in (0, 64] or None (no cap), got {f!r}")
         if self.global_batch is not None and self.grad_accum_steps is not None:
             raise ValueError("give global_batch or grad_accum_steps, not both")
         if self.grad_accum_steps is not None and self.grad_accum_steps < 1:
@@ -545,6 +583,23 @@ def activation_bytes_per_layer(
     return sbh * (10 + 24 / t + attention / t)
 
 
+def mlp_activation_bytes(
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    tp: int = 1,
+    recompute: str = "none",
+    sequence_parallel: bool = False,
+) -> float:
+    """The MLP's share of `activation_bytes_per_layer` (Korthikanti et al. 2022, sec. 4.1: its input 2sbh, the two
+    4h-wide activations 16sbh/t, the dropout mask sbh); nothing under full recompute. A MoE layer has no such MLP:
+    its experts are counted per (token, expert) pair instead (`expert_pair_bytes`)."""
+    if recompute == "full":
+        return 0.0
+    sbh = seq * micro_batch * hidden
+    return 19 * sbh / tp if sequence_parallel else sbh * (3 + 16 / tp)
+
+
 def recompute_working_set(seq: int, micro_batch: int, heads: int, tp: int = 1) -> float:
     """Selective recompute's transient: one layer's attention core rematerialised in its backward pass, the
     scores, softmax, dropout mask and output of its heads / t heads, 5*a*s^2*b/t bytes (16-bit; the mask 1 byte)."""
@@ -584,6 +639,38 @@ def ring_bytes(collective: str, size_bytes: float, n: int) -> float:
         return 0.0
     factor = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1}[collective]
     return factor * size_bytes * (n - 1) / n
+
+
+def ep_node_peers(ep: int, gpus_per_node: int) -> float:
+    """Members of a GPU's expert-parallel group on its own node (itself included), averaged over the GPUs, for EP
+    groups of `ep` consecutive ranks (Megatron-Core's rank order: TP, then EP, folded; PP outermost): ep when a
+    node holds whole groups, gpus_per_node when a group spans whole nodes."""
+    if ep < 1 or gpus_per_node < 1:
+        raise ValueError(f"ep and gpus_per_node must be >= 1, got {ep}, {gpus_per_node}")
+    span = math.lcm(ep, gpus_per_node)  # the pattern of groups against nodes repeats every lcm ranks
+    return (
+        sum(
+            min((r // ep + 1) * ep, (r // gpus_per_node + 1) * gpus_per_node)
+            - max(r // ep * ep, r // gpus_per_node * gpus_per_node)
+            for r in range(span)
+        )
+        / span
+    )
+
+
+def all_to_all_split(size_bytes: float, ep: int, gpus_per_node: int) -> tuple[float, float]:
+    """(bytes over NVLink, bytes over InfiniBand) one GPU sends in an all-to-all of the `size_bytes` it holds over
+    an EP group of `ep` (uniform routing: 1/ep of it stays on the GPU, (peers-1)/ep goes to the other GPUs of its
+    node, (ep-peers)/ep leaves the node)."""
+    peers = ep_node_peers(ep, gpus_per_node)
+    return size_bytes * (peers - 1) / ep, size_bytes * (ep - peers) / ep
+
+
+def expert_pair_bytes(hidden: int, expert_ffn: float) -> float:
+    """Activation bytes a routed expert keeps for backward per (token, expert) pair it processes, 16-bit: the
+    dispatched input (h), its gate and up projections (2 x ffn), SiLU(gate) x up (ffn) and the output returned to
+    the token's rank (h, the routing weight multiplies it)."""
+    return BYTES_PARAM * (2 * hidden + 3 * expert_ffn)
 
 
 # ── the plan ───────────────────────────────────────────────────────────────────────────────────────────────
@@ -675,7 +762,18 @@ class Plan:
             *(
                 [
                     f"MoE: {m.experts} routed experts, top-{m.top_k}, in {m.moe_layers} layers; {m.active:,} active "
-                    f"parameters per token of {m.n_params:,}; routed experts {m.n_expert:,}, EP splits them"
+                    f"parameters per token of {m.n_params:,}; routed experts {m.n_expert:,}, EP splits them; "
+                    + (
+                        f"capacity factor {st.moe_capacity_factor:g}"
+                        + (
+                            f" ({1 - st.moe_capacity_factor:.0%} of the pairs dropped)"
+                            if st.moe_capacity_factor < 1
+                            else ""
+                        )
+                        if st.moe_capacity_factor is not None
+                        else "no capacity factor"
+                    )
+                    + ("; all-to-alls overlapped with compute" if st.ep_overlap else "")
                 ]
                 if m.moe_layers
                 else []
@@ -775,6 +873,23 @@ def _stage_memory(
         memory[
             f"activations: {which} stage, {layers} layers x {in_flight:.3g} micro-batches, recompute {st.recompute}"
         ] = layers * per_layer * in_flight
+    if model.moe_layers:
+        # A MoE layer's experts instead of the formula's MLP: each GPU's experts receive, on average, the pairs its
+        # tokens send (f x s*b/t x top_k at capacity f), and the shared experts see every token once; full
+        # recompute keeps none of them, and rematerialises one layer's in backward.
+        cap = st.moe_capacity_factor if st.moe_capacity_factor is not None else 1.0
+        pairs = (cap * model.top_k + model.shared_experts) * s * b / t
+        pair_bytes = pairs * expert_pair_bytes(model.hidden, model.expert_width)
+        at = f"capacity {cap:g}" if st.moe_capacity_factor is not None else "uniform routing, no cap"
+        if st.recompute == "full":
+            memory[f"recompute working set: 1 MoE layer's expert pairs ({at})"] = pair_bytes
+        else:
+            moe_here = _ceil_div(model.moe_layers, pp)
+            mlp = mlp_activation_bytes(s, b, model.hidden, t, st.recompute, st.sequence_parallel)
+            flight = f" x {in_flight:.3g} micro-batches" if pp > 1 else ""
+            memory[f"expert activations: {moe_here} MoE layers{flight}, for their MLP term above ({at})"] = (
+                moe_here * in_flight * (pair_bytes - mlp)
+            )
     if st.recompute == "full":
         memory["recompute working set: 1 layer rematerialised"] = activation_bytes_per_layer(
             s, b, model.hidden, model.heads, t, "none", st.sequence_parallel, st.flash_attention
@@ -915,17 +1030,26 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         comm[
             f"PP: activations + gradients of s*b*h/t to the next/previous stage per micro-batch, x {v} chunks"
         ] = grad_accum * p2p_bytes_micro
-    a2a_bytes_micro = 0.0
+    # MoE: every MoE layer dispatches each token's top-k (token, expert) pairs to the experts' GPUs and combines
+    # the outputs back, forward and backward (+ the forward again under full recompute); each TP rank sends its 1/t
+    # of the tokens. At capacity factor f the buffers hold f x the uniform share (padded to capacity; with f < 1
+    # the dropped pairs are not sent). The all-to-all runs over NVLink to the node's peers and over InfiniBand to
+    # the rest of the EP group, both at once.
+    cap = st.moe_capacity_factor if st.moe_capacity_factor is not None else 1.0
+    kept = min(1.0, cap)  # pairs an expert processes (uniform routing): 1 - f are dropped when f < 1
+    a2a_intra_micro = a2a_inter_micro = 0.0
     if model.moe_layers:
         a2a_per_layer = 6 if st.recompute == "full" else 4
-        a2a_bytes_micro = (
-            _ceil_div(model.moe_layers, p)
-            * a2a_per_layer
-            * ring_bytes("all_to_all", BYTES_PARAM * s * b / t * model.top_k * model.hidden, ep)
+        a2a_intra_micro, a2a_inter_micro = (
+            _ceil_div(model.moe_layers, p) * a2a_per_layer * part
+            for part in all_to_all_split(
+                BYTES_PARAM * cap * s * b / t * model.top_k * model.hidden, ep, cluster.gpus_per_node
+            )
         )
-        comm[f"EP: {a2a_per_layer} all-to-alls of s*b*k*h/t per MoE layer per micro-batch, EP {ep}"] = (
-            grad_accum * a2a_bytes_micro
-        )
+        what = f"EP {ep}: {a2a_per_layer} all-to-alls of f*s*b*k*h/t per MoE layer per micro-batch"
+        comm[f"{what}, within the node"] = grad_accum * a2a_intra_micro
+        if a2a_inter_micro:
+            comm[f"{what}, between nodes"] = grad_accum * a2a_inter_micro
 
     # ── offload: PCIe between GPU and host, NVMe behind the host ──
     param_share = per_rank / dp + expert_rank / edp  # this GPU's ZeRO-3 parameter partition (elements)
@@ -953,8 +1077,6 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     nic = gpu.nic_gbit_s / 8 * 1e9 * st.comm_efficiency
     tp_bw = nvlink if tp_in_node else nic
     dp_bw = nvlink if dp_in_node else nic
-    ep_in_node = ep <= cluster.gpus_per_node and cluster.gpus_per_node % ep == 0
-    ep_bw = nvlink if ep_in_node else nic
     # Placement: TP innermost; a pipeline's stages on neighbouring GPUs of one node when t x p fits in it (its
     # point-to-point sends then ride NVLink), else one stage per node group, over InfiniBand.
     pp_in_node = t * p <= cluster.gpus_per_node
@@ -976,9 +1098,19 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     )
     width = model.attn_width or model.hidden  # heads x head_dim: the attention matmuls' width
     model_flops_tok = model_flops_per_token(model.matmul_params(st.head_fraction), model.layers, width, s, f)
+    # Model FLOPs count the pairs the experts process: with f < 1 the dropped ones do no work.
+    if kept < 1:
+        model_flops_tok = model_flops_per_token(
+            model.matmul_params(st.head_fraction) - (1 - kept) * model.expert_active,
+            model.layers,
+            width,
+            s,
+            f,
+        )
     # One GPU's work per token of its TP group: split layers / t, replicated parameters in full, and on average
-    # top_k / experts of the routed experts for its 1/t of the tokens (EP moves tokens, not work).
-    expert_active = model.n_expert * model.top_k / model.experts if model.experts else 0.0
+    # top_k / experts of the routed experts for its 1/t of the tokens (EP moves tokens, not work), padded to
+    # capacity f: the all-to-all waits for the busiest expert, which the cap lets take f x the uniform share.
+    expert_active = model.expert_active * cap
     # Pipeline: the slowest stage (the fuller of first and last) sets the pace; its layers' share of the layer work.
     layer_share = stage_layers / model.layers
     # Matmul parameters: the stage's layers and, on the last stage, the output head at the positions it runs on;
@@ -988,6 +1120,9 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         layer_rank * layer_share + st.head_fraction * head_rank + expert_active / t * layer_share
     ) + 12 * stage_layers * width * s / t
     if st.recompute == "full":
+        n_layer_params += model.expert_active * (
+            cap - 1
+        )  # the recomputed forward runs the experts at capacity
         gpu_flops_tok += (2 * n_layer_params * layer_share + 4 * stage_layers * width * s) / t
     elif st.recompute == "selective":
         gpu_flops_tok += 4 * stage_layers * width * s / t
@@ -997,7 +1132,10 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     slots = grad_accum + (p - 1) / v
     micro_compute_s = tokens_micro * gpu_flops_tok / (gpu.peak_tflops * 1e12 * st.efficiency)
     micro_tp_s = tp_bytes_micro / tp_bw if t > 1 else 0.0
-    micro_ep_s = a2a_bytes_micro / ep_bw if ep > 1 else 0.0
+    # NVLink and InfiniBand carry their parts at once; overlapped (ep_overlap), the all-to-alls of one micro-batch
+    # hide under another's compute and only what exceeds it is exposed.
+    micro_a2a_s = max(a2a_intra_micro / nvlink, a2a_inter_micro / nic)
+    micro_ep_s = max(0.0, micro_a2a_s - micro_compute_s) if st.ep_overlap else micro_a2a_s
     micro_p2p_s = p2p_bytes_micro / pp_bw
     compute_s = slots * micro_compute_s
     tp_s, ep_s, p2p_s = slots * micro_tp_s, slots * micro_ep_s, slots * micro_p2p_s
@@ -1034,7 +1172,16 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         "exposed ZeRO/DP communication": exposed_dp_s,
         "TP communication (not overlapped)": tp_s,
         **({"PP point-to-point (not overlapped)": p2p_s} if p > 1 else {}),
-        **({"EP all-to-all (not overlapped)": ep_s} if model.moe_layers else {}),
+        **(
+            {
+                "EP all-to-all (NVLink and InfiniBand at once)": slots * micro_a2a_s,
+                f"exposed EP all-to-all ({'beyond the overlapping compute' if st.ep_overlap else 'not overlapped'})": (
+                    ep_s
+                ),
+            }
+            if model.moe_layers
+            else {}
+        ),
         **(
             {
                 "offload: PCIe gradients out + parameter fetches (overlapped with compute)": pcie_stream_s,
@@ -1064,10 +1211,19 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
             "and the NVMe state swap do not"
         )
     if model.moe_layers:
+        peers = ep_node_peers(ep, cluster.gpus_per_node)
+        capacity = (
+            f"capacity factor {cap:g}: expert compute, dispatch buffers and expert activations sized at {cap:g} x "
+            f"the uniform share (padded to capacity){f', {1 - kept:.0%} of the (token, expert) pairs dropped' if kept < 1 else ''}"
+            if st.moe_capacity_factor is not None
+            else "no capacity factor: planned at the uniform share, no dropping (an imbalanced router's busiest "
+            "expert sets the pace; distributed.moe_capacity_factor bounds it)"
+        )
         notes.append(
             f"MoE: routed experts split over EP {ep} (expert-TP 1), their ZeRO over the {edp} ranks holding the "
-            f"same experts; all-to-alls over {'NVLink' if ep_in_node else 'InfiniBand'}, not overlapped; uniform "
-            "routing, no token dropping"
+            f"same experts; uniform routing; EP groups of consecutive GPUs, {peers:g} of {ep} on a GPU's node: "
+            f"{(peers - 1) / ep:.0%} of its all-to-all bytes over NVLink, {(ep - peers) / ep:.0%} over InfiniBand; "
+            f"{'overlapped with another micro-batch' if st.ep_overlap else 'not overlapped'}; {capacity}"
         )
     tokens_step = global_batch * s
     tokens_per_s = tokens_step / step_s

@@ -25,6 +25,7 @@ DISTRIBUTED_KEYS = {
     "tp_size": "tp",
     "pp_size": "pp",  # the pipeline backend's stages (distributed.pp_size)
     "ep_size": "ep",  # expert parallelism of a MoE decoder (the pipeline backend at pp_size 1)
+    "moe_capacity_factor": "moe_capacity_factor",  # token dropping at a capacity (the expert-parallel engine)
     "zero_stage": "zero_stage",
     "recompute": "recompute",
     "offload_optimizer": "offload_optimizer",
