@@ -3,9 +3,9 @@
 The two tests (THUCNews same-topic headlines, idiom explanation -> idiom) and the BM25 baselines are
 `ernie_zoo.evaluation.retrieval`'s, which the shipped embedding model's card also runs.
 Methods: BM25 over jieba words (what a user would write in ten lines), BM25 over characters, and mean-pooled,
-L2-normalised embeddings from: the shipped feature_extraction default (ernie-zoo-e5-small-zh) and the previous one
-(ernie-zoo-mini-zh), both through Taskflow as users run them; e5 with its own pieces (`query: ` / `passage: `
-prefixes, e5's convention); e5 converted to the zoo's character vocabulary afresh (`ernie-zoo convert e5`, fp32
+L2-normalised embeddings from: the shipped feature_extraction default (ernie-zoo-e5-small-zh-pieces: e5's pieces
+pruned to Chinese text) and the previous ones (ernie-zoo-e5-small-zh on characters, ernie-zoo-mini-zh), through
+Taskflow as users run them; e5 with its full piece vocabulary (`query: ` / `passage: ` prefixes, e5's convention); e5 converted to the zoo's character vocabulary afresh (`ernie-zoo convert e5`, fp32
 weights, char features at zero); any further `--model DIR` (e.g. a continued-pretraining checkpoint), through Taskflow.
 
     python bench/retrieval.py --out bench/results/retrieval.json [--model runs/zoo/pretrain-e5/checkpoint-N]
@@ -78,7 +78,10 @@ def main() -> None:
 
     char_tok = AutoTokenizer.from_pretrained(tmp.name)
     embedders = {
-        "ernie-zoo-e5-small-zh (feature_extraction default)": taskflow_embedder("ernie-zoo-e5-small-zh"),
+        "ernie-zoo-e5-small-zh-pieces (feature_extraction default)": taskflow_embedder(
+            "ernie-zoo-e5-small-zh-pieces"
+        ),
+        "ernie-zoo-e5-small-zh (characters)": taskflow_embedder("ernie-zoo-e5-small-zh"),
         "e5-pieces": direct(lambda t: pieces.encode(t).ids[:512], piece_model, e5.special_ids["pad"]),
         "e5-chars": direct(
             lambda t: char_tok(t, truncation=True, max_length=512)["input_ids"],

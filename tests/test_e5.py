@@ -412,6 +412,55 @@ def test_q4_0_storage_round_trips_exactly_against_the_reader(tmp_path):
         split_blocks(raw, 6, 48 + 8)
 
 
+def test_quantize_blocks_rounds_as_q4_0_and_a_quantised_model_saves_losslessly(tmp_path):
+    from ernie_zoo.models import ErnieZooForTokenClassificationCRF
+    from ernie_zoo.models.q4_0 import (
+        dequantize_blocks,
+        quantize_blocks,
+        quantize_linear_weights,
+        save_q4_0_weights,
+    )
+
+    w = torch.randn(8, 64) * torch.logspace(-3, 1, 64)  # blocks of very different scales
+    w[0, :32] = 0.0  # an all-zero block
+    nibbles, scales = quantize_blocks(w)
+    back = dequantize_blocks(nibbles, scales)
+    d = scales.float().abs().repeat_interleave(32, dim=1)
+    err = (back - w).abs()
+    # round to nearest of the 16 levels -8d..7d: within d/2, but a value beyond 7|d| on the side opposite the block's
+    # extreme is clipped to 7d (ggml's asymmetric range): within |d| there
+    assert torch.all(err <= d * 1.01 + 1e-12)
+    assert torch.all(err[w.abs() <= 7 * d] <= d[w.abs() <= 7 * d] * 0.51 + 1e-12)
+    assert torch.equal(back[0, :32], torch.zeros(32))
+    blocks = w.reshape(8, 2, 32)
+    extreme = blocks.gather(2, blocks.abs().argmax(2, keepdim=True))
+    assert torch.allclose(
+        back.reshape(8, 2, 32).gather(2, blocks.abs().argmax(2, keepdim=True)), extreme, rtol=1e-3
+    )
+    again = quantize_blocks(back)  # idempotent: Q4_0 values are their own blocks
+    assert torch.equal(again[0], nibbles) and torch.equal(again[1], scales)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_blocks(torch.zeros(2, 40))
+
+    write_tiny_e5(tmp_path / "tiny.bin", PIECES)
+    from ernie_zoo.models.e5 import convert_e5
+
+    convert_e5(tmp_path / "tiny.bin", tmp_path / "base", head="base", latin_pieces=10)
+    model = ErnieZooForTokenClassificationCRF.from_pretrained(tmp_path / "base", num_labels=5).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    stored = quantize_linear_weights(model, min_elements=0)  # the tiny model's matrices are 32 x 32
+    assert "ernie.encoder.layer.0.attention.self.query.weight" in stored
+    assert "ernie.embeddings.word_embeddings.weight" in stored
+    assert not any(k.startswith(("classifier", "crf")) or "position_embeddings" in k for k in stored)
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed <= set(stored) and "ernie.encoder.layer.0.attention.self.query.weight" in changed
+    model.save_pretrained(tmp_path / "q")
+    save_q4_0_weights(model, tmp_path / "q", stored)
+    reloaded = ErnieZooForTokenClassificationCRF.from_pretrained(tmp_path / "q").eval()
+    for key, value in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[key], value), key
+
+
 def test_a_q4_0_directory_loads_to_the_conversion_and_unaware_loaders_fail_loudly(tmp_path):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file

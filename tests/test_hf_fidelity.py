@@ -420,12 +420,14 @@ def test_parity_feature_extraction(zoo):
     from ernie_zoo import Taskflow
 
     texts = _texts()
-    # the default (e5, Q4_0 weights): mean of the last hidden states of "query: " + text, [CLS] and [SEP] included
-    ours = Taskflow("feature_extraction")(texts)
-    extract = pipeline("feature-extraction", model=zoo("ernie-zoo-e5-small-zh"))
-    for text, mine in zip(texts, ours):
-        theirs = np.asarray(extract("query: " + text)[0]).mean(0)
-        np.testing.assert_allclose(theirs, np.asarray(mine["embedding"]), atol=1e-5)
+    # the default (e5 on its pieces, Q4_0 weights) and the character base: mean of the last hidden states of
+    # "query: " + text, <s>/[CLS] and </s>/[SEP] included
+    for name in ("ernie-zoo-e5-small-zh-pieces", "ernie-zoo-e5-small-zh"):
+        ours = Taskflow("feature_extraction", **({} if name.endswith("pieces") else {"model": name}))(texts)
+        extract = pipeline("feature-extraction", model=zoo(name))
+        for text, mine in zip(texts, ours):
+            theirs = np.asarray(extract("query: " + text)[0]).mean(0)
+            np.testing.assert_allclose(theirs, np.asarray(mine["embedding"]), atol=1e-5)
     # the previous default, by name: no prefix
     ours = Taskflow("feature_extraction", model="ernie-zoo-mini-zh")(texts)
     extract = pipeline("feature-extraction", model=zoo("ernie-zoo-mini-zh"))

@@ -31,7 +31,7 @@ from ernie_zoo.taskflow import Taskflow
 from ernie_zoo.utils import free_port
 
 GENERATOR = "ernie-zoo-mini-generator"
-ENCODER = "ernie-zoo-e5-small-zh"
+ENCODER = "ernie-zoo-e5-small-zh-pieces"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
 
 

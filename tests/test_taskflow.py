@@ -112,8 +112,8 @@ def test_list_tasks_and_aliases():
         "text_correction",
         "information_extraction",
     }
-    assert tasks["feature_extraction"]["default_model"] == "ernie-zoo-e5-small-zh"
-    assert tasks["text_similarity"]["default_model"] == "ernie-zoo-e5-small-zh"
+    assert tasks["feature_extraction"]["default_model"] == "ernie-zoo-e5-small-zh-pieces"
+    assert tasks["text_similarity"]["default_model"] == "ernie-zoo-e5-small-zh-pieces"
     assert "input_type" in tasks["feature_extraction"]["options"]
     assert tasks["information_extraction"]["default_model"] is None  # none shipped yet (#48): task_path=
     assert "named_entity_recognition" in tasks["ner"]["aliases"]

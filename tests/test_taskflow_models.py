@@ -369,8 +369,8 @@ def test_network_is_blocked():
         ("named_entity_recognition", "ernie-zoo-mini-ner"),
         ("text_generation", "ernie-zoo-mini-poetry"),
         ("fill_mask", "ernie-zoo-mini-zh"),
-        ("feature_extraction", "ernie-zoo-e5-small-zh"),
-        ("text_similarity", "ernie-zoo-e5-small-zh"),
+        ("feature_extraction", "ernie-zoo-e5-small-zh-pieces"),
+        ("text_similarity", "ernie-zoo-e5-small-zh-pieces"),
     ],
 )
 def test_shipped_default_not_installed_is_a_clear_error(task, name, monkeypatch, tmp_path):

@@ -1,5 +1,5 @@
 """text_similarity (PaddleNLP's interface: pairs in, cosine of the two embeddings out) and the shipped embedding
-default it runs on (ernie-zoo-e5-small-zh): its answers on new pairs written for this test, its inputs, the CLI and
+default it runs on (ernie-zoo-e5-small-zh-pieces): its answers on new pairs written for this test, its inputs, the CLI and
 the server."""
 
 from __future__ import annotations

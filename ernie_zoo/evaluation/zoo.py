@@ -22,8 +22,8 @@ ernie-zoo-mini-poetry  perplexity per token on the poetry test split, each poem 
                        sequences* of the training split (one symbol per token, so both score identical events);
                        format checks of poems generated greedily from test titles
 ernie-zoo-e5-small-zh  retrieval with feature_extraction's embeddings (THUCNews same-topic headlines, idiom
-                       explanation -> idiom; ``ernie_zoo.evaluation.retrieval``) next to BM25 over jieba words and
-                       over characters and the previous feature_extraction default (ernie-zoo-mini-zh)
+(and -pieces)          explanation -> idiom; ``ernie_zoo.evaluation.retrieval``) next to BM25 over jieba words and
+                       over characters and the feature_extraction default it replaced (PREVIOUS_EMBEDDING_MODEL)
 =====================  ========================================================================================
 
     ernie-zoo eval --out bench/results/zoo_eval.json --cards model_cards
@@ -72,12 +72,16 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-mini-generator": "generator",
     "ernie-zoo-mini-csc": "csc",
     "ernie-zoo-e5-small-zh": "embedding",
+    "ernie-zoo-e5-small-zh-pieces": "embedding",
     "ernie-zoo-e5-sentiment": "sentiment",
 }
 #: Kinds evaluated without the prepared labelled sets (`ernie-zoo prepare-data`): their tests fetch what they need.
 SELF_CONTAINED_KINDS = frozenset({"embedding"})
-#: The feature_extraction default that the embedding model replaced, scored beside it in its card.
-PREVIOUS_EMBEDDING_MODEL = "ernie-zoo-mini-zh"
+#: The feature_extraction default each embedding model replaced, scored beside it in its card.
+PREVIOUS_EMBEDDING_MODEL = {
+    "ernie-zoo-e5-small-zh": "ernie-zoo-mini-zh",
+    "ernie-zoo-e5-small-zh-pieces": "ernie-zoo-e5-small-zh",
+}
 #: recipes/zoo/generator_data.py's output (the generator's training text, held-out text and prefixes): the
 #: generator's card compares it with a character n-gram LM fitted on the same training text.
 GENERATOR_DATA = Path("runs/zoo/data")
@@ -443,7 +447,7 @@ def evaluate_mlm(model_dir: Path, datasets: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------- embeddings
 def evaluate_embedding_model(
-    model_dir: Path, *, previous: str = PREVIOUS_EMBEDDING_MODEL, seed: int = 0
+    model_dir: Path, *, previous: str = "ernie-zoo-mini-zh", seed: int = 0
 ) -> dict[str, Any]:
     """Retrieval scores of feature_extraction on `model_dir` (through Taskflow, normalised, the model's prefixes)
     next to BM25 and the previous default, on `ernie_zoo.evaluation.retrieval`'s tests; plus a sample of
@@ -714,7 +718,7 @@ def evaluate_zoo(
                     k: fusion[k] for k in ("command", "dev_sentences", "ngram_lm", "systems")
                 }
         elif kind == "embedding":
-            out = evaluate_embedding_model(model_dir)
+            out = evaluate_embedding_model(model_dir, previous=PREVIOUS_EMBEDDING_MODEL[name])
         else:
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind

@@ -14,8 +14,10 @@ Every other tensor (biases, LayerNorm, position embeddings: fp32 in the source) 
 itself in its safetensors metadata (`ernie_zoo_weights: q4_0`) and, like the int8 format (`ernie_zoo.models.int8`),
 names each stored matrix `<key>.q4_0`, so a loader that does not know the format finds the original keys missing;
 `ErnieZooPreTrainedModel.from_pretrained` reads it through `ernie_zoo.models.storage` (dequantised to fp32, then
-loaded as usual). Nothing here quantises: the blocks come from the source file, and `save_q4_0_weights` checks that
-they dequantise to exactly the model's weights before it writes them.
+loaded as usual). The blocks come from the source file, or, for a model fine-tuned from it, from `quantize_blocks`
+(ggml's Q4_0 rounding: per block of 32, d = the weight of largest magnitude / -8, q = round(w / d) + 8 clipped to
+0..15); `quantize_linear_weights` puts the rounded values into the model itself, so what is evaluated is what is
+stored, and `save_q4_0_weights` checks that the blocks dequantise to exactly the model's weights before it writes.
 """
 
 from __future__ import annotations
@@ -74,6 +76,49 @@ def dequantize_blocks(
     high = (packed >> 4).to(torch.int8) - 8  # weights 16-31
     values = torch.cat([low, high], dim=2).float() * scales.float()[:, :, None]  # (R, blocks, 32)
     return values.reshape(rows, blocks * QK).to(dtype)
+
+
+def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An fp32 (R, C) matrix -> Q4_0 (uint8 (R, C/2) nibbles, fp16 (R, C/32) scales), ggml's rounding: per block of
+    32 weights, d = (the weight of largest magnitude) / -8 in fp16, q = clip(round(w / d) + 8, 0, 15); `dequantize_blocks`
+    gives each weight back within |d| / 2 (the largest exactly)."""
+    rows, cols = weight.shape
+    if cols % QK:
+        raise ValueError(f"Q4_0 row length {cols} is not a multiple of {QK}")
+    w = weight.detach().float().cpu().reshape(rows, cols // QK, QK)
+    extreme = w.gather(2, w.abs().argmax(dim=2, keepdim=True)).squeeze(2)  # (R, blocks), signed
+    d = (extreme / -8).to(torch.float16)
+    inv = torch.where(d == 0, torch.zeros_like(d, dtype=torch.float32), 1.0 / d.float())
+    q = (torch.round(w * inv[:, :, None]) + 8).clamp(0, 15).to(torch.uint8)  # (R, blocks, 32)
+    nibbles = q[:, :, : QK // 2] | (q[:, :, QK // 2 :] << 4)
+    return nibbles.reshape(rows, cols // 2).contiguous(), d.contiguous()
+
+
+def quantize_linear_weights(
+    model: nn.Module, skip: tuple[str, ...] = ("classifier", "crf"), min_elements: int = 4096
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Round every 2-D weight of `model` with at least `min_elements` values and a row length divisible by 32 (the
+    encoder's Linear layers and word embeddings; not position / token-type embeddings, which the Q4_0 source keeps
+    fp32, nor the modules named in `skip`) to Q4_0 in place; returns their blocks by state-dict key for
+    `save_q4_0_weights`."""
+    blocks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    with torch.no_grad():
+        for key, tensor in model.state_dict(keep_vars=True).items():
+            parts = set(key.split("."))
+            if (
+                tensor.dim() != 2
+                or tensor.numel() < min_elements
+                or tensor.shape[1] % QK
+                or parts & set(skip)
+                or "position_embeddings" in parts
+                or "token_type_embeddings" in parts
+                or key in blocks
+            ):
+                continue
+            nibbles, scales = quantize_blocks(tensor)
+            tensor.copy_(dequantize_blocks(nibbles, scales).to(tensor.dtype))
+            blocks[key] = (nibbles, scales)
+    return blocks
 
 
 def q4_0_state_dict(
@@ -138,6 +183,8 @@ def save_q4_0_weights(
 
 
 __all__ = [
+    "quantize_blocks",
+    "quantize_linear_weights",
     "Q4_0",
     "dequantize_blocks",
     "dequantize_state_dict",

@@ -1,8 +1,8 @@
 """Feature extraction: one sentence embedding per text (mean of the encoder's last hidden states).
 
-Usage (the shipped default is `Taskflow("feature_extraction")`, model ernie-zoo-e5-small-zh: multilingual-e5-small
-converted to a character vocabulary, 384 dimensions; below, a tiny encoder the test-suite saves, passed with
-task_path=; its hidden size is 32):
+Usage (the shipped default is `Taskflow("feature_extraction")`, model ernie-zoo-e5-small-zh-pieces:
+multilingual-e5-small on its own sentencepiece pieces pruned to Chinese text, 384 dimensions, e5's own embeddings;
+below, a tiny encoder the test-suite saves, passed with task_path=; its hidden size is 32):
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> embed = Taskflow("feature_extraction", task_path=encoder_dir, normalize=True)
@@ -20,10 +20,10 @@ used).
 Input prefixes: a model trained with them names them in its config.json (`taskflow_embedding_prefixes`; e5's are
 `query: ` and `passage: `) and every text gets the one of `input_type` before it is tokenised. e5's recommendation:
 "query" on both sides of a symmetric task (similarity, clustering, same-topic search: the default), "query" for
-questions and "passage" for the documents they search in an asymmetric one. A model without prefixes (the previous
-default, `model="ernie-zoo-mini-zh"`) reads the text as it is, whatever `input_type` says. On a THUCNews same-topic
-search of our own the default scores precision@10 0.617 against 0.461 for BM25 over jieba words and 0.458 for
-ernie-zoo-mini-zh (bench/results/retrieval.json).
+questions and "passage" for the documents they search in an asymmetric one. A model without prefixes
+(`model="ernie-zoo-mini-zh"`) reads the text as it is, whatever `input_type` says. Retrieval scores against BM25 and
+the previous defaults (ernie-zoo-e5-small-zh on characters, ernie-zoo-mini-zh): the model cards and
+bench/results/retrieval.json.
 
 Options: `pooling`, `normalize`, `return_numpy`, `input_type`.
 """
@@ -68,7 +68,9 @@ class FeatureResult(Result):
         return {"text": self.text, "embedding": self.embedding}
 
 
-@register_task("feature_extraction", aliases=("text_embedding",), default_model="ernie-zoo-e5-small-zh")
+@register_task(
+    "feature_extraction", aliases=("text_embedding",), default_model="ernie-zoo-e5-small-zh-pieces"
+)
 class FeatureExtraction(EncoderTask):
     auto_class = "AutoModel"
     ignore_missing = ("pooler.", "ernie.pooler.")  # the mean/cls pooling here never uses the pooler

@@ -1,6 +1,6 @@
 """Text similarity: the cosine of two texts' sentence embeddings (PaddleNLP's `text_similarity` interface).
 
-Usage (the shipped default is `Taskflow("text_similarity")`, model ernie-zoo-e5-small-zh, e5's embeddings; below,
+Usage (the shipped default is `Taskflow("text_similarity")`, model ernie-zoo-e5-small-zh-pieces, e5's embeddings; below,
 a tiny encoder the test-suite saves, passed with task_path=, whose scores mean nothing):
 
 >>> from ernie_zoo.taskflow import Taskflow
@@ -57,7 +57,7 @@ class PreparedPairs(Prepared):
     pairs: list[tuple[str, str]] = field(default_factory=list)
 
 
-@register_task("text_similarity", default_model="ernie-zoo-e5-small-zh")
+@register_task("text_similarity", default_model="ernie-zoo-e5-small-zh-pieces")
 class TextSimilarity(FeatureExtraction):
     Options = SimilarityOptions
     takes_pairs: ClassVar[bool] = True

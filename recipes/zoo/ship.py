@@ -519,6 +519,7 @@ def ship_converted(name: str, out_root: Path) -> Path:
         setattr(model.config, key, value)
     info = {
         "data": spec["data"],
+        "vocabulary": spec.get("vocabulary", "chars"),
         "source": {**spec["source"], "sha256": member_sha256},
         "command": "python " + shlex.join(["recipes/zoo/ship.py", *sys.argv[1:]]),
         "stages": [],
