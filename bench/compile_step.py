@@ -25,8 +25,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _pretrain_step import alternate, mlm_batch, random_feature_tables, timed_step
 
 REPO = Path(__file__).resolve().parents[1]
 LENGTHS = (128, 96, 112)
@@ -54,13 +55,7 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
         attention_probs_dropout_prob=0.0,
         **PRESETS["mini"],
     )
-    g = torch.Generator().manual_seed(1)
-    tables = {
-        "default_pinyin_ids": torch.randint(0, config.pinyin_vocab_size, (vocab,), generator=g),
-        "radical_ids": torch.randint(0, 215, (vocab,), generator=g),
-        "stroke_counts": torch.randint(0, 30, (vocab,), generator=g),
-        "stroke_seqs": torch.randint(0, 6, (vocab, 32), generator=g),
-    }
+    tables = random_feature_tables(config, vocab)
 
     def make(compiled: bool) -> PlainEngine:
         recipe = PretrainRecipe(
@@ -72,46 +67,21 @@ def _phase(threads: int, steps: int, batch: int) -> dict:
         )
         return engine_for_recipe(recipe, build_model(config, tables, seed=0), torch.device("cpu"))
 
-    def batch_of(step: int, length: int) -> dict:
-        gen = torch.Generator().manual_seed(step)
-        ids = torch.randint(5, vocab, (batch, length), generator=gen)
-        labels = torch.full_like(ids, -100)
-        chosen = torch.rand(batch, length, generator=gen) < 0.15
-        labels[chosen] = ids[chosen]
-        return {
-            "input_ids": ids,
-            "attention_mask": torch.ones_like(ids),
-            "token_type_ids": torch.zeros_like(ids),
-            "pinyin_ids": torch.randint(0, 400, (batch, length), generator=gen),
-            "labels": labels,
-        }
-
-    def step(engine, i: int) -> tuple[float, float]:
-        b = batch_of(i, LENGTHS[i % len(LENGTHS)])
-        start = time.perf_counter()
-        loss, _, _ = engine.forward(b)
-        engine.backward(loss)
-        engine.step()
-        engine.zero_grad()
-        return time.perf_counter() - start, loss.item()
+    def step(engine, i: int) -> tuple[float, float, float]:
+        return timed_step(engine, mlm_batch(i, batch, LENGTHS[i % len(LENGTHS)], vocab))
 
     engines = {"eager": make(False), "compiled": make(True)}
     warmup = {name: [step(e, i) for i in range(len(LENGTHS))] for name, e in engines.items()}
     graphs = counters["stats"]["unique_graphs"]
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
-    losses: dict[str, list[float]] = {name: [loss for _, loss in warmup[name]] for name in engines}
-    for i in range(len(LENGTHS), len(LENGTHS) + steps):
-        for name, engine in engines.items():
-            seconds, loss = step(engine, i)
-            times[name].append(seconds)
-            losses[name].append(loss)
+    times, _, timed_losses = alternate(engines, range(len(LENGTHS), len(LENGTHS) + steps), step)
+    losses = {name: [loss for _, _, loss in warmup[name]] + timed_losses[name] for name in engines}
     eager, compiled = statistics.median(times["eager"]), statistics.median(times["compiled"])
     return {
         "threads": threads,
         "eager_step_s": eager,
         "compiled_step_s": compiled,
         "compiled_over_eager_step_time": compiled / eager,
-        "compile_s": sum(t for t, _ in warmup["compiled"]) - sum(t for t, _ in warmup["eager"]),
+        "compile_s": sum(t for t, _, _ in warmup["compiled"]) - sum(t for t, _, _ in warmup["eager"]),
         "unique_graphs_after_warmup": graphs,
         "unique_graphs_at_end": counters["stats"]["unique_graphs"],
         "max_rel_loss_diff": max(abs(a - b) / abs(b) for a, b in zip(losses["compiled"], losses["eager"])),

@@ -33,8 +33,9 @@ import json
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
+
+from _pretrain_step import alternate, mlm_batch, random_feature_tables, timed_step
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("none", "selective", "full")
@@ -59,34 +60,15 @@ def _saved_bytes(model, run) -> tuple[float, int]:
 
 
 def _encoder(batch: int, seq: int):
-    import torch
-
     from ernie_zoo.models.presets import preset_config
     from ernie_zoo.training.build import build_model
 
     config = preset_config("mini")
     vocab = config.vocab_size
-    g = torch.Generator().manual_seed(1)
-    tables = {
-        "default_pinyin_ids": torch.randint(0, config.pinyin_vocab_size, (vocab,), generator=g),
-        "radical_ids": torch.randint(0, 215, (vocab,), generator=g),
-        "stroke_counts": torch.randint(0, 30, (vocab,), generator=g),
-        "stroke_seqs": torch.randint(0, 6, (vocab, 32), generator=g),
-    }
+    tables = random_feature_tables(config, vocab)
 
     def batch_of(step: int) -> dict:
-        gen = torch.Generator().manual_seed(step)
-        ids = torch.randint(5, vocab, (batch, seq), generator=gen)
-        labels = torch.full_like(ids, -100)
-        chosen = torch.rand(batch, seq, generator=gen) < 0.15
-        labels[chosen] = ids[chosen]
-        return {
-            "input_ids": ids,
-            "attention_mask": torch.ones_like(ids),
-            "token_type_ids": torch.zeros_like(ids),
-            "pinyin_ids": torch.randint(0, 400, (batch, seq), generator=gen),
-            "labels": labels,
-        }
+        return mlm_batch(step, batch, seq, vocab)
 
     # a config each: the attention implementation (selective recompute's switch) lives on the model's config
     return config, (lambda: build_model(copy.deepcopy(config), tables, seed=0)), batch_of
@@ -138,30 +120,22 @@ def _bench(name: str, attention: str, batch: int, seq: int, steps: int) -> dict:
         )
         engines[mode] = engine_for_recipe(recipe, model, torch.device("cpu"))
 
-    def step(engine, i: int, measure: bool = False) -> tuple[float, float, float, int]:
+    def step(engine, i: int, forward=None) -> tuple[float, float, float]:
         b = batch_of(i)
         torch.manual_seed(100 + i)  # the same dropout draws for every setting
-        start, cpu_start = time.perf_counter(), time.process_time()
-        if measure:
-            loss, nbytes = _saved_bytes(engine.model, lambda: engine.forward(b)[0])
-        else:
-            loss, nbytes = engine.forward(b)[0], 0
-        engine.backward(loss)
-        engine.step()
-        engine.zero_grad()
-        return time.perf_counter() - start, time.process_time() - cpu_start, loss.item(), nbytes
+        return timed_step(engine, b, forward)
 
-    kept, losses = {}, {m: [] for m in MODES}
-    times, cpu_times = {m: [] for m in MODES}, {m: [] for m in MODES}
+    kept, losses = {}, {}
     for mode, engine in engines.items():  # first step: the kept bytes (hooks on), not timed
-        _, _, loss, kept[mode] = step(engine, 0, measure=True)
-        losses[mode].append(loss)
-    for i in range(1, steps + 1):
-        for mode, engine in engines.items():
-            seconds, cpu_seconds, loss, _ = step(engine, i)
-            times[mode].append(seconds)
-            cpu_times[mode].append(cpu_seconds)
-            losses[mode].append(loss)
+
+        def hooked(b: dict, engine=engine, mode=mode):
+            loss, kept[mode] = _saved_bytes(engine.model, lambda: engine.forward(b)[0])
+            return loss
+
+        losses[mode] = [step(engine, 0, hooked)[2]]
+    times, cpu_times, timed_losses = alternate(engines, range(1, steps + 1), step)
+    for mode in MODES:
+        losses[mode] += timed_losses[mode]
     median = {m: statistics.median(cpu_times[m]) for m in MODES}
     wall = {m: statistics.median(times[m]) for m in MODES}
     s, b, h, a = seq, batch, config.hidden_size, config.num_attention_heads
