@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from build_sentiment_multidomain import MSRA_TRAIN, news_candidates  # noqa: E402
 
 from ernie_zoo.data.annotations import read_annotations  # noqa: E402
-from ernie_zoo.data.labelled import load_jsonl, parse_bmes, write_jsonl  # noqa: E402
+from ernie_zoo.data.labelled import load_jsonl, parse_bmes, write_eval_set, write_jsonl  # noqa: E402
 from ernie_zoo.data.sources import DEFAULT_CACHE, fetch, read_archive_member  # noqa: E402
 from ernie_zoo.data.text import normalize_text  # noqa: E402
 from ernie_zoo.evaluation.relations import ENTITY_TYPES, RELATION_TYPES, check_row  # noqa: E402
@@ -160,16 +160,6 @@ def counts(records: list[Record]) -> dict[str, Any]:
     }
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8", newline="\n")
-    tmp.replace(path)
-
-
 def _jsonl_sha256(records: list[Record]) -> str:
     """The sha256 of the file ``write_jsonl`` would write for these records (checked before anything is written)."""
     return hashlib.sha256(
@@ -193,18 +183,7 @@ def build(
             f"the test split would change (sha256 {got}, frozen {frozen_test}): new sentences belong in the train "
             f"pool (ids {POOL_PREFIX}NNNN); use --unfreeze only to change the test split on purpose"
         )
-    files = {"labelled.jsonl": _sha256(directory / "labelled.jsonl")}
-    for name, recs in splits.items():
-        files[f"{name}.jsonl"] = write_jsonl(directory / f"{name}.jsonl", recs)
-    _write_text(directory / "exclude.txt", "".join(r["text"] + "\n" for r in records))
-    files["exclude.txt"] = _sha256(directory / "exclude.txt")
-    annotation = {}
-    if (directory / "annotation.json").exists():
-        annotation = json.loads((directory / "annotation.json").read_text(encoding="utf-8"))
-        files["annotation.json"] = _sha256(directory / "annotation.json")
-    if (directory / "GUIDE.md").exists():
-        files["GUIDE.md"] = _sha256(directory / "GUIDE.md")
-    manifest = {
+    header = {
         "name": "relations",
         "format": "doccano relation-project JSONL (+ source); entity offsets are Python str indices, end exclusive",
         "seed": seed,
@@ -230,11 +209,8 @@ def build(
                 "lines": "each record's 'source' gives the line of msra_train.txt where its sentence starts",
             }
         },
-        "files": {k: {"sha256": v} for k, v in files.items()},
-        "annotation": annotation,
     }
-    _write_text(directory / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
-    return manifest
+    return write_eval_set(directory, records, splits, header, hashed=("annotation.json", "GUIDE.md"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,6 +60,7 @@ from ernie_zoo.data.labelled import (  # noqa: E402
     load_split,
     parse_bmes,
     seeded_split,
+    write_eval_set,
     write_jsonl,
 )
 from ernie_zoo.data.sources import DEFAULT_CACHE, fetch, iter_archive_members, read_archive_member  # noqa: E402
@@ -253,10 +254,6 @@ def validate(records: list[Record]) -> None:
         texts.add(rec["text"])
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _counts(records: list[Record]) -> dict[str, dict[str, int]]:
     c = Counter((r["domain"], r["label"]) for r in records)
     return {d: {lab: c[(d, lab)] for lab in LABELS} for d in DOMAINS if any(c[(d, x)] for x in LABELS)}
@@ -268,18 +265,7 @@ def build(directory: Path, seed: int = SEED, dev_fraction: float = DEV_FRACTION)
     records = load_jsonl(directory / "labelled.jsonl")
     validate(records)
     splits = split_records(records, seed, dev_fraction)
-    files = {"labelled.jsonl": _sha256(directory / "labelled.jsonl")}
-    for name, recs in splits.items():
-        files[f"{name}.jsonl"] = write_jsonl(directory / f"{name}.jsonl", recs)
-    exclude = directory / "exclude.txt"
-    exclude.write_text("".join(r["text"] + "\n" for r in records), encoding="utf-8", newline="\n")
-    files["exclude.txt"] = _sha256(exclude)
-    annotation_path = directory / "annotation.json"
-    annotation = {}
-    if annotation_path.exists():
-        annotation = json.loads(annotation_path.read_text(encoding="utf-8"))
-        files["annotation.json"] = _sha256(annotation_path)
-    manifest = {
+    header = {
         "name": "sentiment_multidomain",
         "seed": seed,
         "dev_fraction": dev_fraction,
@@ -289,13 +275,8 @@ def build(directory: Path, seed: int = SEED, dev_fraction: float = DEV_FRACTION)
         ),
         "records": {"labelled": len(records), **{s: len(v) for s, v in splits.items()}},
         "counts": {"labelled": _counts(records), **{s: _counts(v) for s, v in splits.items()}},
-        "files": {k: {"sha256": v} for k, v in files.items()},
-        "annotation": annotation,
     }
-    (directory / "manifest.json").write_text(
-        json.dumps(manifest, ensure_ascii=False, indent=1) + "\n", encoding="utf-8", newline="\n"
-    )
-    return manifest
+    return write_eval_set(directory, records, splits, header)
 
 
 def main(argv: list[str] | None = None) -> int:

