@@ -31,19 +31,20 @@ LOSS_RTOL, GRAD_ATOL, WEIGHT_ATOL = 1e-5, 1e-6, 5e-5
 CLIP = 0.5
 
 
-def _config(moe_layer_start_index: int = 1):
+def _config(**fields):
+    """The tiny MoE decoder (2 layers, the second MoE) with `fields` over it (a layout's "model")."""
     from ernie_zoo.models.decoder import decoder_config
 
-    return decoder_config(True, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    return decoder_config(True, **{**dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                           num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=64,
                           moe_num_experts=4, moe_k=2, moe_num_shared_experts=1, moe_intermediate_size=16,
-                          moe_layer_start_index=moe_layer_start_index, router_aux_loss_coef=0.1)  # fmt: skip
+                          moe_layer_start_index=1, router_aux_loss_coef=0.1), **fields})  # fmt: skip
 
 
-def _model(meta: bool = False, moe_layer_start_index: int = 1):
+def _model(meta: bool = False, **fields):
     from ernie_zoo.training.causal_lm import build_decoder_model
 
-    return build_decoder_model(_config(moe_layer_start_index), seed=0, meta=meta)
+    return build_decoder_model(_config(**fields), seed=0, meta=meta)
 
 
 def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
@@ -79,14 +80,14 @@ def _rows(batch: dict[str, torch.Tensor], rank: int, parts: int = RANKS) -> dict
     return {k: v[rank * per : (rank + 1) * per] for k, v in batch.items()}
 
 
-def _reference(capacity_factor: float | None = None, micro: int = RANKS, moe_layer_start_index: int = 1) -> dict:
+def _reference(capacity_factor: float | None = None, micro: int = RANKS, **fields) -> dict:
     """One process on the global batch as `micro` micro batches (gradient accumulation): the data-parallel ranks'
     rows (2), or a pipeline's micro batches (4: the router loss is a pipeline micro batch's); `grads`: the
-    gradients AdamW steps on at step 1 (clipped)."""
+    gradients AdamW steps on at step 1 (clipped); `fields`: the model's config over `_config`'s."""
     from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.expert_engine import apply_capacity
 
-    model = _model(moe_layer_start_index=moe_layer_start_index)
+    model = _model(**fields)
     capacity = apply_capacity(model, capacity_factor) if capacity_factor is not None else []
     engine = engine_for_recipe(_recipe(GLOBAL_BATCH // micro, micro), model, torch.device("cpu"))
     losses, norms, lrs, grads, dropped = [], [], [], {}, []
@@ -108,7 +109,7 @@ def _reference(capacity_factor: float | None = None, micro: int = RANKS, moe_lay
         for c in capacity:
             c.dropped = 0
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
-    plain = _model(moe_layer_start_index=moe_layer_start_index)  # no token dropping, as from_pretrained builds it
+    plain = _model(**fields)  # no token dropping, as from_pretrained builds it
     plain.load_state_dict(params)
     plain.eval()
     with torch.no_grad():
@@ -162,17 +163,22 @@ def test_ep2_tp2_matches_one_process(tmp_path, reference):
 
 @pytest.mark.distributed
 @pytest.mark.slow
-def test_pp2_ep2_matches_one_process(tmp_path):
-    """PP 2 x EP 2 on 4 ranks (1F1B, 2 pipeline micro batches of a rank's 2 rows), both layers MoE: stage 0 (ranks 0,
-    2) holds layer 0 and its experts split over ranks 0 and 2, stage 1 (ranks 1, 3) layer 1's over 1 and 3; the
-    router-loss sums travel with the activations from stage 0 into the last stage's loss. The reference is one
+@pytest.mark.parametrize("layout, layers", [("pp2-ep2", ([0], [1])), ("pp2v2-ep2", ([0, 2], [1, 3]))])
+def test_pp2_ep2_matches_one_process(tmp_path, layout, layers):
+    """PP 2 x EP 2 on 4 ranks, 2 pipeline micro batches of a rank's 2 rows, every layer MoE. 1F1B: pipeline rank 0
+    (ranks 0, 2) holds layer 0 and its experts split over ranks 0 and 2, pipeline rank 1 (ranks 1, 3) layer 1's over
+    1 and 3; interleaved (4 layers, 2 stages per rank): layers 0, 2 and 1, 3, the router-loss sums crossing between
+    the ranks three times. The sums travel with the activations into the last stage's loss. The reference is one
     process over the 4 pipeline micro batches (the router loss is a micro batch's, as Megatron computes it)."""
-    reference = _reference(micro=4, moe_layer_start_index=0)
-    results = _check_layout(tmp_path, reference, "pp2-ep2")
+    reference = _reference(micro=4, **LAYOUTS[layout]["model"])
+    results = _check_layout(tmp_path, reference, layout)
     assert [r["ep_rank"] for r in results] == [0, 0, 1, 1]
-    for res, layer in zip(results, (0, 1, 0, 1)):  # each rank holds its stage's layer only
-        assert {n.split(".")[2] for n in res["shapes"] if n.startswith("model.layers.")} == {str(layer)}
-        assert res["shapes"][f"model.layers.{layer}.mlp.experts.gate_up_proj"][0] == 2
+    for res, mine in zip(results, layers * 2):  # each rank holds its stages' layers only
+        assert {n.split(".")[2] for n in res["shapes"] if n.startswith("model.layers.")} == set(
+            map(str, mine)
+        )
+        for layer in mine:
+            assert res["shapes"][f"model.layers.{layer}.mlp.experts.gate_up_proj"][0] == 2
 
 
 @pytest.mark.distributed
@@ -236,10 +242,13 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
     grads = load_file(str(tmp_path / "grads.safetensors"))
     experts = [n for n in reference["grads"] if ".mlp.experts." in n]
-    start = spec.get("moe_layer_start_index", 1)
-    assert sorted(experts) == [
-        f"model.layers.{i}.mlp.experts.{w}" for i in range(start, 2) for w in ("down_proj", "gate_up_proj")
-    ]
+    config = _config(**spec.get("model", {}))
+    start = config.moe_layer_start_index
+    assert sorted(experts) == sorted(
+        f"model.layers.{i}.mlp.experts.{w}"
+        for i in range(start, config.num_hidden_layers)
+        for w in ("down_proj", "gate_up_proj")
+    )
     for res in results:
         experts_stepped = {n for n in experts if n in res["shapes"]}  # some rank holding its shard steps it
         assert res["losses"] == pytest.approx(reference["losses"], rel=LOSS_RTOL)
@@ -279,7 +288,7 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     assert set(final) == set(ref) - {"lm_head.weight"} or set(final) == set(ref)
     weight_diff = max((final[k] - ref[k]).abs().max().item() for k in final)
     assert weight_diff < WEIGHT_ATOL
-    initial = _model(moe_layer_start_index=start).state_dict()
+    initial = _model(**spec.get("model", {})).state_dict()
     assert max((ref[k] - initial[k]).abs().max().item() for k in final) > 1e-3  # training moved them
     out = tmp_path / "consolidated"
     assert cli(["consolidate", str(tmp_path / "final"), str(out), "--no_tokenizer", "true"]) == 0
@@ -296,7 +305,7 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.expert_engine import apply_capacity
 
-    model = _model(moe_layer_start_index=start)
+    model = _model(**spec.get("model", {}))
     if "moe_capacity_factor" in spec["keys"]:
         apply_capacity(model, spec["keys"]["moe_capacity_factor"])
     micro = spec.get("micro", RANKS)
@@ -335,7 +344,10 @@ def test_expert_layout_is_validated():
         ({"backend": "pipeline", "pp_size": 2, "tp_size": 2}, "EP with both PP and TP is not built"),
         ({"backend": "pipeline", "tp_size": 4}, "must be a multiple of distributed.tp_size 4"),
         ({"backend": "pipeline", "zero_stage": 2}, "ZeRO-2/3 of the expert-parallel engine are not built"),
-        ({"backend": "pipeline", "pp_size": 2, "zero_stage": 1}, "ZeRO-1 of a pipeline's experts is not built"),
+        (
+            {"backend": "pipeline", "pp_size": 2, "zero_stage": 1},
+            "ZeRO-1 of a pipeline's experts is not built",
+        ),
     ):
         with pytest.raises(ValueError, match=match):
             DistributedArgs(ep_size=2, **keys).validate()
@@ -419,13 +431,24 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
 
 
 #: layout -> keys: its distributed keys; nproc: ranks (default 2); micro: the reference's micro batches (default
-#: 2, the data-parallel ranks' rows); moe_layer_start_index: the model's first MoE layer (default 1 of 0-1)
+#: 2, the data-parallel ranks' rows); model: config fields over `_config`'s
 LAYOUTS = {
     "ep2": {"keys": {"ep_size": 2}},
     "ep2-zero1": {"keys": {"ep_size": 2, "zero_stage": 1, "recompute": "full"}},
     "ep2-capacity": {"keys": {"ep_size": 2, "moe_capacity_factor": 0.5}},
     "ep2-tp2": {"keys": {"ep_size": 2, "tp_size": 2, "zero_stage": 1}, "nproc": 4},
-    "pp2-ep2": {"keys": {"ep_size": 2, "pp_size": 2}, "nproc": 4, "micro": 4, "moe_layer_start_index": 0},
+    "pp2-ep2": {
+        "keys": {"ep_size": 2, "pp_size": 2},
+        "nproc": 4,
+        "micro": 4,
+        "model": {"moe_layer_start_index": 0},
+    },
+    "pp2v2-ep2": {
+        "keys": {"ep_size": 2, "pp_size": 2, "pp_schedule": "interleaved", "pp_virtual_stages": 2},
+        "nproc": 4,
+        "micro": 4,
+        "model": {"moe_layer_start_index": 0, "num_hidden_layers": 4},
+    },
 }
 
 
@@ -441,10 +464,11 @@ def _worker(out_dir: str, layout: str) -> None:
     out = Path(out_dir)
     spec = LAYOUTS[layout]
     recipe = _recipe(GLOBAL_BATCH // RANKS, 1, **spec["keys"])
-    start = spec.get("moe_layer_start_index", 1)
 
     def make_engine():
-        model = _model(meta=True, moe_layer_start_index=start)  # as ernie-pretrain hands it to the pipeline backend
+        model = _model(
+            meta=True, **spec.get("model", {})
+        )  # as ernie-pretrain hands it to the pipeline backend
         engine = engine_for_recipe(recipe, model, torch.device("cpu"))
         assert isinstance(engine, ExpertParallelEngine) == (int(recipe.distributed.pp_size) == 1)
         return engine
@@ -520,10 +544,14 @@ def _worker(out_dir: str, layout: str) -> None:
         "resumed_max_diff": diff,
         "dropped": dropped[:STEPS],
         "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic); TP: shards
-            local(p).numel() for n, p in engine.model.named_parameters() if p.requires_grad and n not in experts
+            local(p).numel()
+            for n, p in engine.model.named_parameters()
+            if p.requires_grad and n not in experts
         ),
         "optimizer_dense_numel": sum(
-            local(s["exp_avg"]).numel() for p, s in engine.optimizer.state.items() if names[id(p)] not in experts
+            local(s["exp_avg"]).numel()
+            for p, s in engine.optimizer.state.items()
+            if names[id(p)] not in experts
         ),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))

@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM, Ernie4_5Config, Ernie4_5ForCausalLM
 from transformers.models.ernie4_5_moe.modeling_ernie4_5_moe import Ernie4_5_MoeSparseMoeBlock
 

@@ -31,7 +31,9 @@ def apply_ep(model: nn.Module, ep_mesh: Any, tp_mesh: Any, dp_size: int, tp_size
     layout = DistributedConfig(fsdp_size=dp_size, tp_size=tp_size, ep_size=ep, ep_implementation="all_to_all")
     _, ep_plan, _ = model._resolve_parallel_plans(layout)
     if "ep_dispatch_experts" not in ep_plan.values():
-        raise ValueError(f"{type(model).__name__}'s EP plan has no token dispatch (ep_dispatch_experts): {ep_plan}")
+        raise ValueError(
+            f"{type(model).__name__}'s EP plan has no token dispatch (ep_dispatch_experts): {ep_plan}"
+        )
     apply_expert_parallelism(model, ep_mesh, tp_mesh, ep_plan, ep_implementation="all_to_all")
     return ep_plan
 

@@ -1,14 +1,14 @@
 """Expert-parallel pretraining engine for the ERNIE 4.5 MoE decoder (`distributed.backend: pipeline` with
-`pp_size: 1`, `tp_size: 1` and `distributed.ep_size`): the routed experts of every MoE layer sharded over groups of
-ep_size ranks, tokens dispatched to their experts' ranks by all-to-all, everything else replicated and
-data-parallel over all the ranks.
+`pp_size: 1` and `distributed.ep_size`): the routed experts of every MoE layer sharded over groups of ep_size ranks,
+tokens dispatched to their experts' ranks by all-to-all, everything else data-parallel, and with `tp_size` > 1
+TP-sharded (EP x TP, below). The pipeline engine runs PP x EP (`pipeline_engine.DecoderStage`).
 
 The sharding and the dispatch are transformers' own (5.24): the model's `base_model_ep_plan` ("grouped_gemm" on the
 fused `experts.gate_up_proj` / `down_proj`: DTensors sharded on the expert axis; "ep_dispatch_experts" on the
 experts module: its forward receives this rank's tokens with their top-k global expert ids, sends each (token,
 expert) pair to the expert's rank with `all_to_all_single` and brings the weighted outputs back with a second one),
-applied by `transformers.distributed.expert_parallel.apply_expert_parallelism` with `ep_implementation="all_to_all"`.
-Nothing of ours moves tokens.
+applied by `transformers.distributed.expert_parallel.apply_expert_parallelism` with `ep_implementation="all_to_all"`
+(`parallel.expert_plan.apply_ep`). Nothing of ours moves tokens.
 
     4 experts, 4 ranks, ep_size 2:      rank   0      1      2      3
     dense (attention, router, shared         [ all replicated, gradients averaged over 0-3 ]
@@ -32,15 +32,27 @@ dense parameters once; clipping, AdamW (on the DTensor shards: each rank steps o
 schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
 parameters dealt out to every rank, each rank's expert shards to the ranks of its expert-data-parallel group
 (which hold the same shards; with ep_size = world each rank steps its own experts); each rank steps its share and
-broadcasts the new values to the ranks that hold the same tensors. Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
+broadcasts the new values to the ranks that hold the same tensors.
+
+EP x TP (`tp_size` > 1, ep_size a multiple of it), transformers' layout (`TransformersDeviceMesh`): the dense
+modules see the ranks as (dp, tp), the experts as (edp, ep). The TP plan (`parallel.tp_plan`: attention, the dense
+MLP layers and the shared experts; the router and norms replicated) is applied first, then the EP plan; each TP
+group lies inside one EP group, whose dispatch slices the rows the TP group shares before the all-to-all and
+gathers the outputs back (transformers' `AllToAllEP`). "every rank" / "world" above then read "the data-parallel
+ranks of this TP coordinate" / "dp"; the norm adds the dense TP shards over the TP group (replicated tensors once).
+
+    4 ranks, ep 2, tp 2:   dense (dp, tp)  TP groups {0,1} {2,3}, data-parallel {0,2} {1,3}
+                           experts (edp, ep)  EP groups {0,1} {2,3}: E0 E1 on 0 and 2, E2 E3 on 1 and 3
+
+Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
 `parallel.resharding`): each rank writes its experts under the model's own names and full shapes (a piece at its
 global expert offset), rank 0 joins a plain `from_pretrained` model.safetensors, and any layout (another ep_size,
 one process) resumes from it.
 
 Evaluation runs the same forward without gradients; every rank runs the same number of forwards
 (`pretrain.evaluate`), as the all-to-alls need. `distributed.moe_capacity_factor` drops the (token, expert) pairs
-over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3, TP and PP
-with experts are not built here (the recipe validation says so).
+over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3 with experts
+is not built (the recipe validation says so).
 """
 
 from __future__ import annotations
@@ -127,7 +139,6 @@ class ExpertParallelEngine(LogicalStateEngine):
         from torch.distributed.tensor import DTensor
 
         from ernie_zoo.parallel.distributed import init_from_env
-
         from ernie_zoo.parallel.tp_plan import apply_tp, check_tp_divisibility, tp_plan_for
 
         d = recipe.distributed
@@ -165,7 +176,9 @@ class ExpertParallelEngine(LogicalStateEngine):
                 init_weights_from(model, recipe.model.init_from)
         self.model = model.to(device)
         self.tp_plan: dict[str, str] = {}
-        if self.tp > 1:  # transformers' order: TP of the dense modules and shared experts, then EP of the experts
+        if (
+            self.tp > 1
+        ):  # transformers' order: TP of the dense modules and shared experts, then EP of the experts
             self.tp_plan = tp_plan_for(model)
             apply_tp(model, self.mesh["tp"], self.tp_plan, ep_size=self.ep)
         tp_sharded = {n for n, p in model.named_parameters() if isinstance(p, DTensor)}

@@ -1,5 +1,7 @@
 """Pipeline-parallel pretraining engine (`distributed.backend: pipeline`), composed with tensor and data
-parallelism: the layers of an encoder or a dense ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by
+parallelism (a MoE decoder's: with expert parallelism, `distributed.ep_size`, each stage's experts over that stage's
+data-parallel ranks, the router loss carried through the stages: `DecoderStage`, `step`): the layers of an encoder
+or an ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by
 `torch.distributed.pipelining`'s 1F1B or interleaved 1F1B schedule, each stage optionally TP-sharded by the TP plan (DTensor, `parallel.tp_plan`),
 whole pipelines replicated over data-parallel ranks.
 
