@@ -54,8 +54,6 @@ def decoder_config(moe: bool = False, **fields: Any):
 
 def build_decoder(config: Any, device: str | None = None):
     """The causal LM of `config`, random weights; device "meta" allocates nothing (any size)."""
-    import torch
-
     cls = DECODER_CLASSES.get(type(config))
     if cls is None:
         raise TypeError(f"not an ERNIE 4.5 decoder config: {type(config).__name__}")

@@ -398,7 +398,7 @@ class PipelineEngine(LogicalStateEngine):
         self.mesh = init_device_mesh(
             device.type, (self.dp, self.pp, self.tp), mesh_dim_names=("dp", "pp", "tp")
         )
-        self.expert_group = self.edp_group = None
+        self.ep_group = self.edp_group = None
         if self.ep > 1:
             check_expert_layout(model.config, self.dp, self.ep)
             self.expert_mesh = self._expert_mesh(device.type)
