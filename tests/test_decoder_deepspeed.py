@@ -222,9 +222,12 @@ def test_ernie_pretrain_decoder_two_ranks_resumes_exactly_after_sigkill(tmp_path
 def test_tp_of_a_moe_decoder_is_refused_clearly():
     from ernie_zoo.parallel.tp_plan import check_tp_divisibility, tp_plan_for
 
-    with pytest.raises(ValueError, match="MoE decoders train with ZeRO-3"):
+    with pytest.raises(ValueError, match="TP of the fused MoE experts is not built"):
         check_tp_divisibility(_config(True), 2)
+    with pytest.raises(ValueError, match="distributed.ep_size a multiple of tp_size"):
+        check_tp_divisibility(_config(True), 2, ep_size=3)
     check_tp_divisibility(_config(True), 1)  # ZeRO-3 alone is fine
+    check_tp_divisibility(_config(True), 2, ep_size=2)  # the experts EP-sharded, the rest TP
     assert not any(".mlp.experts" in key for key in tp_plan_for(_model(moe=True)))  # fused experts left out
     plan = tp_plan_for(_model(moe=False))
     assert (

@@ -170,3 +170,36 @@ def test_info_lists_decoders_with_total_and_active(capsys):
     assert "active/token" in out and out.splitlines()[0].startswith("preset")
     assert run(Args(preset=["ernie4.5-7b"]), []) == 2
     assert "unknown preset(s) ['ernie4.5-7b']" in capsys.readouterr().err
+
+
+def test_router_load_sums_add_up_to_transformers_load_balancing_loss():
+    """The pipeline carries the router loss as per-layer sums (`router_load_sums`): added over every MoE layer,
+    `load_balancing_loss` of them is transformers' `aux_loss` of the whole model, and the gradient reaches every
+    layer's router the same way; one layer's sums alone give another number (the loss pools the layers)."""
+    from ernie_zoo.models.decoder import (
+        build_decoder,
+        decoder_config,
+        load_balancing_loss,
+        moe_blocks,
+        router_load_sums,
+    )
+
+    torch.manual_seed(0)
+    config = decoder_config(True, vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            num_key_value_heads=2, head_dim=8, intermediate_size=64, moe_num_experts=4, moe_k=2,
+                            moe_intermediate_size=16, moe_layer_start_index=0)  # fmt: skip
+    model = build_decoder(config)
+    logits = []
+    for block in moe_blocks(model):
+        block.gate.register_forward_hook(lambda module, args, out: logits.append(out[0]))
+    ids = torch.randint(5, 300, (3, 12))
+    out = model(input_ids=ids, output_router_logits=True)
+    assert len(logits) == 2
+    per_layer = [router_load_sums(x, config.moe_k) for x in logits]
+    ours = load_balancing_loss(per_layer[0] + per_layer[1])
+    assert torch.allclose(ours, out.aux_loss, rtol=1e-6, atol=0)
+    assert not torch.allclose(load_balancing_loss(per_layer[1]), out.aux_loss, rtol=1e-3, atol=0)
+    gates = [b.gate.weight for b in moe_blocks(model)]
+    want = torch.autograd.grad(out.aux_loss, gates, retain_graph=True)
+    got = torch.autograd.grad(ours, gates)
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-9) and a.abs().max() > 0 for a, b in zip(got, want))

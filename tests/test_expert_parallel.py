@@ -31,19 +31,20 @@ LOSS_RTOL, GRAD_ATOL, WEIGHT_ATOL = 1e-5, 1e-6, 5e-5
 CLIP = 0.5
 
 
-def _config():
+def _config(**fields):
+    """The tiny MoE decoder (2 layers, the second MoE) with `fields` over it (a layout's "model")."""
     from ernie_zoo.models.decoder import decoder_config
 
-    return decoder_config(True, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    return decoder_config(True, **{**dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                           num_key_value_heads=2, head_dim=8, intermediate_size=64, max_position_embeddings=64,
                           moe_num_experts=4, moe_k=2, moe_num_shared_experts=1, moe_intermediate_size=16,
-                          moe_layer_start_index=1, router_aux_loss_coef=0.1)  # fmt: skip
+                          moe_layer_start_index=1, router_aux_loss_coef=0.1), **fields})  # fmt: skip
 
 
-def _model(meta: bool = False):
+def _model(meta: bool = False, **fields):
     from ernie_zoo.training.causal_lm import build_decoder_model
 
-    return build_decoder_model(_config(), seed=0, meta=meta)
+    return build_decoder_model(_config(**fields), seed=0, meta=meta)
 
 
 def _recipe(micro_batch_size: int, grad_accum_steps: int, **distributed):
@@ -74,28 +75,33 @@ def _batch(step: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "position_ids": positions, "labels": labels}
 
 
-def _rows(batch: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
-    per = GLOBAL_BATCH // RANKS
+def _rows(batch: dict[str, torch.Tensor], rank: int, parts: int = RANKS) -> dict[str, torch.Tensor]:
+    per = GLOBAL_BATCH // parts
     return {k: v[rank * per : (rank + 1) * per] for k, v in batch.items()}
 
 
-def _reference(capacity_factor: float | None = None) -> dict:
+def _reference(capacity_factor: float | None = None, micro: int = RANKS, **fields) -> dict:
+    """One process on the global batch as `micro` micro batches (gradient accumulation): the data-parallel ranks'
+    rows (2), or a pipeline's micro batches (4: the router loss is a pipeline micro batch's); `grads`: the
+    gradients AdamW steps on at step 1 (clipped); `fields`: the model's config over `_config`'s."""
     from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.expert_engine import apply_capacity
 
-    model = _model()
+    model = _model(**fields)
     capacity = apply_capacity(model, capacity_factor) if capacity_factor is not None else []
-    engine = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), model, torch.device("cpu"))
+    engine = engine_for_recipe(_recipe(GLOBAL_BATCH // micro, micro), model, torch.device("cpu"))
     losses, norms, lrs, grads, dropped = [], [], [], {}, []
     for step in range(STEPS):
         total = 0.0
-        for rank in range(RANKS):  # each rank's rows as one micro batch
-            loss, _, _ = engine.forward(_rows(_batch(step), rank))
-            engine.backward(loss / RANKS)
-            total += loss.item() / RANKS
+        for part in range(micro):
+            loss, _, _ = engine.forward(_rows(_batch(step), part, micro))
+            engine.backward(loss / micro)
+            total += loss.item() / micro
         if step == 0:
             grads = {n: p.grad.clone() for n, p in engine.model.named_parameters() if p.grad is not None}
         norms.append(engine.step())
+        if step == 0:
+            grads = {n: g * min(1.0, CLIP / (norms[0] + 1e-6)) for n, g in grads.items()}
         engine.zero_grad()
         losses.append(total)
         lrs.append(engine.lr)
@@ -103,7 +109,7 @@ def _reference(capacity_factor: float | None = None) -> dict:
         for c in capacity:
             c.dropped = 0
     params = {k: v.detach().clone() for k, v in engine.model.state_dict().items()}
-    plain = _model()  # the trained weights in a model without token dropping, as from_pretrained builds it
+    plain = _model(**fields)  # no token dropping, as from_pretrained builds it
     plain.load_state_dict(params)
     plain.eval()
     with torch.no_grad():
@@ -136,6 +142,43 @@ def test_ep2_zero1_matches_one_process(tmp_path, reference):
     dense = results[0]["dense_numel"]
     assert sum(r["optimizer_dense_numel"] for r in results) == dense
     assert all(0 < r["optimizer_dense_numel"] < dense for r in results)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_tp2_matches_one_process(tmp_path, reference):
+    """EP 2 x TP 2 x ZeRO-1 on 4 ranks (transformers' layout: dense (dp 2, tp 2), experts (edp 2, ep 2), each TP
+    group = an EP group, which slices the rows its two ranks share before the all-to-all): attention, the dense MLP
+    and the shared experts TP-sharded (DTensor, the TP plan), the routed experts whole per rank, 2 of 4; the dense
+    AdamW state dealt over the 2 data-parallel ranks of each TP coordinate, the experts' over ranks {0, 2} / {1, 3},
+    which hold the same experts."""
+    results = _check_layout(tmp_path, reference, "ep2-tp2")
+    assert [r["ep_rank"] for r in results] == [0, 1, 0, 1]
+    for res in results:
+        assert res["shapes"]["model.layers.0.self_attn.q_proj.weight"] == [16, 32]  # 2 of 4 heads of 8
+        assert res["shapes"]["model.layers.1.mlp.shared_experts.down_proj.weight"] == [32, 8]  # rowwise
+        assert res["shapes"]["model.layers.1.mlp.gate.weight"] == [4, 32]  # the router: replicated
+        assert 0 < res["optimizer_dense_numel"] < res["dense_numel"]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("layout, layers", [("pp2-ep2", ([0], [1])), ("pp2v2-ep2", ([0, 2], [1, 3]))])
+def test_pp2_ep2_matches_one_process(tmp_path, layout, layers):
+    """PP 2 x EP 2 on 4 ranks, 2 pipeline micro batches of a rank's 2 rows, every layer MoE. 1F1B: pipeline rank 0
+    (ranks 0, 2) holds layer 0 and its experts split over ranks 0 and 2, pipeline rank 1 (ranks 1, 3) layer 1's over
+    1 and 3; interleaved (4 layers, 2 stages per rank): layers 0, 2 and 1, 3, the router-loss sums crossing between
+    the ranks three times. The sums travel with the activations into the last stage's loss. The reference is one
+    process over the 4 pipeline micro batches (the router loss is a micro batch's, as Megatron computes it)."""
+    reference = _reference(micro=4, **LAYOUTS[layout]["model"])
+    results = _check_layout(tmp_path, reference, layout)
+    assert [r["ep_rank"] for r in results] == [0, 0, 1, 1]
+    for res, mine in zip(results, layers * 2):  # each rank holds its stages' layers only
+        assert {n.split(".")[2] for n in res["shapes"] if n.startswith("model.layers.")} == set(
+            map(str, mine)
+        )
+        for layer in mine:
+            assert res["shapes"][f"model.layers.{layer}.mlp.experts.gate_up_proj"][0] == 2
 
 
 @pytest.mark.distributed
@@ -193,34 +236,50 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     from ernie_zoo.cli import main as cli
     from ernie_zoo.parallel.distributed import run_local_ranks
 
-    run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=RANKS, timeout=900)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(RANKS)]
+    spec = LAYOUTS[layout]
+    nproc = spec.get("nproc", RANKS)
+    run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=nproc, timeout=900)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
     grads = load_file(str(tmp_path / "grads.safetensors"))
     experts = [n for n in reference["grads"] if ".mlp.experts." in n]
-    assert sorted(experts) == [
-        "model.layers.1.mlp.experts.down_proj",
-        "model.layers.1.mlp.experts.gate_up_proj",
-    ]
+    config = _config(**spec.get("model", {}))
+    start = config.moe_layer_start_index
+    assert sorted(experts) == sorted(
+        f"model.layers.{i}.mlp.experts.{w}"
+        for i in range(start, config.num_hidden_layers)
+        for w in ("down_proj", "gate_up_proj")
+    )
     for res in results:
+        experts_stepped = {n for n in experts if n in res["shapes"]}  # some rank holding its shard steps it
         assert res["losses"] == pytest.approx(reference["losses"], rel=LOSS_RTOL)
         assert res["norms"] == pytest.approx(reference["norms"], rel=LOSS_RTOL)
         assert res["norms"][0] > CLIP  # clipping was active, on the norm that counts every expert once
         assert res["lrs"] == pytest.approx(reference["lrs"], rel=1e-12)
         assert res["resumed_max_diff"] == 0.0  # the resumed last step: bit for bit
-        rank = res["rank"]
-        for name in experts:  # this rank holds experts 2r, 2r + 1 of 4
+        for name in experts:  # this rank holds experts 2 e, 2 e + 1 of 4 (e: its place in the EP group)
+            if name not in res["shapes"]:
+                continue  # another pipeline stage's
             full = list(reference["grads"][name].shape)
             assert res["shapes"][name] == [2, *full[1:]] and full[0] == 4
-            assert res["optimizer_shapes"][name] == [2, *full[1:]]  # Adam's moments of its experts only
-        assert res["shapes"]["model.layers.1.mlp.shared_experts.gate_proj.weight"] == [16, 32]  # dense: whole
-    # the reduced gradients of step 1: dense all-reduced over both ranks (mean), experts summed over no one
+            if name in res["optimizer_shapes"]:  # (ZeRO-1 with expert-data-parallel peers: one of them)
+                assert res["optimizer_shapes"][name] == [2, *full[1:]]  # Adam's moments of its experts only
+        assert experts_stepped <= set(res["optimizer_shapes"]) | {
+            n for r in results if r["ep_rank"] == res["ep_rank"] for n in r["optimizer_shapes"]
+        }
+        shared = f"model.layers.{start}.mlp.shared_experts.gate_proj.weight"
+        if shared in res["shapes"]:  # dense: whole, or TP's half of the rows (colwise)
+            assert res["shapes"][shared] == [16 // res["tp"], 32]
+    # the gradients AdamW steps on at step 1: dense all-reduced over the data-parallel ranks (mean; TP shards
+    # gathered for the check), experts summed over no one (their rows of the reference)
     grad_diff = 0.0
-    for name, ref in reference["grads"].items():
-        for rank in range(RANKS):
-            got = grads[f"rank{rank}.{name}"]
-            want = ref[2 * rank : 2 * rank + 2] if name in experts else ref
-            grad_diff = max(grad_diff, (got - want).abs().max().item())
-            assert torch.allclose(got, want, rtol=0, atol=GRAD_ATOL), name
+    for key, got in grads.items():
+        rank, _, name = key.partition(".")
+        ep_rank = results[int(rank[4:])]["ep_rank"]
+        ref = reference["grads"][name]
+        want = ref[2 * ep_rank : 2 * ep_rank + 2] if name in experts else ref
+        grad_diff = max(grad_diff, (got - want).abs().max().item())
+        assert torch.allclose(got, want, rtol=0, atol=GRAD_ATOL), key
+    assert {key.partition(".")[2] for key in grads} == set(reference["grads"])
     ref_experts = reference["grads"][experts[0]]
     assert ref_experts.abs().max() > 100 * GRAD_ATOL  # an EP average (half of it) would fail the check above
     # the checkpoint: a plain from_pretrained directory with the reference's weights and logits
@@ -229,7 +288,7 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     assert set(final) == set(ref) - {"lm_head.weight"} or set(final) == set(ref)
     weight_diff = max((final[k] - ref[k]).abs().max().item() for k in final)
     assert weight_diff < WEIGHT_ATOL
-    initial = _model().state_dict()
+    initial = _model(**spec.get("model", {})).state_dict()
     assert max((ref[k] - initial[k]).abs().max().item() for k in final) > 1e-3  # training moved them
     out = tmp_path / "consolidated"
     assert cli(["consolidate", str(tmp_path / "final"), str(out), "--no_tokenizer", "true"]) == 0
@@ -246,14 +305,15 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.expert_engine import apply_capacity
 
-    model = _model()
-    if "moe_capacity_factor" in LAYOUTS[layout]:
-        apply_capacity(model, LAYOUTS[layout]["moe_capacity_factor"])
-    single = engine_for_recipe(_recipe(GLOBAL_BATCH // RANKS, RANKS), model, torch.device("cpu"))
+    model = _model(**spec.get("model", {}))
+    if "moe_capacity_factor" in spec["keys"]:
+        apply_capacity(model, spec["keys"]["moe_capacity_factor"])
+    micro = spec.get("micro", RANKS)
+    single = engine_for_recipe(_recipe(GLOBAL_BATCH // micro, micro), model, torch.device("cpu"))
     single.load(tmp_path / "before-last")
-    for rank in range(RANKS):
-        loss, _, _ = single.forward(_rows(_batch(STEPS - 1), rank))
-        single.backward(loss / RANKS)
+    for part in range(micro):
+        loss, _, _ = single.forward(_rows(_batch(STEPS - 1), part, micro))
+        single.backward(loss / micro)
     assert single.step() == pytest.approx(reference["norms"][-1], rel=LOSS_RTOL)
     resumed = single.model.state_dict()
     assert max((resumed[k] - ref[k]).abs().max().item() for k in ref) < WEIGHT_ATOL
@@ -276,11 +336,18 @@ def test_expert_layout_is_validated():
     with pytest.raises(ValueError, match="needs a MoE model"):
         check_expert_layout(decoder_config(), 2, 2)
     check_expert_layout(_config(), 4, 2)  # EP 2 x DP 4 (two expert groups)
+    with pytest.raises(ValueError, match="ep_size must be a multiple of tp_size"):
+        check_expert_layout(_config(), 4, 2, tp_size=4)
+    check_expert_layout(_config(), 4, 2, tp_size=2)  # EP 2 x TP 2: each TP group is an expert group
     for keys, match in (
         ({"backend": "deepspeed"}, "expert parallelism runs on distributed.backend pipeline"),
-        ({"backend": "pipeline", "pp_size": 2}, "EP with TP or PP is not built"),
-        ({"backend": "pipeline", "tp_size": 2}, "EP with TP or PP is not built"),
+        ({"backend": "pipeline", "pp_size": 2, "tp_size": 2}, "EP with both PP and TP is not built"),
+        ({"backend": "pipeline", "tp_size": 4}, "must be a multiple of distributed.tp_size 4"),
         ({"backend": "pipeline", "zero_stage": 2}, "ZeRO-2/3 of the expert-parallel engine are not built"),
+        (
+            {"backend": "pipeline", "pp_size": 2, "zero_stage": 1},
+            "ZeRO-1 of a pipeline's experts is not built",
+        ),
     ):
         with pytest.raises(ValueError, match=match):
             DistributedArgs(ep_size=2, **keys).validate()
@@ -288,6 +355,8 @@ def test_expert_layout_is_validated():
         DistributedArgs(backend="pipeline", ep_size=0).validate()
     DistributedArgs(backend="pipeline", ep_size=2).validate()
     DistributedArgs(backend="pipeline", ep_size=2, zero_stage=1).validate()
+    DistributedArgs(backend="pipeline", ep_size=2, tp_size=2, zero_stage=1).validate()
+    DistributedArgs(backend="pipeline", ep_size=2, pp_size=2).validate()
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -361,11 +430,25 @@ def test_ernie_pretrain_ep2_resumes_exactly_and_consolidates(tmp_path):
     assert all(torch.equal(loaded[k], a[k]) for k in a)
 
 
-#: layout -> the distributed keys of its 2 ranks
+#: layout -> keys: its distributed keys; nproc: ranks (default 2); micro: the reference's micro batches (default
+#: 2, the data-parallel ranks' rows); model: config fields over `_config`'s
 LAYOUTS = {
-    "ep2": {"ep_size": 2},
-    "ep2-zero1": {"ep_size": 2, "zero_stage": 1, "recompute": "full"},
-    "ep2-capacity": {"ep_size": 2, "moe_capacity_factor": 0.5},
+    "ep2": {"keys": {"ep_size": 2}},
+    "ep2-zero1": {"keys": {"ep_size": 2, "zero_stage": 1, "recompute": "full"}},
+    "ep2-capacity": {"keys": {"ep_size": 2, "moe_capacity_factor": 0.5}},
+    "ep2-tp2": {"keys": {"ep_size": 2, "tp_size": 2, "zero_stage": 1}, "nproc": 4},
+    "pp2-ep2": {
+        "keys": {"ep_size": 2, "pp_size": 2},
+        "nproc": 4,
+        "micro": 4,
+        "model": {"moe_layer_start_index": 0},
+    },
+    "pp2v2-ep2": {
+        "keys": {"ep_size": 2, "pp_size": 2, "pp_schedule": "interleaved", "pp_virtual_stages": 2},
+        "nproc": 4,
+        "micro": 4,
+        "model": {"moe_layer_start_index": 0, "num_hidden_layers": 4},
+    },
 }
 
 
@@ -379,32 +462,39 @@ def _worker(out_dir: str, layout: str) -> None:
 
     torch.set_num_threads(1)
     out = Path(out_dir)
-    recipe = _recipe(GLOBAL_BATCH // RANKS, 1, **LAYOUTS[layout])
+    spec = LAYOUTS[layout]
+    recipe = _recipe(GLOBAL_BATCH // RANKS, 1, **spec["keys"])
 
-    def make_engine() -> ExpertParallelEngine:
-        model = _model(meta=True)  # as ernie-pretrain hands it to the pipeline backend
+    def make_engine():
+        model = _model(
+            meta=True, **spec.get("model", {})
+        )  # as ernie-pretrain hands it to the pipeline backend
         engine = engine_for_recipe(recipe, model, torch.device("cpu"))
-        assert isinstance(engine, ExpertParallelEngine)
+        assert isinstance(engine, ExpertParallelEngine) == (int(recipe.distributed.pp_size) == 1)
         return engine
 
     engine = make_engine()
     rank = dist.get_rank()
     captured: dict[str, torch.Tensor] = {}
-    reduce = engine._reduce_gradients
 
-    def capture():
-        grads = reduce()
-        if not captured:
-            captured.update({f"rank{rank}.{n}": g.detach().clone() for n, g in grads})
-        return grads
+    def capture(optimizer, args, kwargs):  # the gradients AdamW steps on (reduced, clipped), at step 1
+        if captured:
+            return
+        for n, p in engine.model.named_parameters():
+            if p.grad is None:
+                continue
+            g = p.grad
+            if isinstance(g, DTensor) and n not in getattr(engine, "expert_names", ()):
+                g = g.full_tensor()  # a TP shard: the whole gradient, for the check (every TP rank calls it)
+            captured[f"rank{rank}.{n}"] = engine._local(g).detach().clone()
 
-    engine._reduce_gradients = capture
+    engine.optimizer.register_step_pre_hook(capture)
 
     dropped: list[int] = []
 
     def train_step(step: int) -> tuple[float, float]:
-        loss, _, _ = engine.forward(_rows(_batch(step), rank))
-        counts = engine.take_routing_counts()
+        loss, _, _ = engine.forward(_rows(_batch(step), engine.dp_rank))
+        counts = getattr(engine, "take_routing_counts", lambda: None)()
         dropped.append(counts[1] if counts else 0)
         engine.backward(loss)
         norm = engine.step()
@@ -421,7 +511,7 @@ def _worker(out_dir: str, layout: str) -> None:
         lrs.append(engine.lr)
     engine.save(out / "final")
     final = {k: v.clone() for k, v in engine.local_state().items()}
-    gathered = [None] * RANKS
+    gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, {k: v.tolist() for k, v in captured.items()})
     if rank == 0:
         save_file(
@@ -430,18 +520,22 @@ def _worker(out_dir: str, layout: str) -> None:
     local = engine._local
     shapes = {n: list(local(p).shape) for n, p in engine.model.named_parameters()}
     names = {id(p): n for n, p in engine.model.named_parameters()}
+    experts = {n for n in names.values() if ".mlp.experts." in n}
     optimizer_shapes = {
         names[id(p)]: list(local(s["exp_avg"]).shape)
         for p, s in engine.optimizer.state.items()
-        if isinstance(p, DTensor)
+        if names[id(p)] in experts
     }
     engine = make_engine()  # resume: a fresh engine loads the checkpoint written before the last step
     engine.load(out / "before-last")
     train_step(STEPS - 1)
     again = engine.local_state()
+    names = {id(p): n for n, p in engine.model.named_parameters()}
     diff = max((again[k] - final[k]).abs().max().item() for k in final)
     result = {
         "rank": rank,
+        "ep_rank": getattr(engine, "ep_rank", 0),
+        "tp": int(recipe.distributed.tp_size or 1),
         "losses": losses,
         "norms": norms,
         "lrs": lrs,
@@ -449,11 +543,15 @@ def _worker(out_dir: str, layout: str) -> None:
         "optimizer_shapes": optimizer_shapes,
         "resumed_max_diff": diff,
         "dropped": dropped[:STEPS],
-        "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic)
-            p.numel() for p in engine.model.parameters() if p.requires_grad and not isinstance(p, DTensor)
+        "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic); TP: shards
+            local(p).numel()
+            for n, p in engine.model.named_parameters()
+            if p.requires_grad and n not in experts
         ),
         "optimizer_dense_numel": sum(
-            s["exp_avg"].numel() for p, s in engine.optimizer.state.items() if not isinstance(p, DTensor)
+            local(s["exp_avg"]).numel()
+            for p, s in engine.optimizer.state.items()
+            if names[id(p)] not in experts
         ),
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))

@@ -4,9 +4,9 @@ a "to run it" line that the engines run as planned.
 
 - no "selective recompute is not built": the planner's selective recompute is the engines' (`models.recompute`);
 - the line's `distributed` keys pass the recipe's own validation (`DistributedArgs.validate`);
-- no "planned, not built": for the MoE recipes that part still fails, since the plans use expert parallelism (and TP
-  of a MoE model), which the engines do not build yet; those cases are strict xfails, so they flip to failures
-  (remove the mark) when EP lands.
+- no "planned, not built": for three MoE commands that part still fails, since their plans use expert parallelism
+  with ZeRO-2/3, which the engines do not build yet; those cases are strict xfails, so they flip to failures
+  (remove the mark) when it lands.
 
 Every pretraining recipe whose header names nodes (`sbatch --nodes=N`, `nodes=N`) must carry such a plan command
 for itself.
@@ -23,9 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PLAN = re.compile(r"^#\s+ernie-zoo plan (?P<args>--recipe (?P<recipe>\S+) .*)$")
 NODES = re.compile(r"--nodes[= ]\d+|\bnodes=\d+")
-#: recipes whose plans use expert parallelism (and TP of a MoE model): "planned, not built" until EP lands
-#: plan commands whose layout the engines do not build yet: EP with TP / PP / ZeRO-2-3 (#47; EP x DP at ZeRO 0-1 runs,
-#: so the 21B recipe's `--ep 8 --zero 1` command is built)
+#: plan commands whose layout the engines do not build yet: EP with ZeRO-2/3 (#47; EP x TP x DP at ZeRO 0-1 and
+#: PP x EP at ZeRO 0 run, so the 21B recipe's `--ep 8 --zero 1` command is built; these three plan EP with ZeRO-2,
+#: ZeRO-3 and TP 8 x EP 64 at ZeRO-2)
 EP_PENDING = {"ernie4.5-21b-a3b.yaml:5", "ernie4.5-300b-a47b.yaml:7", "ernie4.5-300b-a47b.yaml:8"}
 
 
@@ -108,8 +108,8 @@ def test_the_plan_of_a_committed_recipe_runs_as_planned(capsys, argv):
             argv,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="expert parallelism with TP, PP or ZeRO-2/3 is not built in the engines yet (#47): these "
-                "MoE plans say 'planned, not built'",
+                reason="expert parallelism with ZeRO-2/3 is not built in the engines yet (#47): these MoE plans "
+                "say 'planned, not built'",
             ),
         )
         if case in EP_PENDING

@@ -261,20 +261,19 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
     print(found.explain())
     st = best.settings
     moe = bool(best.model.moe_layers)
-    # expert parallelism x data parallelism runs (training/expert_engine.py): a MoE layout with EP, no TP, no
-    # pipeline and ZeRO 0 or 1 is the pipeline backend at pp_size 1 with distributed.ep_size
-    expert_engine = (
-        moe
-        and st.ep > 1
-        and st.pp == 1
-        and st.tp == 1
-        and st.zero_stage in (0, 1)
-        and st.offload_optimizer == st.offload_param == "none"
+    # a MoE model runs on the pipeline backend without offload: EP x TP x DP at ZeRO 0-1 (pp_size 1, ep a multiple
+    # of tp: training/expert_engine.py) and PP x EP x DP (tp_size 1, the router loss carried through the stages:
+    # pipeline_engine.py) at ZeRO 0 (ZeRO-1 without EP)
+    ep_runs = moe and st.offload_optimizer == st.offload_param == "none"
+    expert_engine = ep_runs and st.ep > 1 and st.pp == 1 and st.ep % st.tp == 0 and st.zero_stage in (0, 1)
+    expert_pipeline = (
+        ep_runs and st.pp > 1 and st.tp == 1 and st.zero_stage in ((0,) if st.ep > 1 else (0, 1))
     )
     if expert_engine:
         how = (
-            f"distributed.backend pipeline, pp_size 1, tp_size 1, ep_size {st.ep}, zero_stage {st.zero_stage}, "
-            f"recompute {st.recompute}; micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}"
+            f"distributed.backend pipeline, pp_size 1, tp_size {st.tp}, ep_size {st.ep}, zero_stage "
+            f"{st.zero_stage}, recompute {st.recompute}; micro_batch_size {st.micro_batch}, grad_accum_steps "
+            f"{best.grad_accum}"
         )
     elif st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
         schedule = (
@@ -284,8 +283,8 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
         )
         how = (
             f"distributed.backend pipeline, pp_size {st.pp}, {schedule}, pp_microbatches {best.grad_accum}, "
-            f"tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
-            f"micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1"
+            f"tp_size {st.tp}, {f'ep_size {st.ep}, ' if moe and st.ep > 1 else ''}zero_stage {st.zero_stage}, "
+            f"recompute {st.recompute}; micro_batch_size {st.micro_batch * best.grad_accum}, grad_accum_steps 1"
         )
 
     else:
@@ -293,29 +292,32 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f"distributed.backend deepspeed, tp_size {st.tp}, zero_stage {st.zero_stage}, recompute {st.recompute}; "
             f"micro_batch_size {st.micro_batch}, grad_accum_steps {best.grad_accum}"
         )
-    if moe and not expert_engine and (st.pp > 1 or st.tp > 1 or st.ep > 1):  # what the engines do not build
+    built = expert_engine or expert_pipeline
+    if moe and not built and (st.pp > 1 or st.tp > 1 or st.ep > 1):  # what the engines do not build
         why = []
         if st.ep > 1:  # the plan's memory and all-to-all traffic assume it
-            if st.pp > 1 or st.tp > 1:
+            if st.offload_optimizer != "none" or st.offload_param != "none":
                 why.append(
-                    f"EP {st.ep} with {'PP' if st.pp > 1 else 'TP'} (expert parallelism runs with data parallelism "
-                    "only, at ZeRO 0 or 1)"
+                    f"EP {st.ep} with offload (the expert-parallel engines keep their state on the GPU)"
                 )
-            elif st.zero_stage in (0, 1):
-                why.append(f"EP {st.ep} with offload (the expert-parallel engine keeps its state on the GPU)")
+            elif st.pp > 1 and st.tp > 1:
+                why.append(f"EP {st.ep} with both PP and TP (PP x EP runs at tp 1, EP x TP at pp 1)")
+            elif st.tp > 1 and st.ep % st.tp:
+                why.append(f"EP {st.ep} with TP {st.tp} (ep must be a multiple of tp)")
             else:
                 why.append(
-                    f"EP {st.ep} with ZeRO-{st.zero_stage} (the expert-parallel engine, distributed.backend "
-                    "pipeline with ep_size, runs ZeRO 0 or 1: plan with --zero 1 for EP that runs, or --ep 1 for "
-                    "ZeRO-2/3 without EP)"
+                    f"EP {st.ep} with ZeRO-{st.zero_stage} (expert parallelism runs ZeRO 0 or 1 at pp 1, ZeRO 0 with "
+                    "a pipeline: plan with --zero 1 / --zero 0 for EP that runs, or --ep 1 for ZeRO-2/3 without EP)"
                 )
-        if st.pp > 1:
-            why.append("the pipeline backend runs encoders and dense decoders (plan with --pp 1)")
-        if st.tp > 1:
-            why.append("the engines refuse TP > 1 for a MoE model (plan with --tp 1)")
+        elif st.tp > 1:
+            why.append(
+                "the engines refuse TP > 1 for a MoE model without EP (plan with --tp 1 or --ep 2 or more)"
+            )
+        elif st.pp > 1:
+            why.append("a MoE model's pipeline runs at ZeRO 0-1 without offload")
         how += (
             f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed "
-            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x DP, ZeRO 0-1)"
+            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x TP x DP at ZeRO 0-1, PP x EP at ZeRO 0)"
         )
     if moe and st.moe_capacity_factor is not None:  # the plan's expert compute and traffic assume it
         how += f"; distributed.moe_capacity_factor {st.moe_capacity_factor:g}"

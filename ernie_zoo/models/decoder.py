@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM, Ernie4_5Config, Ernie4_5ForCausalLM
 from transformers.models.ernie4_5_moe.modeling_ernie4_5_moe import Ernie4_5_MoeSparseMoeBlock
 
@@ -53,8 +54,6 @@ def decoder_config(moe: bool = False, **fields: Any):
 
 def build_decoder(config: Any, device: str | None = None):
     """The causal LM of `config`, random weights; device "meta" allocates nothing (any size)."""
-    import torch
-
     cls = DECODER_CLASSES.get(type(config))
     if cls is None:
         raise TypeError(f"not an ERNIE 4.5 decoder config: {type(config).__name__}")
@@ -154,6 +153,32 @@ def moe_blocks(model) -> list[Ernie4_5_MoeSparseMoeBlock]:
     return [m for m in model.modules() if isinstance(m, Ernie4_5_MoeSparseMoeBlock)]
 
 
+def router_load_sums(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """The partial sums of transformers' load-balancing loss (`load_balancing_loss_func`, no attention mask) over one
+    MoE layer's router logits (tokens, E): a (3, E) tensor, row 0 the top-k assignments per expert (no gradient),
+    row 1 the routing probabilities summed per expert, row 2 the tokens (in every column). The loss pools its
+    sums over every MoE layer before it multiplies them, so a pipeline stage adds its layers' sums to the ones it
+    received and the last stage takes `load_balancing_loss` of the total: the one-process loss of that batch.
+
+        aux = E x sum_e (assignments_e / rows) x (probabilities_e / rows)
+    """
+    probs = torch.softmax(router_logits.float(), dim=-1)  # (tokens, E)
+    num_experts = probs.shape[-1]
+    with torch.no_grad():
+        _, chosen = torch.topk(probs, top_k, dim=-1)
+        counts = torch.zeros(num_experts, device=probs.device).index_add_(
+            0, chosen.reshape(-1), torch.ones(chosen.numel(), device=probs.device)
+        )
+        rows = torch.full((num_experts,), float(probs.shape[0]), device=probs.device)
+    return torch.stack([counts, probs.sum(0), rows])
+
+
+def load_balancing_loss(sums: torch.Tensor) -> torch.Tensor:
+    """transformers' load-balancing loss from the `router_load_sums` added up over every MoE layer."""
+    counts, probs, rows = sums
+    return (counts / rows[0] * (probs / rows[0])).sum() * sums.shape[-1]
+
+
 def decoder_counts(model) -> dict[str, int]:
     """Exact counts of a decoder (a meta-device one costs nothing), tied weights once:
 
@@ -196,5 +221,7 @@ __all__ = [
     "decoder_counts",
     "is_decoder_config",
     "is_moe",
+    "load_balancing_loss",
     "moe_blocks",
+    "router_load_sums",
 ]

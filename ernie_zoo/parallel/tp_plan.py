@@ -172,11 +172,13 @@ def _decoder_plan(model: nn.Module, names: list[str]) -> dict[str, str]:
     return plan
 
 
-def check_tp_divisibility(config: Any, tp_size: int) -> None:
+def check_tp_divisibility(config: Any, tp_size: int, ep_size: int = 1) -> None:
     """Raise ValueError unless `tp_size` divides every dimension the TP plan splits.
 
     Checked: attention heads (each rank computes whole heads), hidden size (the gathered fusion output and the
-    rowwise input) and the FFN size (the colwise MLP output).
+    rowwise input) and the FFN size (the colwise MLP output); a MoE decoder's shared experts' FFN too. A MoE
+    decoder takes TP > 1 only with expert parallelism (`ep_size` > 1, a multiple of tp_size: the routed experts
+    whole on each rank, EP-sharded, `training.expert_engine`), as TP of the fused experts is not built.
     """
     if isinstance(tp_size, bool) or not isinstance(tp_size, int):
         raise TypeError(f"tp_size must be an int, got {type(tp_size).__name__}")
@@ -190,10 +192,17 @@ def check_tp_divisibility(config: Any, tp_size: int) -> None:
     if getattr(config, "num_key_value_heads", None):  # a GQA decoder: each rank holds whole KV heads
         dims["num_key_value_heads"] = config.num_key_value_heads
     if tp_size > 1 and getattr(config, "moe_num_experts", None):
-        raise ValueError(
-            f"tensor parallel size {tp_size}: TP of the fused MoE experts is not supported here; MoE decoders "
-            "train with ZeRO-3 data parallelism (expert parallelism: docs/decoders.md)"
-        )
+        if ep_size <= 1 or ep_size % tp_size:
+            raise ValueError(
+                f"tensor parallel size {tp_size} with expert parallel size {ep_size}: TP of the fused MoE experts "
+                "is not built; a MoE decoder takes TP with expert parallelism (distributed.ep_size a multiple of "
+                "tp_size, the experts whole on each rank) or trains with ZeRO-3 data parallelism (docs/decoders.md)"
+            )
+        shared = int(getattr(config, "moe_num_shared_experts", 0) or 0)
+        if shared:
+            dims["shared experts' moe_intermediate_size x moe_num_shared_experts"] = (
+                config.moe_intermediate_size * shared
+            )
     bad = [f"{name}={value}" for name, value in dims.items() if value % tp_size != 0]
     if bad:
         raise ValueError(
@@ -230,16 +239,17 @@ def _parallel_style(style: str):
     raise ValueError(f"unknown TP style {style!r}; choose one of {STYLES}")
 
 
-def apply_tp(model: nn.Module, tp_mesh, plan: dict[str, str] | None = None) -> nn.Module:
+def apply_tp(model: nn.Module, tp_mesh, plan: dict[str, str] | None = None, ep_size: int = 1) -> nn.Module:
     """Shard `model` in place over the 1-D device mesh `tp_mesh` with PyTorch DTensor.
 
     Sharded weights become DTensors; module outputs stay plain tensors (`use_local_output`), so the
     attention code, which reshapes to `(-1, head_dim)`, sees heads/t local heads without changes. Every rank
-    must feed the same batch (TP ranks share one data-parallel replica).
+    must feed the same batch (TP ranks share one data-parallel replica). `ep_size`: the run's expert parallel
+    size (`check_tp_divisibility`).
     """
     from torch.distributed.tensor.parallel import parallelize_module
 
-    check_tp_divisibility(model.config, tp_mesh.size())
+    check_tp_divisibility(model.config, tp_mesh.size(), ep_size)
     plan = tp_plan_for(model) if plan is None else plan
     parallelize_module(model, tp_mesh, {key: _parallel_style(style) for key, style in plan.items()})
     logger.info("applied TP=%d to %d plan entries", tp_mesh.size(), len(plan))

@@ -6,8 +6,9 @@
     deepspeed  DeepSpeed ZeRO 0-3 (+ AutoTP) over the launched ranks: `deepspeed_engine.DeepSpeedEngine`; under
                ZeRO-3 the model is built already partitioned
     pipeline   pipeline stages (x TP x ZeRO-1 data parallelism): `pipeline_engine.PipelineEngine` (pretraining
-               only; it builds its stages' optimizer from the recipe); a MoE decoder at pp_size 1 (any
-               distributed.ep_size): expert parallelism x data parallelism, `expert_engine.ExpertParallelEngine`
+               only; it builds its stages' optimizer from the recipe; a MoE decoder's stages with
+               distributed.ep_size); a MoE decoder at pp_size 1 (any distributed.ep_size): expert parallelism x
+               TP x data parallelism, `expert_engine.ExpertParallelEngine`
 
 `make_engine` builds the single and deepspeed engines from explicit parts (model, optimizer, schedule, clipping,
 precision, objective); fine-tuning calls it with its own. `engine_for_recipe` builds a pretraining recipe's
@@ -128,7 +129,7 @@ def engine_for_recipe(
     if backend == "pipeline":
         from ernie_zoo.models.decoder import is_moe
 
-        if recipe.distributed.ep_size > 1 or (is_moe(model.config) and recipe.distributed.pp_size == 1):
+        if recipe.distributed.pp_size == 1 and (recipe.distributed.ep_size > 1 or is_moe(model.config)):
             from .expert_engine import ExpertParallelEngine
 
             return ExpertParallelEngine(recipe, model, device)

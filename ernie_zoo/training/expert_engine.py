@@ -1,14 +1,14 @@
 """Expert-parallel pretraining engine for the ERNIE 4.5 MoE decoder (`distributed.backend: pipeline` with
-`pp_size: 1`, `tp_size: 1` and `distributed.ep_size`): the routed experts of every MoE layer sharded over groups of
-ep_size ranks, tokens dispatched to their experts' ranks by all-to-all, everything else replicated and
-data-parallel over all the ranks.
+`pp_size: 1` and `distributed.ep_size`): the routed experts of every MoE layer sharded over groups of ep_size ranks,
+tokens dispatched to their experts' ranks by all-to-all, everything else data-parallel, and with `tp_size` > 1
+TP-sharded (EP x TP, below). The pipeline engine runs PP x EP (`pipeline_engine.DecoderStage`).
 
 The sharding and the dispatch are transformers' own (5.24): the model's `base_model_ep_plan` ("grouped_gemm" on the
 fused `experts.gate_up_proj` / `down_proj`: DTensors sharded on the expert axis; "ep_dispatch_experts" on the
 experts module: its forward receives this rank's tokens with their top-k global expert ids, sends each (token,
 expert) pair to the expert's rank with `all_to_all_single` and brings the weighted outputs back with a second one),
-applied by `transformers.distributed.expert_parallel.apply_expert_parallelism` with `ep_implementation="all_to_all"`.
-Nothing of ours moves tokens.
+applied by `transformers.distributed.expert_parallel.apply_expert_parallelism` with `ep_implementation="all_to_all"`
+(`parallel.expert_plan.apply_ep`). Nothing of ours moves tokens.
 
     4 experts, 4 ranks, ep_size 2:      rank   0      1      2      3
     dense (attention, router, shared         [ all replicated, gradients averaged over 0-3 ]
@@ -32,15 +32,27 @@ dense parameters once; clipping, AdamW (on the DTensor shards: each rank steps o
 schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
 parameters dealt out to every rank, each rank's expert shards to the ranks of its expert-data-parallel group
 (which hold the same shards; with ep_size = world each rank steps its own experts); each rank steps its share and
-broadcasts the new values to the ranks that hold the same tensors. Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
+broadcasts the new values to the ranks that hold the same tensors.
+
+EP x TP (`tp_size` > 1, ep_size a multiple of it), transformers' layout (`TransformersDeviceMesh`): the dense
+modules see the ranks as (dp, tp), the experts as (edp, ep). The TP plan (`parallel.tp_plan`: attention, the dense
+MLP layers and the shared experts; the router and norms replicated) is applied first, then the EP plan; each TP
+group lies inside one EP group, whose dispatch slices the rows the TP group shares before the all-to-all and
+gathers the outputs back (transformers' `AllToAllEP`). "every rank" / "world" above then read "the data-parallel
+ranks of this TP coordinate" / "dp"; the norm adds the dense TP shards over the TP group (replicated tensors once).
+
+    4 ranks, ep 2, tp 2:   dense (dp, tp)  TP groups {0,1} {2,3}, data-parallel {0,2} {1,3}
+                           experts (edp, ep)  EP groups {0,1} {2,3}: E0 E1 on 0 and 2, E2 E3 on 1 and 3
+
+Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
 `parallel.resharding`): each rank writes its experts under the model's own names and full shapes (a piece at its
 global expert offset), rank 0 joins a plain `from_pretrained` model.safetensors, and any layout (another ep_size,
 one process) resumes from it.
 
 Evaluation runs the same forward without gradients; every rank runs the same number of forwards
 (`pretrain.evaluate`), as the all-to-alls need. `distributed.moe_capacity_factor` drops the (token, expert) pairs
-over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3, TP and PP
-with experts are not built here (the recipe validation says so).
+over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3 with experts
+is not built (the recipe validation says so).
 """
 
 from __future__ import annotations
@@ -51,9 +63,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ernie_zoo.models.decoder import is_moe
 from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.parallel import resharding
+from ernie_zoo.parallel.expert_plan import apply_ep, check_expert_layout
 
 from .build import init_weights_from, optimizer_and_schedule
 from .engine import AUTOCAST_DTYPES
@@ -116,26 +128,6 @@ def apply_capacity(model: nn.Module, capacity_factor: float) -> list[ExpertCapac
     ]
 
 
-def check_expert_layout(config: Any, world_size: int, ep_size: int) -> None:
-    """Raise ValueError unless `ep_size` experts groups fit `world_size` ranks and the model's experts."""
-    if not is_moe(config):
-        raise ValueError(
-            f"distributed.ep_size {ep_size}: expert parallelism needs a MoE model (moe_num_experts), and "
-            f"{type(config).__name__} has no routed experts; set ep_size 1"
-        )
-    experts = int(config.moe_num_experts)
-    if experts % ep_size:
-        raise ValueError(
-            f"distributed.ep_size {ep_size} does not divide the model's {experts} routed experts "
-            "(moe_num_experts): every rank of an expert group holds the same number of them"
-        )
-    if world_size % ep_size:
-        raise ValueError(
-            f"distributed.ep_size {ep_size} does not divide the {world_size} launched ranks: the ranks form "
-            "world / ep_size expert groups, each holding every expert once"
-        )
-
-
 class ExpertParallelEngine(LogicalStateEngine):
     """The MoE decoder as EP x DP over the launched ranks (see the module docstring), built from the pretraining
     recipe (its AdamW and schedule are built here, after the experts are sharded)."""
@@ -147,40 +139,53 @@ class ExpertParallelEngine(LogicalStateEngine):
         from torch.distributed.tensor import DTensor
 
         from ernie_zoo.parallel.distributed import init_from_env
+        from ernie_zoo.parallel.tp_plan import apply_tp, check_tp_divisibility, tp_plan_for
 
         d = recipe.distributed
-        if int(d.pp_size) != 1 or int(d.tp_size or 1) != 1:
+        if int(d.pp_size) != 1:
             raise ValueError(
-                f"distributed.ep_size {d.ep_size} with pp_size {d.pp_size} / tp_size {d.tp_size}: expert "
-                "parallelism runs with data parallelism only (pp_size 1, tp_size 1); EP x TP and EP x PP are not built"
+                f"distributed.ep_size {d.ep_size} with pp_size {d.pp_size}: this engine runs EP x TP x DP "
+                "(pp_size 1); the pipeline engine runs PP x EP"
             )
         if recipe.precision not in ("fp32", "bf16"):
             raise ValueError(
                 f"recipe key 'precision' = {recipe.precision!r}: expert parallelism runs fp32 or bf16"
             )
         self.recipe, self.device = recipe, device
-        self.ep = int(d.ep_size)
+        self.ep, self.tp = int(d.ep_size), int(d.tp_size or 1)
         self.rank, self.world_size, _ = init_from_env(timeout_s=d.timeout_s)
-        check_expert_layout(model.config, self.world_size, self.ep)
-        self.dp = self.dp_world_size = self.world_size
+        check_expert_layout(model.config, self.world_size, self.ep, self.tp)
+        check_tp_divisibility(model.config, self.tp, self.ep)
+        self.dp = self.dp_world_size = self.world_size // self.tp
         self.edp = self.world_size // self.ep
-        self.dp_rank = self.rank
         self.is_main = self.rank == 0
-        # (expert-data-parallel, expert-parallel, tp): transformers' expert mesh without pp / dp_replicate; a TP
-        # dimension of 1 because its token dispatch slices the batch of a TP group (here: one rank)
-        self.mesh = init_device_mesh(device.type, (self.edp, self.ep, 1), mesh_dim_names=("edp", "ep", "tp"))
-        self.ep_rank = self.mesh.get_local_rank("ep")
-        self.dp_group = None if self.world_size == 1 else _world_group()
-        self.ep_group = self.mesh.get_group("ep")
-        self.edp_group = self.mesh.get_group("edp") if self.edp > 1 else None
+        # transformers' two views of the ranks (`TransformersDeviceMesh`, without pp / dp_replicate): the dense
+        # modules' (dp, tp) and the experts' (edp, ep); ep a multiple of tp puts each TP group inside an EP group,
+        # whose token dispatch slices the batch the TP group shares
+        self.mesh = init_device_mesh(device.type, (self.dp, self.tp), mesh_dim_names=("dp", "tp"))
+        self.expert_mesh = init_device_mesh(device.type, (self.edp, self.ep), mesh_dim_names=("edp", "ep"))
+        self.dp_rank = self.mesh.get_local_rank("dp")
+        self.ep_rank = self.expert_mesh.get_local_rank("ep")
+        self.dp_group = self.mesh.get_group("dp") if self.dp > 1 else None
+        self.tp_group = self.mesh.get_group("tp") if self.tp > 1 else None
+        self.ep_group = self.expert_mesh.get_group("ep")
+        self.edp_group = self.expert_mesh.get_group("edp") if self.edp > 1 else None
         if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
             materialize(model, recipe.seed, device)  # `pipeline_engine.model_factory` builds it on meta
             if recipe.model.init_from is not None:
                 init_weights_from(model, recipe.model.init_from)
         self.model = model.to(device)
         self.tp_plan: dict[str, str] = {}
-        self.ep_plan = self._shard_experts() if self.ep > 1 else {}
-        self.expert_names = {n for n, p in model.named_parameters() if isinstance(p, DTensor)}
+        if (
+            self.tp > 1
+        ):  # transformers' order: TP of the dense modules and shared experts, then EP of the experts
+            self.tp_plan = tp_plan_for(model)
+            apply_tp(model, self.mesh["tp"], self.tp_plan, ep_size=self.ep)
+        tp_sharded = {n for n, p in model.named_parameters() if isinstance(p, DTensor)}
+        self.ep_plan = (
+            apply_ep(model, self.expert_mesh["ep"], self.mesh["tp"], self.dp, self.tp) if self.ep > 1 else {}
+        )
+        self.expert_names = {n for n, p in model.named_parameters() if isinstance(p, DTensor)} - tp_sharded
         if self.ep > 1 and not self.expert_names:
             raise ValueError(f"{type(model).__name__}: transformers' EP plan sharded no parameter")
         self.capacity = (
@@ -193,8 +198,10 @@ class ExpertParallelEngine(LogicalStateEngine):
         self._dtype = AUTOCAST_DTYPES[recipe.precision]
         # the loss's parts (lm_loss, aux_loss) are logged as one process logs them: this rank's micro batch
         self.objective = PretrainObjective(model, keep_details=False)
-        # fused AdamW over plain tensors only; DTensor expert shards step through the for-each-free path
-        self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=not self.expert_names)
+        # fused AdamW over plain tensors only; DTensor shards step through the for-each-free path
+        self.optimizer, self.scheduler = optimizer_and_schedule(
+            recipe, model, fused=not self.expert_names and self.tp == 1
+        )
         self.zero_stage = int(d.zero_stage or 0)
         if self.zero_stage not in (0, 1):
             raise ValueError(
@@ -205,44 +212,28 @@ class ExpertParallelEngine(LogicalStateEngine):
         if self.zero_stage == 1 and self.world_size > 1:
             self._shard_optimizer()
         logger.info(
-            "expert parallelism: EP %d x DP %d (%d expert groups), %d of %d routed experts per rank",
+            "expert parallelism: EP %d x TP %d x DP %d (%d expert groups), %d of %d routed experts per rank",
             self.ep,
+            self.tp,
             self.dp,
             self.edp,
             int(model.config.moe_num_experts) // self.ep,
             int(model.config.moe_num_experts),
         )
 
-    def _shard_experts(self) -> dict[str, str]:
-        """Apply transformers' EP plan of the model (resolved and expanded to concrete names as
-        `from_pretrained(distributed_config=...)` resolves it) on this rank's EP group; returns it."""
-        from transformers.distributed import DistributedConfig
-        from transformers.distributed.expert_parallel import apply_expert_parallelism
-
-        layout = DistributedConfig(fsdp_size=self.world_size, ep_size=self.ep, ep_implementation="all_to_all")
-        _, ep_plan, _ = self.model._resolve_parallel_plans(layout)
-        if "ep_dispatch_experts" not in ep_plan.values():
-            raise ValueError(
-                f"{type(self.model).__name__}'s EP plan has no token dispatch (ep_dispatch_experts): {ep_plan}"
-            )
-        apply_expert_parallelism(
-            self.model, self.mesh["ep"], self.mesh["tp"], ep_plan, ep_implementation="all_to_all"
-        )
-        return ep_plan
-
     def _shard_optimizer(self) -> None:
-        """ZeRO-1: deal the dense parameters out to every rank and each rank's expert shards to the ranks of its
-        expert-data-parallel group (largest first, each to the least loaded rank: the same deal on every rank that
-        holds the same tensors), and keep only this rank's share in the optimizer."""
+        """ZeRO-1: deal the dense parameters (TP: this rank's shards) out to the data-parallel ranks of its TP
+        coordinate and each rank's expert shards to the ranks of its expert-data-parallel group (largest first,
+        each to the least loaded rank: the same deal on every rank that holds the same tensors), and keep only this
+        rank's share in the optimizer."""
         import torch.distributed as dist
 
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         names = {id(p): n for n, p in self.model.named_parameters()}
         mine: set[int] = set()
-        edp_ranks = [int(r) for r in self.mesh["edp"].mesh.tolist()]
-        world_ranks = list(range(self.world_size))
-        edp_group = self.edp_group if self.edp > 1 else None
-        for expert, group, ranks in ((False, self.dp_group, world_ranks), (True, edp_group, edp_ranks)):
+        edp_ranks = [int(r) for r in self.expert_mesh["edp"].mesh.tolist()]
+        dp_ranks = [int(r) for r in self.mesh["dp"].mesh.tolist()]
+        for expert, group, ranks in ((False, self.dp_group, dp_ranks), (True, self.edp_group, edp_ranks)):
             pool = [p for p in params if (names[id(p)] in self.expert_names) == expert]
             loads = [0] * len(ranks)
             shares: list[list[nn.Parameter]] = [[] for _ in ranks]
@@ -301,8 +292,9 @@ class ExpertParallelEngine(LogicalStateEngine):
     # ------------------------------------------------------------------------------------- step
     @torch.no_grad()
     def _reduce_gradients(self) -> list[tuple[str, torch.Tensor]]:
-        """Every gradient made the global batch's mean (module docstring): the dense ones all-reduced over every
-        rank as one flat buffer, each expert shard's over its expert-data-parallel group, all divided by world."""
+        """Every gradient made the global batch's mean (module docstring): the dense ones (TP: this rank's
+        shards) all-reduced over the data-parallel ranks of this TP coordinate as one flat buffer, each expert
+        shard's over its expert-data-parallel group, all divided by the data-parallel size."""
         import torch.distributed as dist
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
@@ -328,12 +320,17 @@ class ExpertParallelEngine(LogicalStateEngine):
         grads = self._reduce_gradients()
         dense = torch.zeros((), dtype=torch.float64, device=self.device)
         experts = torch.zeros((), dtype=torch.float64, device=self.device)
+        params = dict(self.model.named_parameters())
         for name, g in grads:
             squares = g.detach().double().pow(2).sum()
             if name in self.expert_names:
                 experts += squares
+            elif name in params and self._tp_replicated(params[name]):
+                dense += squares / self.tp  # the same on every rank of the TP group: counted once
             else:
-                dense += squares
+                dense += squares  # a TP shard: the group's shards add up
+        if self.tp_group is not None:
+            dist.all_reduce(dense, group=self.tp_group)
         if self.ep > 1:
             dist.all_reduce(experts, group=self.ep_group)  # each expert once: the EP group holds every one
         norm = float((dense + experts).sqrt())
@@ -349,6 +346,11 @@ class ExpertParallelEngine(LogicalStateEngine):
         self.zero_grad()
         return norm
 
+    def _tp_replicated(self, p: torch.Tensor) -> bool:
+        from torch.distributed.tensor import DTensor, Replicate
+
+        return not isinstance(p, DTensor) or all(isinstance(x, Replicate) for x in p.placements)
+
     def num_parameters(self) -> int:
         """Parameters of the whole model (each expert once)."""
         return sum(p.numel() for p in self.model.parameters())  # a DTensor's numel is its global one
@@ -362,18 +364,12 @@ class ExpertParallelEngine(LogicalStateEngine):
         return {
             "backend": self.backend,
             "pp_size": 1,
-            "tp_size": 1,
+            "tp_size": self.tp,
             "ep_size": self.ep,
             "num_layers": self.model.config.num_hidden_layers,
             "dp_size": self.dp,
             "zero_stage": 1 if self.deals else 0,
         }
-
-
-def _world_group() -> Any:
-    import torch.distributed as dist
-
-    return dist.group.WORLD
 
 
 __all__ = ["ExpertCapacity", "ExpertParallelEngine", "apply_capacity", "check_expert_layout"]

@@ -1,5 +1,7 @@
 """Pipeline-parallel pretraining engine (`distributed.backend: pipeline`), composed with tensor and data
-parallelism: the layers of an encoder or a dense ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by
+parallelism (a MoE decoder's: with expert parallelism, `distributed.ep_size`, each stage's experts over that stage's
+data-parallel ranks, the router loss carried through the stages: `DecoderStage`, `step`): the layers of an encoder
+or an ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by
 `torch.distributed.pipelining`'s 1F1B or interleaved 1F1B schedule, each stage optionally TP-sharded by the TP plan (DTensor, `parallel.tp_plan`),
 whole pipelines replicated over data-parallel ranks.
 
@@ -51,10 +53,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ernie_zoo.models.decoder import is_decoder_config, is_moe
+from ernie_zoo.models.decoder import is_decoder_config, is_moe, load_balancing_loss, router_load_sums
 from ernie_zoo.models.recompute import enable_selective_recompute
 from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.parallel import resharding
+from ernie_zoo.parallel.expert_plan import apply_ep, check_expert_layout
 from ernie_zoo.parallel.pipeline import (
     DECODER_SPLIT,
     ENCODER_SPLIT,
@@ -149,14 +152,22 @@ class EncoderStage(_Stage):
 
 
 class DecoderStage(_Stage):
-    """One pipeline stage of an ERNIE 4.5 dense decoder (transformers' Ernie4_5ForCausalLM): [token embeddings] ->
-    its layers -> (the last: the final norm; the LM head is applied by the loss).
+    """One pipeline stage of an ERNIE 4.5 decoder (transformers' Ernie4_5ForCausalLM, Ernie4_5_MoeForCausalLM):
+    [token embeddings] -> its layers -> (the last: the final norm; the LM head is applied by the loss).
 
     First stage: `forward(input_ids, position_ids)`; the others: `forward(hidden, positions)`. Every stage but the
     last returns (hidden (B, T, H), the position ids as float): the positions travel with the activations, and
     each stage rebuilds from them what `Ernie4_5Model.forward` builds once, the same way: the causal mask of the
     packed rows (transformers reads each row's documents from where the positions restart) and the rotary
     embeddings. recompute "full": each layer recomputed in backward (non-reentrant activation checkpointing).
+
+    A MoE decoder's stages carry the router's load-balancing loss: one more tensor travels with the activations,
+    the sums of every MoE layer so far (`models.decoder.router_load_sums`, (3, E); the first stage starts from
+    zeros), each stage adding its layers' (read from their routers' outputs), the last returning (hidden, sums)
+    for the loss to take `load_balancing_loss` of. The gradient of the probability sums flows back through the
+    pipeline like the hidden states', into every stage's routers.
+
+        stage 0 [emb, L0, L1] --h, pos, sums(L0, L1)--> stage 1 [L2, L3, norm] --h, sums(L0..L3)--> aux loss
     """
 
     def __init__(self, model: nn.Module, layers: list[int], first: bool, last: bool, recompute: str):
@@ -165,17 +176,36 @@ class DecoderStage(_Stage):
         self.rotary_emb = model.model.rotary_emb  # no parameters: every stage has it
         self.norm = model.model.norm if last else None
         self.head = model.lm_head if last else None
+        self.moe = is_moe(model.config)
+        self._router_logits: list[torch.Tensor] = []
+        if self.moe:
+            for layer in self.layers:
+                gate = getattr(layer.mlp, "gate", None)
+                if gate is not None and hasattr(layer.mlp, "experts"):  # a sparse MoE block's router
+                    gate.register_forward_hook(self._record_router)
+
+    def _record_router(self, module: nn.Module, args: Any, output: tuple) -> None:
+        self._router_logits.append(output[0])  # (tokens, E): the logits, before top-k and bias
+
+    def router_sums(self, carried: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+        """The router-loss sums received (`carried`; the first stage: zeros) + this stage's layers' last forward."""
+        total = carried if carried is not None else like.new_zeros(3, self.config.moe_num_experts)
+        for logits in self._router_logits:
+            total = total + router_load_sums(logits, self.config.moe_k)
+        return total.float()
 
     def _forward(self, *args: torch.Tensor):
         from transformers.masking_utils import create_causal_mask
 
+        sums = None
         if self.first:
             inputs = dict(zip(self.keys, args))
             positions = inputs["position_ids"]
             h = self.embed_tokens(inputs["input_ids"])
         else:
-            h, carried = args
+            h, carried, *rest = args
             positions = carried.long()
+            sums = rest[0] if rest else None
         mask = create_causal_mask(
             config=self.config, inputs_embeds=h, attention_mask=None, cache=None, position_ids=positions
         )
@@ -186,7 +216,12 @@ class DecoderStage(_Stage):
             "position_ids": positions,
             "use_cache": False,
         }
+        self._router_logits.clear()
         h = self._run_layers(h, **settings)
+        if self.moe:
+            sums = self.router_sums(sums, h)
+            self._router_logits.clear()  # (recompute "full" records them again in backward, unread)
+            return (self.norm(h), sums) if self.last else (h, positions.to(h.dtype).detach(), sums)
         return self.norm(h) if self.last else (h, positions.to(h.dtype).detach())
 
 
@@ -333,12 +368,22 @@ class PipelineEngine(LogicalStateEngine):
             )
         check_tp_divisibility(model.config, self.tp)
         self.decoder = is_decoder_config(model.config)
-        if self.decoder and is_moe(model.config):
+        self.moe = self.decoder and is_moe(model.config)
+        self.ep = int(d.ep_size)
+        if self.moe and self.tp > 1:
             raise ValueError(
-                "the pipeline stages run the encoders and the dense ERNIE 4.5 decoders; a MoE decoder trains on this "
-                "backend with pp_size 1 and tp_size 1 (expert parallelism: distributed.ep_size) or on distributed.backend "
-                "deepspeed (its router's load-balancing loss is not carried between stages, and TP of the experts is "
-                "not built)"
+                f"distributed.pp_size {self.pp} x tp_size {self.tp} for a MoE decoder: PP x TP with experts is not "
+                "built; run PP x EP (tp_size 1) or EP x TP (pp_size 1)"
+            )
+        if self.ep > 1 and not self.moe:
+            raise ValueError(
+                f"distributed.ep_size {self.ep}: expert parallelism needs a MoE decoder (moe_num_experts); set ep_size 1"
+            )
+        if self.ep > 1 and d.zero_stage:
+            raise ValueError(
+                f"distributed.zero_stage {d.zero_stage} with pp_size {self.pp} x ep_size {self.ep}: ZeRO-1 of the "
+                "pipeline's experts (their AdamW state over the ranks holding the same experts) is not built; "
+                "zero_stage 0, or EP at pp_size 1"
             )
         self.split = DECODER_SPLIT if self.decoder else ENCODER_SPLIT
         #: the input every stage needs besides the hidden states: the padding mask, or a decoder's positions
@@ -353,6 +398,13 @@ class PipelineEngine(LogicalStateEngine):
         self.mesh = init_device_mesh(
             device.type, (self.dp, self.pp, self.tp), mesh_dim_names=("dp", "pp", "tp")
         )
+        self.ep_group = self.edp_group = None
+        if self.ep > 1:
+            check_expert_layout(model.config, self.dp, self.ep)
+            self.expert_mesh = self._expert_mesh(device.type)
+            self.ep_rank = self.expert_mesh.get_local_rank("ep")
+            self.ep_group = self.expert_mesh.get_group("ep")
+            self.edp_group = self.expert_mesh.get_group("edp") if self.dp > self.ep else None
         self.dp_rank = self.mesh.get_local_rank("dp")
         self.pp_rank = self.mesh.get_local_rank("pp")
         self.tp_rank = self.mesh.get_local_rank("tp")
@@ -378,6 +430,12 @@ class PipelineEngine(LogicalStateEngine):
         if self.tp > 1:
             self.tp_plan = tp_plan_for(model)
             apply_tp(model, self.mesh["tp"], self.tp_plan)
+        #: the routed experts' parameters of this rank's stages (EP-sharded DTensors; ep_size 1: none)
+        self.expert_names: set[str] = set()
+        if self.ep > 1 and any(n.endswith(".mlp.experts") for n, _ in model.named_modules()):
+            # each stage's experts over the data-parallel ranks of that stage
+            apply_ep(model, self.expert_mesh["ep"], self.mesh["tp"], self.dp)
+            self.expert_names = {n for n in dict(model.named_parameters()) if ".mlp.experts." in n}
         params = dict(model.named_parameters())
         # the tied word embeddings: a copy on the first and on the last stage (one stage: the tensor itself)
         self.tied = [name for name in tied if name in params and self.pp > 1 and (self.first or self.last)]
@@ -403,7 +461,9 @@ class PipelineEngine(LogicalStateEngine):
         for stage in self.stages:
             stage.dtype = self.autocast_dtype
         # fused AdamW: one kernel over the stage's parameters (as the single-device engine); DTensor shards: foreach
-        self.optimizer, self.scheduler = optimizer_and_schedule(recipe, model, fused=self.tp == 1)
+        self.optimizer, self.scheduler = optimizer_and_schedule(
+            recipe, model, fused=self.tp == 1 and not self.expert_names
+        )
         self.zero_stage = int(d.zero_stage or 0)
         self.owned: list[list[nn.Parameter]] = []  # ZeRO-1: the parameters each data-parallel rank steps
         if self.zero_stage == 1 and self.dp > 1:
@@ -460,6 +520,18 @@ class PipelineEngine(LogicalStateEngine):
                     t.copy_(new)
 
     # ------------------------------------------------------------------------------------- groups
+    def _expert_mesh(self, device_type: str):
+        """(pp, edp, ep) over the ranks (tp 1): each stage's data-parallel ranks split into expert groups of ep_size
+        (tokens move inside) and expert-data-parallel groups (the ranks holding the same experts of the stage)."""
+        from torch.distributed.device_mesh import DeviceMesh
+
+        ranks = self.mesh.mesh[:, :, 0].transpose(0, 1)  # (pp, dp) global ranks
+        return DeviceMesh(
+            device_type,
+            ranks.reshape(self.pp, self.dp // self.ep, self.ep),
+            mesh_dim_names=("pp", "edp", "ep"),
+        )
+
     def _tied_group(self):
         """The process group {first-stage rank, last-stage rank} of this rank's (dp, tp) coordinate (every rank
         creates every group, as `new_group` requires; the first and last pipeline ranks join theirs)."""
@@ -536,17 +608,27 @@ class PipelineEngine(LogicalStateEngine):
         labels = batch["labels"].to(self.device)
         n = int((self._targets(labels) != -100).sum())
         sums = torch.zeros(
-            2, dtype=torch.float64, device=self.device
-        )  # summed cross-entropy, correct (the last stage's)
+            3, dtype=torch.float64, device=self.device
+        )  # summed cross-entropy, correct, summed router loss of the pipeline micro batches (the last stage's)
+        coef = float(getattr(self.model.config, "router_aux_loss_coef", 0.0) or 0.0) if self.moe else 0.0
         if torch.is_grad_enabled() and self.model.training:
             schedule = self._schedule_for(keys, tuple(inputs[0].shape))
             scale = 1.0 / (max(n, 1) * self.grad_accum)
 
-            def loss_fn(hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            def loss_fn(output, target: torch.Tensor) -> torch.Tensor:
+                # a MoE decoder's last stage: (hidden, the router-loss sums of every MoE layer, `DecoderStage`)
+                hidden, router = output if self.moe else (output, None)
                 ce, correct = self._head_loss(hidden, target)
                 sums[0] += float(ce.detach())
                 sums[1] += float(correct)
-                return ce * scale
+                loss = ce * scale
+                if router is not None:
+                    # the router loss of this pipeline micro batch (as one process computes it on these rows),
+                    # its mean over the micro batches entering the micro batch's loss
+                    aux = load_balancing_loss(router)
+                    sums[2] += float(aux.detach())
+                    loss = loss + coef * aux / (self.n_microbatches * self.grad_accum)
+                return loss
 
             self._loss_fn = loss_fn
             args = inputs if self.first else ()
@@ -555,7 +637,8 @@ class PipelineEngine(LogicalStateEngine):
         else:
             self._forward_only(keys, inputs, labels, sums)
         dist.broadcast(sums, src=self.pp_ranks[-1], group=self.pp_group)  # the last stage's numbers
-        return torch.tensor(sums[0].item() / max(n, 1)), n, int(sums[1].item())
+        loss = sums[0].item() / max(n, 1) + coef * sums[2].item() / self.n_microbatches
+        return torch.tensor(loss), n, int(sums[1].item())
 
     def _schedule_for(self, keys: tuple[str, ...], shape: tuple[int, ...]):
         """The schedule for micro batches of this shape (its stages' buffers are shaped on first use)."""
@@ -571,11 +654,18 @@ class PipelineEngine(LogicalStateEngine):
             )
             mask = torch.empty(rows, length, device="meta")
             ids = tuple(torch.empty(rows, length, dtype=torch.long, device="meta") for _ in keys)
+            # a MoE decoder's router-loss sums travel with the activations (`DecoderStage`)
+            router = (
+                (torch.empty(3, self.model.config.moe_num_experts, device="meta", requires_grad=True),)
+                if self.moe
+                else ()
+            )
             stages = []
             for stage_id, module in zip(self.stage_ids, self.stages):
                 module.keys = keys
-                inputs = ids if stage_id == 0 else (hidden, mask)
-                outputs = hidden if stage_id == self.num_stages - 1 else (hidden, mask)
+                inputs = ids if stage_id == 0 else (hidden, mask, *router)
+                last = stage_id == self.num_stages - 1
+                outputs = ((hidden, *router) if router else hidden) if last else (hidden, mask, *router)
                 stages.append(
                     PipelineStage(
                         module,
@@ -619,8 +709,8 @@ class PipelineEngine(LogicalStateEngine):
                 dist.recv(h, src=self.pp_ranks[(stage_id - 1) % self.pp], group=self.pp_group)
                 out = module(h, carried.to(h.dtype))
             if stage_id == self.num_stages - 1:
-                ce, correct = self._head_loss(out, labels)
-                sums += torch.tensor([float(ce), float(correct)], dtype=torch.float64, device=self.device)
+                ce, correct = self._head_loss(out[0] if self.moe else out, labels)
+                sums[:2] += torch.tensor([float(ce), float(correct)], dtype=torch.float64, device=self.device)
             else:
                 dist.send(
                     out[0].contiguous(), dst=self.pp_ranks[(stage_id + 1) % self.pp], group=self.pp_group
@@ -634,15 +724,22 @@ class PipelineEngine(LogicalStateEngine):
         return [(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None]
 
     def step(self) -> float:
-        """DP average, tied-gradient sum, global norm + clipping, AdamW, LR schedule; the pre-clip norm."""
+        """DP average, tied-gradient sum, global norm + clipping, AdamW, LR schedule; the pre-clip norm.
+
+        PP x EP: an expert's gradient already holds the contributions of every rank of its EP group (the
+        all-to-all's backward brings them): it is summed over the ranks holding the same experts of the stage
+        (none when ep_size = dp) and divided by dp, the same mean as the dense gradients' (`expert_engine`)."""
         import torch.distributed as dist
         from torch.distributed.tensor import DTensor, Replicate
 
         grads = self._grads()
         if self.dp_group is not None:
-            for _, g in grads:
+            for name, g in grads:
                 local = self._local(g)
-                dist.all_reduce(local, group=self.dp_group)
+                if name not in self.expert_names:
+                    dist.all_reduce(local, group=self.dp_group)
+                elif self.edp_group is not None:
+                    dist.all_reduce(local, group=self.edp_group)
                 local.div_(self.dp)
         if self.tied_group is not None:
             for name, g in grads:
@@ -651,12 +748,19 @@ class PipelineEngine(LogicalStateEngine):
         # squared norm: TP-sharded gradients add up over the TP ranks, replicated ones count once (weight 1/tp,
         # exact for a power-of-two tp); the last stage's copy of a tied weight is counted by the first stage
         squares = torch.zeros((), dtype=torch.float64, device=self.device)
+        experts = torch.zeros((), dtype=torch.float64, device=self.device)
         for name, g in grads:
             if name in self.tied and not self.first:
+                continue
+            if name in self.expert_names:
+                experts += self._local(g).detach().double().pow(2).sum()
                 continue
             replicated = not isinstance(g, DTensor) or all(isinstance(p, Replicate) for p in g.placements)
             weight = 1.0 / self.tp if replicated else 1.0
             squares += self._local(g).detach().double().pow(2).sum() * weight
+        if self.expert_names:  # the stage's experts once: its EP group holds every one
+            dist.all_reduce(experts, group=self.ep_group)
+            squares += experts
         dist.all_reduce(squares, group=self.replica_group)
         norm = float(squares.sqrt())
         max_norm = self.recipe.optim.grad_clip or 0.0
@@ -703,6 +807,7 @@ class PipelineEngine(LogicalStateEngine):
             "virtual_stages": self.virtual,
             "num_layers": self.model.config.num_hidden_layers,
             "dp_size": self.dp,
+            "ep_size": self.ep,
             "zero_stage": 1 if self.owned else 0,
         }
 

@@ -251,12 +251,14 @@ class DistributedArgs:
     ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
     autotp_size, else 1. Fine-tuning: full and lora (LoRA's factors split with the layers they wrap)."""
     ep_size: int = 1
-    """pipeline backend, pp_size 1, tp_size 1, a MoE decoder (ERNIE 4.5 MoE): expert parallelism, each MoE layer's
-    routed experts split over groups of this many ranks (each rank holds moe_num_experts / ep_size of them), tokens
-    sent to their experts' ranks by all-to-all, the rest data-parallel over every rank
-    (ernie_zoo.training.expert_engine; docs/scale.md, Expert parallelism). It must divide the launched ranks and
-    moe_num_experts. zero_stage 0 or 1 (ZeRO-1: AdamW's state sharded, the experts' over the ranks holding the same
-    experts). 1: the MoE decoder data-parallel, every expert on every rank."""
+    """pipeline backend, a MoE decoder (ERNIE 4.5 MoE): expert parallelism, each MoE layer's routed experts split
+    over groups of this many ranks (each rank holds moe_num_experts / ep_size of them), tokens sent to their
+    experts' ranks by all-to-all, the rest data-parallel. pp_size 1: EP x TP x DP (ernie_zoo.training.expert_engine;
+    with tp_size > 1 the attention and shared experts TP-sharded, ep_size a multiple of tp_size); tp_size 1 and
+    pp_size > 1: PP x EP, each stage's experts over the data-parallel ranks of that stage, the router's
+    load-balancing loss carried through the stages (ernie_zoo.training.pipeline_engine; docs/scale.md, Expert
+    parallelism). It must divide the launched ranks and moe_num_experts. zero_stage 0 or 1 (ZeRO-1: AdamW's state
+    sharded, the experts' over the ranks holding the same experts). 1: every expert on every rank."""
     moe_capacity_factor: float | None = None
     """pipeline backend, a MoE decoder at pp_size 1: each expert takes at most ceil(factor x tokens x top_k /
     moe_num_experts) of a rank's (token, expert) pairs per forward, the first in token order; the rest are dropped
@@ -349,12 +351,18 @@ class DistributedArgs:
         _check(self.ep_size >= 1, "distributed.ep_size", self.ep_size, "must be >= 1")
         if self.ep_size > 1:
             _check(
-                self.backend == "pipeline" and self.pp_size == 1 and (self.tp_size or 1) == 1,
+                self.backend == "pipeline" and (self.pp_size == 1 or (self.tp_size or 1) == 1),
                 "distributed.ep_size",
                 self.ep_size,
-                f"expert parallelism runs on distributed.backend pipeline with pp_size 1 and tp_size 1 (EP x data "
-                f"parallelism; EP with TP or PP is not built), got backend {self.backend}, pp_size {self.pp_size}, "
-                f"tp_size {self.tp_size}",
+                f"expert parallelism runs on distributed.backend pipeline as EP x TP x DP (pp_size 1) or PP x EP x DP "
+                f"(tp_size 1; EP with both PP and TP is not built), got backend {self.backend}, pp_size "
+                f"{self.pp_size}, tp_size {self.tp_size}",
+            )
+            _check(
+                self.ep_size % (self.tp_size or 1) == 0,
+                "distributed.ep_size",
+                self.ep_size,
+                f"must be a multiple of distributed.tp_size {self.tp_size} (each TP group inside one expert group)",
             )
             _check(
                 self.zero_stage in (None, 0, 1),
@@ -362,6 +370,13 @@ class DistributedArgs:
                 self.zero_stage,
                 "must be 0, 1 or null with distributed.ep_size > 1 (ZeRO-1 shards AdamW's state; ZeRO-2/3 of the "
                 "expert-parallel engine are not built)",
+            )
+            _check(
+                self.pp_size == 1 or not self.zero_stage,
+                "distributed.zero_stage",
+                self.zero_stage,
+                "must be 0 or null with distributed.ep_size > 1 and pp_size > 1 (ZeRO-1 of a pipeline's experts is "
+                "not built; it runs at pp_size 1)",
             )
         if self.moe_capacity_factor is not None:
             _check(
