@@ -1209,7 +1209,7 @@ class LayoutSearch:
         best, st = self.best, self.best.settings
         pinned = ", ".join(f"{k}={v}" for k, v in self.fixed.items()) or "nothing"
         lines = [
-            f"layout search: {self.tried} layouts of TP x PP x chunks x ZeRO x micro-batch x recompute"
+            f"layout search: {self.tried} layouts of TP x PP x chunks x schedule x ZeRO x micro-batch x recompute"
             f"{' x EP' if best.model.moe_layers else ''} planned, {len(self.plans)} fit, {self.too_big} too big; "
             f"{self.impossible} impossible (sizes that do not divide, ZeRO-2/3 under a pipeline); pinned: {pinned}",
             f"chosen: {layout_text(best)} -> {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}",
@@ -1239,7 +1239,7 @@ class LayoutSearch:
             )
         lines += [f"  - {w}" for w in why]
         if others:
-            lines += ["", "runners-up (the fastest of each other TP x PP x chunks x ZeRO layout):"]
+            lines += ["", "runners-up (the fastest of each other TP x PP x chunks x schedule x ZeRO layout):"]
             lines.append(layout_table([best, *others]))
         return "\n".join(lines)
 
