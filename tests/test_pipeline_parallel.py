@@ -5,14 +5,23 @@ trains the same 4-layer encoder on the same batches for 3 steps (sequence length
 carry padding, so stages are rebuilt for new shapes and the padding mask travels with the activations):
 
 - PP 2 (2 ranks), 1F1B and interleaved 1F1B (2 virtual stages per rank, one layer each), grad accumulation 2;
-- PP 2 x TP 2 (4 ranks, each stage's TP plan layers DTensor-sharded), activation recompute on;
+- PP 2 under the zero-bubble schedules (each backward split into input and weight gradients): zero_bubble at one
+  stage per rank (ZB-H1) and zbv (2 stages per rank in a V: rank 0 holds the first and the last), grad accumulation 2;
+- PP 2 x TP 2 (4 ranks, each stage's TP plan layers DTensor-sharded), activation recompute on, under the
+  zero-bubble schedule (ZB-H1: the planner's choice for 100B is TP x zero-bubble PP with recompute);
 - PP 2 x DP 2 (4 ranks, gradients averaged over the two pipelines), selective recompute (the attention core).
 
 The same for an ERNIE 4.5 dense decoder (transformers' Ernie4_5ForCausalLM, tied embeddings, GQA, RoPE) on packed
 rows of two documents each (position ids restart inside every row, so each stage must rebuild the per-document
 causal mask and the rotary embeddings from the positions that travel with the activations): PP 2 (1F1B, grad
-accumulation 2), PP 2 x TP 2 (transformers' TP plan) with selective recompute and PP 2 x DP 2 with ZeRO-1 and full
-recompute; clipping at 0.5.
+accumulation 2), PP 2 under interleaved zero bubble (2 stages per rank), PP 2 x TP 2 (transformers' TP plan) with
+selective recompute under zbv (2 stages per rank in a V) and PP 2 x DP 2 with ZeRO-1 and full recompute; clipping at
+0.5.
+
+Every run also records the stage actions each rank ran in its first pipeline step (forward, full backward, or the
+zero-bubble schedules' input- and weight-gradient halves) and computes that step's idle fraction from them
+(`parallel.pipeline.idle_fraction`: the timeline at the zero-bubble paper's equal costs, not a clock), which must be
+the bubble the planner plans the schedule with (`planner.pipeline_bubble`).
 
 The reference builds the model whole; every pipeline rank gets it on the meta device and allocates only its
 stages (`models.seeded_init`: each weight drawn from the seed and its name), as `ernie-pretrain` runs a pipeline.
@@ -55,13 +64,19 @@ BF16_LOSS_RTOL, BF16_NORM_RTOL, BF16_WEIGHT_ATOL = 2e-3, 5e-2, 5e-2
 LAYOUTS = {
     "pp2": (2, {"pp_size": 2}, 4, 2),
     "pp2-interleaved": (2, {"pp_size": 2, "pp_schedule": "interleaved", "pp_microbatches": 2}, 4, 2),
-    "pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "full"}, 8, 1),
+    "pp2-zero-bubble": (2, {"pp_size": 2, "pp_schedule": "zero_bubble", "pp_virtual_stages": 1,
+                            "pp_microbatches": 4}, 4, 2),  # fmt: skip
+    "pp2-zbv": (2, {"pp_size": 2, "pp_schedule": "zbv", "pp_microbatches": 4}, 4, 2),
+    "decoder-pp2-zero-bubble": (2, {"pp_size": 2, "pp_schedule": "zero_bubble", "pp_microbatches": 2}, 4, 2),
+    "pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "full",
+                    "pp_schedule": "zero_bubble", "pp_virtual_stages": 1}, 8, 1),  # fmt: skip
     "pp2-dp2": (4, {"pp_size": 2, "pp_microbatches": 2, "recompute": "selective"}, 2, 2),
     "pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1}, 2, 2),
     "decoder-pp2": (2, {"pp_size": 2}, 4, 2),
     "pp2-bf16": (2, {"pp_size": 2}, 4, 2),
     "decoder-pp2-bf16": (2, {"pp_size": 2}, 4, 2),
-    "decoder-pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "selective"}, 8, 1),
+    "decoder-pp2-tp2": (4, {"pp_size": 2, "tp_size": 2, "pp_microbatches": 4, "recompute": "selective",
+                            "pp_schedule": "zbv"}, 8, 1),  # fmt: skip
     "decoder-pp2-dp2-zero1": (4, {"pp_size": 2, "pp_microbatches": 2, "zero_stage": 1, "recompute": "full"}, 2, 2),
 }
 
@@ -266,8 +281,28 @@ def _check(
         else ("cls.predictions.decoder.weight", "ernie.embeddings.word_embeddings.weight")
     )
     assert loaded[head].data_ptr() == loaded[embedding].data_ptr()
-    measured = {"layout": layout, "loss_abs": loss_diff, "norm_rel": norm_diff, "weight_abs": weight_diff}
+    measured = {"layout": layout, "loss_abs": loss_diff, "norm_rel": norm_diff, "weight_abs": weight_diff,
+                "idle": _check_idle(results, layout)}  # fmt: skip
     print(measured)
+    return measured
+
+
+def _check_idle(results: list[dict], layout: str) -> float:
+    """The idle fraction of the first pipeline step, from the actions each pipeline rank ran, is the schedule's
+    planned bubble; a zero-bubble schedule ran split backwards (I then W), the others whole ones (B)."""
+    from ernie_zoo.parallel.pipeline import idle_fraction
+    from ernie_zoo.parallel.planner import pipeline_bubble
+
+    one = [r for r in results if r["dp_rank"] == 0 and r["tp_rank"] == 0]  # one pipeline
+    actions = {r["pp_rank"]: [tuple(a) for a in r["actions"]] for r in one}
+    info = one[0]["pipeline"]
+    measured = idle_fraction(actions, info["num_stages"])
+    planned = {"interleaved": "1f1b"}.get(info["schedule"], info["schedule"])
+    expected = pipeline_bubble(len(one), info["n_microbatches"], info["virtual"], planned)
+    assert measured == pytest.approx(expected, rel=1e-9), (layout, measured, expected)
+    kinds = {a[1] for acts in actions.values() for a in acts}
+    assert kinds == ({"F", "I", "W"} if info["schedule"] in ("zero_bubble", "zbv") else {"F", "B"}), kinds
+    assert sorted(actions) == list(range(len(one)))
     return measured
 
 
@@ -301,8 +336,8 @@ def test_pp2_matches_one_process(tmp_path, reference):
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_pp2_tp2_matches_one_process(tmp_path, reference):
-    """PP 2 x TP 2 on 4 ranks (recompute on): every rank holds its stage's layers, and TP halves of their
-    planned Linear layers."""
+    """PP 2 x TP 2 on 4 ranks (recompute on, the zero-bubble schedule): every rank holds its stage's layers, and TP
+    halves of their planned Linear layers."""
     results = _run(tmp_path, "pp2-tp2")
     _check(tmp_path, results, reference, "pp2-tp2")
     ref = reference["params"]
@@ -387,17 +422,19 @@ def test_decoder_pp2_and_pp2_dp2_zero1_match_one_process(tmp_path, decoder_refer
 def test_decoder_pp2_tp2_matches_one_process(tmp_path, decoder_reference):
     """The decoder under PP 2 x TP 2 on 4 ranks: transformers' own TP plan (q/k/v, gate/up colwise; o, down
     rowwise) on each stage's layers, whole key-value heads per rank, norms and embeddings replicated; selective
-    recompute (the planner's choice for the dense 100B decoder, TP 4 x PP 8)."""
+    recompute, under zbv (the V: pipeline rank 0 holds layers 0 and 3, with the embeddings and the LM head)."""
     results = _run(tmp_path, "decoder-pp2-tp2")
     _check(tmp_path, results, decoder_reference, "decoder-pp2-tp2")
     for res in results:
         i = min(_held_layers(res))
-        assert _held_layers(res) == ({0, 1} if res["pp_rank"] == 0 else {2, 3})
+        assert _held_layers(res) == ({0, 3} if res["pp_rank"] == 0 else {1, 2})
+        assert ("model.norm.weight" in res["shapes"]) == (res["pp_rank"] == 0)
         shapes = {k.split(f"layers.{i}.")[1]: v for k, v in res["shapes"].items() if f"layers.{i}." in k}
         assert shapes["self_attn.q_proj.weight"] == [16, 32] and shapes["self_attn.k_proj.weight"] == [8, 32]
         assert shapes["self_attn.o_proj.weight"] == [32, 16] and shapes["mlp.up_proj.weight"] == [32, 32]
         assert shapes["mlp.down_proj.weight"] == [32, 32] and shapes["input_layernorm.weight"] == [32]
-        assert res["shapes"]["model.embed_tokens.weight"] == [VOCAB, 32]
+        if res["pp_rank"] == 0:
+            assert res["shapes"]["model.embed_tokens.weight"] == [VOCAB, 32]
 
 
 @pytest.mark.distributed
@@ -431,6 +468,38 @@ def test_an_moe_decoder_is_refused_by_the_pipeline_backend():
                                              moe_num_experts=4, moe_intermediate_size=32), seed=0)  # fmt: skip
     with pytest.raises(ValueError, match="MoE decoder trains on this backend with pp_size 1 and tp_size 1"):
         PipelineEngine(_recipe(4, 1, pp_size=2), moe, torch.device("cpu"))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_zero_bubble_schedules_match_one_process(tmp_path, reference):
+    """distributed.pp_schedule zero_bubble (ZB-H1, one stage per rank) and zbv (two per rank, in a V) on 2 ranks:
+    the same losses, grad norms, weights, eval loss and bit-exact resume as one process, with each backward split
+    into its input and weight halves and the idle fraction of their bubble formulas (`_check_idle`). Under zbv rank
+    0 holds layers 0 and 3 (the first and the last stage, so one word-embedding matrix serves both), rank 1 the
+    middle."""
+    results = _run(tmp_path, "pp2-zero-bubble")
+    _check(tmp_path, results, reference, "pp2-zero-bubble")
+    assert [_held_layers(r) for r in results] == [{0, 1}, {2, 3}]
+
+    results = _run(tmp_path / "zbv", "pp2-zbv")
+    _check(tmp_path / "zbv", results, reference, "pp2-zbv")
+    first, middle = results
+    assert _held_layers(first) == {0, 3} and _held_layers(middle) == {1, 2}
+    assert {"cls.predictions.transform.dense.weight", "ernie.embeddings.word_embeddings.weight"} <= set(first["shapes"])
+    assert not any(n.startswith(("cls.", "ernie.embeddings")) for n in middle["shapes"])
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_decoder_interleaved_zero_bubble_matches_one_process(tmp_path, decoder_reference):
+    """The ERNIE 4.5 decoder under interleaved zero bubble (2 stages per rank, looped: rank 0 layers 0 and 2): the
+    tied word embeddings' two copies (stage 0 on rank 0, the LM head on rank 1) get their weight gradients from the
+    deferred W halves and stay equal; everything else as `_check`."""
+    results = _run(tmp_path, "decoder-pp2-zero-bubble")
+    _check(tmp_path, results, decoder_reference, "decoder-pp2-zero-bubble")
+    assert [_held_layers(r) for r in results] == [{0, 2}, {1, 3}]
+    assert all(r["tied_copies_equal"] for r in results)
 
 
 # ------------------------------------------------------------------ the ernie-pretrain loop on 2 ranks
@@ -556,14 +625,15 @@ def test_ernie_pretrain_runs_a_decoder_recipe_on_the_pipeline_backend(tmp_path):
 
 # ------------------------------------------------------------------------------ splitting, no ranks
 def test_stage_layers_are_contiguous_and_balanced():
-    from ernie_zoo.parallel.pipeline import bubble_fraction, rank_stages, stage_layers
+    from ernie_zoo.parallel.pipeline import rank_stages, stage_layers, stage_ranks
 
     assert stage_layers(4, 2) == [range(0, 2), range(2, 4)]
     assert stage_layers(5, 2) == [range(0, 2), range(2, 5)]  # the extra layer away from the embeddings
     assert stage_layers(24, 4)[3] == range(18, 24)
     assert rank_stages(1, 2, 2) == [1, 3]
-    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
-    assert bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
+    assert stage_ranks(4, 2) == [0, 1, 2, 3, 0, 1, 2, 3]  # looped (interleaved, zero_bubble)
+    assert stage_ranks(4, 2, v_shape=True) == [0, 1, 2, 3, 3, 2, 1, 0]  # zbv
+    assert rank_stages(0, 2, 2, v_shape=True) == [0, 3] and rank_stages(1, 4, 2, v_shape=True) == [1, 6]
     with pytest.raises(ValueError, match="3 layers cannot fill 4 pipeline stages"):
         stage_layers(3, 4)
 
@@ -664,6 +734,84 @@ def test_recipe_rules_for_the_pipeline_backend():
         PretrainRecipe(masking=sentiment, distributed=pipeline).validate()
 
 
+@pytest.mark.parametrize("p", [2, 4])
+@pytest.mark.parametrize("m", [4, 8, 12])
+def test_torch_schedules_idle_fraction_is_the_planned_bubble(p, m):
+    """The action lists torch 2.13 builds for the multi-stage schedules (every rank's, `pipeline_order`), run as a
+    timeline at the zero-bubble paper's equal costs, leave idle exactly the bubble the planner plans them with:
+    interleaved (p-1)/(v m+p-1), zero_bubble (p-1)/(3 v m+p-1) at v = 1 and 2, zbv (p-1)/(6m+p-1) for m >= 2p-1.
+    The 1F1B schedule runs its own loop (its `pipeline_order` is a drawing), so its timeline is measured on ranks."""
+    from types import SimpleNamespace
+
+    from torch.distributed import pipelining
+
+    from ernie_zoo.parallel.pipeline import idle_fraction, rank_stages
+    from ernie_zoo.parallel.planner import pipeline_bubble
+
+    cases = [
+        (pipelining.ScheduleInterleaved1F1B, "1f1b", 2),
+        (pipelining.ScheduleInterleavedZeroBubble, "zero_bubble", 1),
+        (pipelining.ScheduleInterleavedZeroBubble, "zero_bubble", 2),
+        (pipelining.ScheduleZBVZeroBubble, "zbv", 2),
+    ]
+    for cls, schedule, v in cases:
+        if schedule == "zbv" and m < 2 * p - 1:
+            continue
+        n = p * v
+        stages = [  # rank 0's stages, as much of a PipelineStage as building the action lists reads
+            SimpleNamespace(stage_index=s, num_stages=n, group_size=p, group_rank=0, is_first=s == 0,
+                            is_last=s == n - 1, submod=torch.nn.Linear(1, 1))  # fmt: skip
+            for s in rank_stages(0, p, v, v_shape=schedule == "zbv")
+        ]
+        order = cls(stages, m).pipeline_order
+        actions = {
+            rank: [(a.stage_index, a.computation_type.value, a.microbatch_index) for a in acts
+                   if a is not None and a.computation_type.value in "FBIW"]  # fmt: skip
+            for rank, acts in order.items()
+        }
+        assert sum(len(a) for a in actions.values()) == n * m * (3 if schedule != "1f1b" else 2)
+        measured = idle_fraction(actions, n)
+        assert measured == pytest.approx(pipeline_bubble(p, m, v, schedule), rel=1e-9), (cls.__name__, v)
+
+
+def test_idle_fraction_reads_a_timeline():
+    from ernie_zoo.parallel.pipeline import idle_fraction
+
+    # 2 stages, 1 micro batch: F 0-1 on rank 0, F 1-2 and B 2-4 on rank 1, B 4-6 on rank 0: 6 busy of 2 x 6
+    whole = {0: [(0, "F", 0), (0, "B", 0)], 1: [(1, "F", 0), (1, "B", 0)]}
+    assert idle_fraction(whole, 2) == pytest.approx(0.5)
+    # split into input and weight halves: rank 0's I (3-4) starts after rank 1's I (2-3), beside rank 1's W: span 5
+    split = {0: [(0, "F", 0), (0, "I", 0), (0, "W", 0)], 1: [(1, "F", 0), (1, "I", 0), (1, "W", 0)]}
+    assert idle_fraction(split, 2) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="deadlock"):  # rank 0 runs the backward before the forward
+        idle_fraction({0: [(0, "B", 0), (0, "F", 0)], 1: [(1, "F", 0), (1, "B", 0)]}, 2)
+
+
+def test_schedule_rules_name_the_recipe_key():
+    from ernie_zoo.parallel.pipeline import check_schedule, stage_layers
+    from ernie_zoo.training.recipe import DistributedArgs
+
+    def check(message: str, **kwargs) -> None:
+        with pytest.raises(ValueError, match=message):
+            DistributedArgs(backend="pipeline", **kwargs).validate()
+
+    check("'distributed.pp_schedule' = 'zbv': zbv needs distributed.pp_size >= 2", pp_schedule="zbv")
+    check("'distributed.pp_virtual_stages' = 3: zbv runs exactly 2 stages per rank", pp_size=2, pp_schedule="zbv",
+          pp_virtual_stages=3)  # fmt: skip
+    check("'distributed.pp_virtual_stages' = 1: interleaved runs >= 2", pp_size=2, pp_schedule="interleaved",
+          pp_virtual_stages=1)  # fmt: skip
+    check("'distributed.pp_virtual_stages' = 0: zero_bubble runs >= 1", pp_size=2, pp_schedule="zero_bubble",
+          pp_virtual_stages=0)  # fmt: skip
+    check("'distributed.pp_microbatches' = 3: 1f1b needs at least pp_size", pp_size=4, pp_microbatches=3)
+    check("'distributed.pp_microbatches' = 5: zero_bubble runs the micro batches in 2 equal rounds", pp_size=2,
+          pp_schedule="zero_bubble", pp_microbatches=5)  # fmt: skip
+    DistributedArgs(backend="pipeline", pp_size=2, pp_schedule="zero_bubble", pp_virtual_stages=1).validate()
+    DistributedArgs(backend="pipeline", pp_size=4, pp_schedule="interleaved", pp_microbatches=6).validate()
+    check_schedule("zbv", 2, 2, 1)  # runs (torch pads to 2p-1 micro batches); the planner wants m >= 2p-1
+    with pytest.raises(ValueError, match="4 layers cannot fill 8 pipeline stages.*pp_virtual_stages"):
+        stage_layers(4, 2 * 4)  # pp_size 2 x pp_virtual_stages 4 of a 4-layer model
+
+
 def test_micro_batch_must_split_into_pipeline_micro_batches():
     from ernie_zoo.training.pipeline_engine import PipelineEngine
 
@@ -695,6 +843,8 @@ def _worker(out_dir: str, layout: str) -> None:
 
     engine = make_engine()
     rank = dist.get_rank()
+    ran = _record_actions()
+    first_step: list[tuple] = []  # the actions of the first pipeline step
 
     def train_step(step: int) -> tuple[float, float]:
         batch = batch_of(step)
@@ -703,6 +853,8 @@ def _worker(out_dir: str, layout: str) -> None:
         for m in range(accum):
             start = engine.dp_rank * per_replica + m * micro
             loss, _, _ = engine.forward(_rows(batch, slice(start, start + micro)))
+            if not first_step:
+                first_step.extend(ran)
             engine.backward(loss / accum, m == accum - 1)
             total += loss.item() / accum
         norm = engine.step()
@@ -731,7 +883,7 @@ def _worker(out_dir: str, layout: str) -> None:
         # the first and last stage's copies of the tied word embeddings agree bit for bit
         mine = params[emb].detach().clone()
         other = mine.clone()
-        peer = engine.pp_ranks[-1] if engine.first else engine.pp_ranks[0]
+        peer = engine.pp_ranks[engine.stage_rank[-1] if engine.first else 0]
         ops = [dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, other, peer)]
         for work in dist.batch_isend_irecv(ops):
             work.wait()
@@ -749,6 +901,10 @@ def _worker(out_dir: str, layout: str) -> None:
         "shapes": shapes,
         "pp_rank": engine.pp_rank,
         "dp_rank": engine.dp_rank,
+        "tp_rank": engine.tp_rank,
+        "actions": first_step,
+        "pipeline": {"schedule": engine.schedule_name, "virtual": engine.virtual, "num_stages": engine.num_stages,
+                     "n_microbatches": engine.n_microbatches},  # fmt: skip
         "tied_copies_equal": tied_equal,
         "resumed_max_diff": diff,
         "eval": evaluated,
@@ -766,6 +922,32 @@ def _worker(out_dir: str, layout: str) -> None:
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
+
+
+def _record_actions() -> list[tuple[int, str, int]]:
+    """A list that fills with every stage action this process runs, in order: (stage, kind, micro batch), kind F
+    (forward), B (full backward), I (input-gradient half) or W (weight-gradient half)."""
+    from torch.distributed.pipelining.stage import _PipelineStageBase as Stage
+
+    ran: list[tuple[int, str, int]] = []
+    forward, backward = Stage.forward_one_chunk, Stage.backward_one_chunk
+    weight = Stage.backward_weight_one_chunk
+
+    def forward_one_chunk(self, chunk, *args, **kwargs):
+        ran.append((self.stage_index, "F", chunk))
+        return forward(self, chunk, *args, **kwargs)
+
+    def backward_one_chunk(self, chunk, loss=None, full_backward=True, last_backward=False):
+        ran.append((self.stage_index, "B" if full_backward else "I", chunk))
+        return backward(self, chunk, loss=loss, full_backward=full_backward, last_backward=last_backward)
+
+    def backward_weight_one_chunk(self, chunk, last_backward=False):
+        ran.append((self.stage_index, "W", chunk))
+        return weight(self, chunk, last_backward=last_backward)
+
+    Stage.forward_one_chunk, Stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
+    Stage.backward_weight_one_chunk = backward_weight_one_chunk
+    return ran
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

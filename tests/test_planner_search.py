@@ -14,6 +14,7 @@ from ernie_zoo.parallel.planner import (
     ModelShape,
     ParallelSettings,
     activation_bytes_per_layer,
+    layout_text,
     make_plan,
     parse_cluster,
     pipeline_bubble,
@@ -49,6 +50,45 @@ def test_bubble_formula_narayanan_2021():
     assert b / (1 - b) == pytest.approx(7 / 32)
     with pytest.raises(ValueError, match="must be >= 1"):
         pipeline_bubble(0, 4)
+    # zero bubble (Qi et al. 2024): a third of 1F1B's bubble time at T_F = T_B = T_W, (p-1)/(3m) of the work
+    zb = pipeline_bubble(4, 8, 1, "zero_bubble")
+    assert zb == pytest.approx(3 / 27) and zb / (1 - zb) == pytest.approx(3 / (3 * 8))
+    assert pipeline_bubble(4, 8, 2, "zero_bubble") == pytest.approx(3 / 51)
+    assert pipeline_bubble(4, 8, 2, "zbv") == pytest.approx(3 / 51)  # the V's warm-up: (p-1)/(6m+p-1)
+    with pytest.raises(ValueError, match="zbv runs 2 chunks"):
+        pipeline_bubble(4, 8, 1, "zbv")
+
+
+def test_zero_bubble_schedules_plan_their_own_bubble():
+    """The same layout under 1F1B, zero bubble and ZB-V: the bubble's slots shrink from p-1 to (p-1)/3 and
+    (p-1)/6, activations in flight stay 1F1B's (ZB-V's too, although it runs 2 chunks); the schedule's rules."""
+    shape, cluster = _shape(), parse_cluster("nodes=1,gpus_per_node=8,gpu=h100")
+    plans = {
+        (q, v): make_plan(shape, cluster, ParallelSettings(pp=4, virtual_stages=v, schedule=q, zero_stage=1,
+                                                          global_batch=16, recompute="none"))  # fmt: skip
+        for q, v in (("1f1b", 1), ("zero_bubble", 1), ("zbv", 2), ("1f1b", 2))
+    }
+    m = plans["1f1b", 1].grad_accum
+    key = next(k for k in plans["1f1b", 1].times if k.startswith("compute"))
+    per_slot = plans["1f1b", 1].times[key] / (m + 3)
+    for (q, v), slots in {("1f1b", 1): 3, ("zero_bubble", 1): 1, ("zbv", 2): 0.5}.items():
+        plan = plans[q, v]
+        assert plan.bubble == pytest.approx(pipeline_bubble(4, m, v, q))
+        assert plan.times[key] == pytest.approx(per_slot * (m + slots), rel=1e-9)
+    in_flight = {k: p.stage_memory["first"] for k, p in plans.items()}
+    assert in_flight["1f1b", 1] == in_flight["zero_bubble", 1] == in_flight["zbv", 2] < in_flight["1f1b", 2]
+    assert "PP 4 (ZB-V) x" in layout_text(plans["zbv", 2])
+    assert "PP 4 (zero bubble) x" in layout_text(plans["zero_bubble", 1])
+    for bad, message in (
+        (dict(schedule="zbv", virtual_stages=1), "zbv runs 2 chunks per GPU"),
+        (dict(schedule="zero_bubble", pp=1), "needs pp > 1"),
+        (dict(schedule="gpipe"), "schedule must be one of"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            make_plan(shape, cluster, ParallelSettings(**{"pp": 4, "zero_stage": 1, **bad}))
+    with pytest.raises(ValueError, match="zbv fills its bubble with >= 2pp-1 = 7"):
+        make_plan(shape, cluster, ParallelSettings(pp=4, virtual_stages=2, schedule="zbv", zero_stage=1,
+                                                   global_batch=8))  # fmt: skip
 
 
 def test_pipeline_time_is_m_plus_p_minus_1_slots_of_a_stage():
@@ -211,9 +251,11 @@ def test_cli_searches_the_100b_recipe_and_says_why(capsys):
     rc, out, err = _plan_cli(
         capsys, "--recipe", RECIPE, "--cluster", CLUSTER,
         "--tp", "8", "--pp", "8", "--virtual-stages", "2", "--zero", "1", "--micro-batch", "2", "--recompute", "full",
+        "--schedule", "1f1b",
     )  # fmt: skip
     assert rc == 0, err
     assert "chosen: TP 8 x PP 8 (2 chunks) x DP 8, ZeRO-1, micro 2 (m 128), recompute full" in out
+    assert "pp_schedule interleaved, pp_virtual_stages 2," in out
     assert "per stage: first" in out and "PP point-to-point" in out
 
 

@@ -1,6 +1,6 @@
 """`ernie-zoo plan`: per-GPU memory, communication and MFU plan for pretraining or fine-tuning a model on a GPU cluster;
-for pretraining it searches the layout (TP x PP x DP x ZeRO stage x micro-batch x recompute, interleaved pipeline
-chunks, EP for a MoE model) for the fastest that fits, and says why.
+for pretraining it searches the layout (TP x PP x DP x ZeRO stage x micro-batch x recompute, pipeline schedule and
+interleaved chunks, EP for a MoE model) for the fastest that fits, and says why.
 
     ernie-zoo plan --recipe recipes/pretrain/ernie-100b.yaml --cluster nodes=64,gpus_per_node=8,gpu=h100-80gb
     ernie-zoo plan --recipe recipes/pretrain/ernie-100b.yaml --cluster nodes=64,gpus_per_node=8 --pp 8
@@ -15,7 +15,7 @@ A decoder preset (`ernie-zoo info`) plans an ERNIE 4.5 causal LM: a MoE one with
 the routed experts' memory under expert parallelism (--ep) and the all-to-all traffic of its MoE layers.
 
 Search (the default for a pretraining recipe or a preset): every layout flag given here (--tp, --pp,
---virtual-stages, --zero, --micro-batch, --recompute, --ep) pins that dimension and the search covers the rest, at
+--virtual-stages, --schedule, --zero, --micro-batch, --recompute, --ep) pins that dimension and the search covers the rest, at
 the global batch of the recipe (its micro-batch x accumulation x its DP) or --global-batch; it prints the chosen
 layout, why (pipeline bubble, memory per stage against the GPU's, traffic per step) and the runners-up, then the
 chosen layout's full plan. --search false plans the layout exactly as the recipe, the DeepSpeed json and the flags
@@ -58,9 +58,11 @@ class Args:
     tp: int | None = None
     """Tensor-parallel size (default 1; searched)."""
     pp: int | None = None
-    """Pipeline-parallel size: stages of consecutive layers, 1F1B (default 1; searched)."""
+    """Pipeline-parallel size: stages of consecutive layers (default 1; searched)."""
     virtual_stages: int | None = None
-    """Interleaved 1F1B: layer chunks per GPU, Megatron-LM's v (default 1; searched)."""
+    """Layer chunks per GPU, Megatron-LM's v: interleaved 1F1B or zero bubble over v chunks (default 1; searched)."""
+    schedule: Literal["1f1b", "zero_bubble", "zbv"] | None = None
+    """Pipeline schedule: 1f1b (interleaved with --virtual-stages > 1), zero_bubble, zbv (default 1f1b; searched)."""
     ep: int | None = None
     """Expert-parallel size for a MoE model: each GPU holds experts/ep of every MoE layer (default 1)."""
     moe_capacity_factor: float | None = None
@@ -169,6 +171,7 @@ def run(args: Args, argv: list[str]) -> int:
             "tp": args.tp,
             "pp": args.pp,
             "virtual_stages": args.virtual_stages,
+            "schedule": args.schedule,
             "ep": args.ep,
             "moe_capacity_factor": args.moe_capacity_factor,
             "zero_stage": args.zero,
@@ -276,11 +279,9 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             f"{best.grad_accum}"
         )
     elif st.pp > 1:  # the pipeline backend: one loop micro batch is cut into the schedule's micro batches
-        schedule = (
-            f"pp_schedule interleaved, pp_virtual_stages {st.virtual_stages}"
-            if st.virtual_stages > 1
-            else "pp_schedule 1f1b"
-        )
+        name = "interleaved" if st.schedule == "1f1b" and st.virtual_stages > 1 else st.schedule
+        chunks = f", pp_virtual_stages {st.virtual_stages}" if name != "1f1b" else ""
+        schedule = f"pp_schedule {name}{chunks}"
         how = (
             f"distributed.backend pipeline, pp_size {st.pp}, {schedule}, pp_microbatches {best.grad_accum}, "
             f"tp_size {st.tp}, {f'ep_size {st.ep}, ' if moe and st.ep > 1 else ''}zero_stage {st.zero_stage}, "

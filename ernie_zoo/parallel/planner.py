@@ -105,6 +105,10 @@ BYTES_GRAD_FP32 = 4  # ZeRO-Offload's fp32 gradient partition on the host
 # DeepSpeed's PipelineEngine asserts zero_optimization_stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
 # parallelism"); Megatron-LM pairs pipelines with its distributed optimizer, which is ZeRO-1.
 PP_MAX_ZERO = 1
+#: Pipeline schedules the planner models (`pipeline_bubble`): 1f1b is Megatron-LM's 1F1B, interleaved when
+#: virtual_stages > 1 (the recipe's pp_schedule 1f1b / interleaved); zero_bubble and zbv as the recipe names them.
+PLAN_SCHEDULES = ("1f1b", "zero_bubble", "zbv")
+SCHEDULE_NAMES = {"1f1b": "1F1B", "zero_bubble": "zero bubble", "zbv": "ZB-V"}
 
 
 @dataclass(frozen=True)
@@ -425,8 +429,9 @@ class ParallelSettings:
     """How the job runs: TP size, ZeRO stage, batch shape, recompute, and the assumptions of the time model."""
 
     tp: int = 1
-    pp: int = 1  # pipeline-parallel size: stages of consecutive layers, 1F1B schedule
-    virtual_stages: int = 1  # interleaved 1F1B: layer chunks per GPU (Megatron-LM's v); 1 = plain 1F1B
+    pp: int = 1  # pipeline-parallel size: stages of consecutive layers
+    virtual_stages: int = 1  # layer chunks per GPU (Megatron-LM's v): 1F1B interleaved when > 1; zbv: 2
+    schedule: str = "1f1b"  # pipeline schedule, one of PLAN_SCHEDULES (its bubble: `pipeline_bubble`)
     ep: int = 1  # expert-parallel size (MoE): each GPU holds experts/ep of each MoE layer's routed experts
     zero_stage: int = 3
     micro_batch: int = 1
@@ -503,6 +508,12 @@ class ParallelSettings:
             raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
         if self.virtual_stages > 1 and self.pp == 1:
             raise ValueError(f"virtual_stages={self.virtual_stages} (interleaved 1F1B) needs pp > 1")
+        if self.schedule not in PLAN_SCHEDULES:
+            raise ValueError(f"schedule must be one of {PLAN_SCHEDULES}, got {self.schedule!r}")
+        if self.schedule != "1f1b" and self.pp == 1:
+            raise ValueError(f"schedule {self.schedule} needs pp > 1")
+        if self.schedule == "zbv" and self.virtual_stages != 2:
+            raise ValueError(f"schedule zbv runs 2 chunks per GPU, got virtual_stages={self.virtual_stages}")
         if self.pp > 1 and self.zero_stage > PP_MAX_ZERO:
             raise ValueError(
                 f"pipeline parallelism (pp={self.pp}) runs with ZeRO stage 0-{PP_MAX_ZERO}, got zero_stage="
@@ -619,17 +630,31 @@ def model_flops_per_token(
     return (4 + 2 * trainable_fraction) * n_params + 12 * layers * hidden * seq
 
 
-def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1) -> float:
-    """Idle fraction of a 1F1B pipeline's time (Narayanan et al. 2021, "Efficient Large-Scale Language Model
-    Training on GPU Clusters Using Megatron-LM", sec. 2.2). With m micro-batches of forward + backward time
-    t_f + t_b per stage, the bubble lasts (p-1)(t_f + t_b) against m(t_f + t_b) of work: the paper's bubble time
-    fraction (p-1)/m, i.e. (p-1)/(m+p-1) of the whole. Interleaved over v chunks per GPU the bubble shrinks to
-    (p-1)(t_f + t_b)/v (sec. 2.2.2): (p-1)/(v*m + p-1) of the whole."""
+def pipeline_bubble(pp: int, micro_batches: int, virtual_stages: int = 1, schedule: str = "1f1b") -> float:
+    """Idle fraction of a pipeline step's time, p = pp stages, m micro-batches, v chunks per GPU.
+
+    1f1b (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
+    sec. 2.2): with forward + backward time t_f + t_b per micro-batch and stage the bubble lasts (p-1)(t_f + t_b)
+    against m(t_f + t_b) of work, the paper's bubble time fraction (p-1)/m, i.e. (p-1)/(m+p-1) of the whole;
+    interleaved over v chunks the bubble shrinks to (p-1)(t_f + t_b)/v (sec. 2.2.2): (p-1)/(v m+p-1).
+    zero_bubble (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", sec. 2.1, ZB-H1; torch's
+    ScheduleInterleavedZeroBubble): the backward split into B (input gradient) and W (weight gradient), the Ws
+    deferred into the cool-down; with T_F = T_B = T_W the bubble is (p-1)(T_F + T_B - T_W) = a third of 1F1B's,
+    (p-1)/(3m) of the work (the paper's table), over v chunks (p-1)/(3 v m+p-1) of the whole.
+    zbv (ibid., sec. 6; torch's ScheduleZBVZeroBubble, 2 chunks in a V): (p-1)/(6m+p-1), the warm-up's p-1
+    chunk forwards (the paper's 0 counts each GPU from its own first pass), for m >= 2p-1.
+    Each fraction is what torch 2.13's schedule of that name leaves idle on its own action lists at those costs
+    (`parallel.pipeline.idle_fraction`; tests/test_planner_search.py, tests/test_pipeline_parallel.py)."""
     if pp < 1 or micro_batches < 1 or virtual_stages < 1:
         raise ValueError(
             f"pp, micro_batches and virtual_stages must be >= 1, got {pp}, {micro_batches}, {virtual_stages}"
         )
-    return (pp - 1) / (virtual_stages * micro_batches + pp - 1)
+    if schedule not in PLAN_SCHEDULES:
+        raise ValueError(f"schedule must be one of {PLAN_SCHEDULES}, got {schedule!r}")
+    if schedule == "zbv" and virtual_stages != 2:
+        raise ValueError(f"schedule zbv runs 2 chunks per GPU, got virtual_stages={virtual_stages}")
+    work = {"1f1b": 1, "zero_bubble": 3, "zbv": 3}[schedule] * virtual_stages * micro_batches
+    return (pp - 1) / (work + pp - 1)
 
 
 def ring_bytes(collective: str, size_bytes: float, n: int) -> float:
@@ -711,11 +736,16 @@ class Plan:
         return self.total_bytes <= self.capacity_bytes
 
     def pipeline_text(self) -> str:
-        """'PP 8 x ' (', 2 chunks' when interleaved) or '' without a pipeline."""
+        """'PP 8 x ', 'PP 8 (2 chunks) x ' when interleaved, 'PP 8 (zero bubble) x ' / 'PP 8 (ZB-V) x ', or ''
+        without a pipeline."""
         st = self.settings
         if st.pp == 1:
             return ""
-        return f"PP {st.pp}{f' ({st.virtual_stages} chunks)' if st.virtual_stages > 1 else ''} x "
+        what = [SCHEDULE_NAMES[st.schedule] if st.schedule != "1f1b" else ""]
+        if st.virtual_stages > 1 and st.schedule != "zbv":
+            what.append(f"{st.virtual_stages} chunks")
+        inside = ", ".join(w for w in what if w)
+        return f"PP {st.pp}{f' ({inside})' if inside else ''} x "
 
     def verdict(self) -> str:
         need, have = self.total_bytes / GIB, self.capacity_bytes / GIB
@@ -804,7 +834,7 @@ class Plan:
                 "per stage: "
                 + ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in self.stage_memory.items())
                 + f" (above: the {max(self.stage_memory, key=self.stage_memory.__getitem__)} stage); pipeline "
-                f"bubble {self.bubble:.1%} (p {st.pp}, m {self.grad_accum}, v {st.virtual_stages})"
+                f"bubble {self.bubble:.1%} (p {st.pp}, m {self.grad_accum}, v {st.virtual_stages}, {st.schedule})"
             )
         if self.host:
             lines.append("")
@@ -946,10 +976,15 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         )
     grad_accum = global_batch // (b * dp)
     m = grad_accum  # micro-batches per pipeline per step
-    if v > 1 and m % p:
+    if (v > 1 or st.schedule == "zero_bubble") and m % p:
         raise ValueError(
-            f"interleaved 1F1B (virtual_stages={v}) needs the micro-batches per step ({m}) to be a multiple of pp={p}"
+            f"{'interleaved 1F1B' if st.schedule == '1f1b' else st.schedule} (virtual_stages={v}) needs the "
+            f"micro-batches per step ({m}) to be a multiple of pp={p}"
         )
+    if p > 1 and m < p:
+        raise ValueError(f"a pipeline of pp={p} stages needs at least {p} micro-batches per step, got {m}")
+    if st.schedule == "zbv" and m < 2 * p - 1:
+        raise ValueError(f"zbv fills its bubble with >= 2pp-1 = {2 * p - 1} micro-batches per step, got {m}")
     notes: list[str] = []
 
     # ── memory: the fuller of the first and the last pipeline stage (pp 1: the one stage) ──
@@ -959,7 +994,9 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     # Activations in flight on the first stage under 1F1B: min(p, m) micro-batches of its layers (Narayanan et al.
     # 2021, sec. 2.2.1); interleaved, x (1 + (p-1)/(p*v)) (Korthikanti et al. 2022, sec. 4.2.3). The last stage
     # holds one micro-batch, plus the output layer's logits.
-    in_flight = min(p, m) * (1 + (p - 1) / (p * v) if v > 1 else 1)
+    # Zero bubble: ZB-H1 and ZB-V keep 1F1B's peak (Qi et al. 2024, sec. 2.1 and 6): a deferred W holds less than
+    # the B before it, and a V places the first stage's and the last chunk's micro-batches on one GPU.
+    in_flight = min(p, m) * (1 + (p - 1) / (p * v) if v > 1 and st.schedule != "zbv" else 1)
     stage_memory: dict[str, float] = {}
     breakdowns: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
     for which, params, flight in (("first", first_rank, in_flight), ("last", last_rank, 1.0)):
@@ -984,7 +1021,8 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
         )
     if p > 1:
         notes.append(
-            f"pipeline: {p} stages of {model.layers / p:g} layers (the fullest {stage_layers}), 1F1B"
+            f"pipeline: {p} stages of {model.layers / p:g} layers (the fullest {stage_layers}), "
+            f"{SCHEDULE_NAMES[st.schedule]}"
             f"{f' interleaved, {v} chunks per GPU' if v > 1 else ''}; per-GPU memory is the {heavy} stage's "
             f"(first {stage_memory['first'] / GIB:.1f} GiB: embeddings + {in_flight:.3g} micro-batches of "
             f"activations; last {stage_memory['last'] / GIB:.1f} GiB: output layer + 1 micro-batch)"
@@ -1127,9 +1165,11 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     elif st.recompute == "selective":
         gpu_flops_tok += 4 * stage_layers * width * s / t
     tokens_micro = b * s
-    # 1F1B runs m micro-batches through p stages in m + (p-1)/v slots of one micro-batch's forward + backward on
-    # one stage (Narayanan et al. 2021, sec. 2.2): the bubble is (p-1)/v slots, (p-1)/(v*m + p-1) of the time.
-    slots = grad_accum + (p - 1) / v
+    # A pipeline runs m micro-batches through p stages in m / (1 - bubble) slots of one micro-batch's forward +
+    # backward on one stage: 1F1B m + (p-1)/v (Narayanan et al. 2021, sec. 2.2), zero bubble m + (p-1)/(3v).
+    bubble = pipeline_bubble(p, grad_accum, v, st.schedule)
+    bubble_slots = grad_accum * bubble / (1 - bubble)
+    slots = grad_accum + bubble_slots
     micro_compute_s = tokens_micro * gpu_flops_tok / (gpu.peak_tflops * 1e12 * st.efficiency)
     micro_tp_s = tp_bytes_micro / tp_bw if t > 1 else 0.0
     # NVLink and InfiniBand carry their parts at once; overlapped (ep_overlap), the all-to-alls of one micro-batch
@@ -1139,8 +1179,7 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     micro_p2p_s = p2p_bytes_micro / pp_bw
     compute_s = slots * micro_compute_s
     tp_s, ep_s, p2p_s = slots * micro_tp_s, slots * micro_ep_s, slots * micro_p2p_s
-    bubble = pipeline_bubble(p, grad_accum, v)
-    bubble_s = (p - 1) / v * (micro_compute_s + micro_tp_s + micro_ep_s + micro_p2p_s)
+    bubble_s = bubble_slots * (micro_compute_s + micro_tp_s + micro_ep_s + micro_p2p_s)
     dp_comm_bytes = next(iter(comm.values()))
     dp_s = dp_comm_bytes / dp_bw if dp > 1 else 0.0
     # What the ZeRO/DP traffic hides under: ZeRO-2/3 reduce (and gather) every micro-batch, so all of the compute;
@@ -1164,7 +1203,11 @@ def make_plan(model: ModelShape, cluster: Cluster, settings: ParallelSettings) -
     times = {
         f"compute ({gpu.peak_tflops:g} TFLOPS x {st.efficiency:.0%} efficiency)": compute_s,
         **(
-            {f"  of which pipeline bubble ({bubble:.1%} of the pipeline time, (p-1)/(v*m+p-1))": bubble_s}
+            {
+                f"  of which pipeline bubble ({bubble:.1%} of the pipeline time, {BUBBLE_TEXT[st.schedule]})": (
+                    bubble_s
+                )
+            }
             if p > 1
             else {}
         ),
@@ -1285,7 +1328,9 @@ def largest_micro_batch(
 # ── the layout search ──────────────────────────────────────────────────────────────────────────────────────
 
 #: ParallelSettings fields the search varies (a caller pins any of them by naming it in `fixed`)
-SEARCH_DIMS = ("tp", "pp", "virtual_stages", "zero_stage", "micro_batch", "recompute", "ep")
+SEARCH_DIMS = ("tp", "pp", "virtual_stages", "schedule", "zero_stage", "micro_batch", "recompute", "ep")
+#: each schedule's bubble as `pipeline_bubble` computes it, for the report
+BUBBLE_TEXT = {"1f1b": "(p-1)/(v*m+p-1)", "zero_bubble": "(p-1)/(3*v*m+p-1)", "zbv": "(p-1)/(6*m+p-1)"}
 
 
 @dataclass
@@ -1320,7 +1365,7 @@ class LayoutSearch:
         best, st = self.best, self.best.settings
         pinned = ", ".join(f"{k}={v}" for k, v in self.fixed.items()) or "nothing"
         lines = [
-            f"layout search: {self.tried} layouts of TP x PP x chunks x ZeRO x micro-batch x recompute"
+            f"layout search: {self.tried} layouts of TP x PP x chunks x schedule x ZeRO x micro-batch x recompute"
             f"{' x EP' if best.model.moe_layers else ''} planned, {len(self.plans)} fit, {self.too_big} too big; "
             f"{self.impossible} impossible (sizes that do not divide, ZeRO-2/3 under a pipeline); pinned: {pinned}",
             f"chosen: {layout_text(best)} -> {best.tokens_per_s:,.0f} tokens/s, MFU {best.mfu:.1%}",
@@ -1328,8 +1373,8 @@ class LayoutSearch:
         why = []
         if st.pp > 1:
             why.append(
-                f"pipeline bubble {best.bubble:.1%} = (p-1)/(v*m+p-1) with p {st.pp}, m {best.grad_accum} "
-                f"micro-batches, v {st.virtual_stages}"
+                f"pipeline bubble {best.bubble:.1%} = {BUBBLE_TEXT[st.schedule]} ({st.schedule}) with p {st.pp}, "
+                f"m {best.grad_accum} micro-batches, v {st.virtual_stages}"
             )
         else:
             why.append("no pipeline: no bubble, every GPU holds all layers")
@@ -1350,14 +1395,14 @@ class LayoutSearch:
             )
         lines += [f"  - {w}" for w in why]
         if others:
-            lines += ["", "runners-up (the fastest of each other TP x PP x chunks x ZeRO layout):"]
+            lines += ["", "runners-up (the fastest of each other TP x PP x chunks x schedule x ZeRO layout):"]
             lines.append(layout_table([best, *others]))
         return "\n".join(lines)
 
 
 def _layout_key(plan: Plan) -> tuple:
     st = plan.settings
-    return (st.tp, st.pp, st.virtual_stages, st.zero_stage, st.ep)
+    return (st.tp, st.pp, st.virtual_stages, st.schedule, st.zero_stage, st.ep)
 
 
 def layout_text(plan: Plan) -> str:
@@ -1414,7 +1459,8 @@ def _candidates(
                 else [1],
             )
             for v in chunks:
-                for z in zeros:
+                schedules = ["1f1b"] + (["zero_bubble"] if p > 1 else []) + (["zbv"] if v == 2 else [])
+                for z, schedule in ((z, q) for z in zeros for q in free("schedule", schedules)):
                     for b in micros:
                         for r in free("recompute", RECOMPUTE):
                             for e in eps:
@@ -1422,6 +1468,7 @@ def _candidates(
                                     tp=t,
                                     pp=p,
                                     virtual_stages=v,
+                                    schedule=schedule,
                                     zero_stage=z,
                                     micro_batch=b,
                                     recompute=r,
@@ -1509,6 +1556,7 @@ def settings_from_deepspeed(ds_config: dict[str, Any], **overrides: Any) -> dict
 
 __all__ = [
     "GPUS",
+    "PLAN_SCHEDULES",
     "Cluster",
     "GPUSpec",
     "ModelShape",

@@ -195,13 +195,22 @@ def compare(run: PublishedRun) -> Comparison:
     cluster = parse_cluster(run.cluster)
     shape = gpt_shape(run)
     base = _settings(run)
-    pinned = {"tp": run.tp, "pp": run.pp, "zero_stage": run.zero_stage, "recompute": "full"}
+    # Megatron-LM 2021 and BLOOM ran 1F1B (interleaved or not): the zero-bubble schedules are left out of both
+    pinned = {
+        "tp": run.tp,
+        "pp": run.pp,
+        "zero_stage": run.zero_stage,
+        "recompute": "full",
+        "schedule": "1f1b",
+    }
     if run.micro_batch is not None:
         pinned["micro_batch"] = run.micro_batch
     best_pinned = search_layouts(shape, cluster, base, pinned).best
     # The search within what the run's software offered: its ZeRO stage and full recomputation (Megatron-LM 2021
     # had no ZeRO; BLOOM ran ZeRO-1), TP, PP, chunks and micro-batch free.
-    searched = search_layouts(shape, cluster, base, {"zero_stage": run.zero_stage, "recompute": "full"}).best
+    searched = search_layouts(
+        shape, cluster, base, {"zero_stage": run.zero_stage, "recompute": "full", "schedule": "1f1b"}
+    ).best
     return Comparison(run, cluster, best_pinned, searched)
 
 

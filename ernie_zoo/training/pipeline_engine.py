@@ -1,9 +1,9 @@
 """Pipeline-parallel pretraining engine (`distributed.backend: pipeline`), composed with tensor and data
 parallelism (a MoE decoder's: with expert parallelism, `distributed.ep_size`, each stage's experts over that stage's
 data-parallel ranks, the router loss carried through the stages: `DecoderStage`, `step`): the layers of an encoder
-or an ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by
-`torch.distributed.pipelining`'s 1F1B or interleaved 1F1B schedule, each stage optionally TP-sharded by the TP plan (DTensor, `parallel.tp_plan`),
-whole pipelines replicated over data-parallel ranks.
+or an ERNIE 4.5 decoder split into stages (`parallel.pipeline`) run by `torch.distributed.pipelining`'s schedules
+(`distributed.pp_schedule`: 1F1B, interleaved 1F1B, zero bubble, ZB-V; `parallel.pipeline`), each stage optionally
+TP-sharded by the TP plan (DTensor, `parallel.tp_plan`), whole pipelines replicated over data-parallel ranks.
 
     ranks = dp x pp x tp, a device mesh ("dp", "pp", "tp"); 4 ranks as PP 2 x TP 2:   pp 0: ranks 0 1 (TP pair)
                                                                                     pp 1: ranks 2 3 (TP pair)
@@ -12,7 +12,7 @@ whole pipelines replicated over data-parallel ranks.
 
 Why `torch.distributed.pipelining` rather than DeepSpeed's PipelineModule: the stages are plain modules of our own
 model (parameter names unchanged, so checkpoints and the TP plan carry over), DTensor TP composes inside a stage,
-the schedules (1F1B, interleaved 1F1B) run on gloo CPU ranks as on NCCL, and the engine keeps the training loop's
+the schedules (1F1B, interleaved 1F1B, zero bubble) run on gloo CPU ranks as on NCCL, and the engine keeps the training loop's
 contract. DeepSpeed's pipeline engine wants the model rewritten as a LayerSpec list and owns the loop
 (`train_batch` pulls from its own data iterator), which the one loop (`loop.TrainLoop`) cannot hand it.
 
@@ -62,8 +62,11 @@ from ernie_zoo.parallel.pipeline import (
     DECODER_SPLIT,
     ENCODER_SPLIT,
     build_schedule,
+    check_schedule,
     prune_to_stages,
     rank_stages,
+    stage_ranks,
+    stages_per_rank,
     tied_weights,
 )
 from ernie_zoo.parallel.resharding import model_state, optimizer_state
@@ -358,8 +361,9 @@ class PipelineEngine(LogicalStateEngine):
         self.recipe, self.device = recipe, device
         self.pp, self.tp = int(d.pp_size), int(d.tp_size or 1)
         self.schedule_name = d.pp_schedule
-        self.virtual = int(d.pp_virtual_stages) if d.pp_schedule == "interleaved" else 1
+        self.virtual = stages_per_rank(d.pp_schedule, int(d.pp_virtual_stages))
         self.n_microbatches = int(d.pp_microbatches or self.pp)
+        check_schedule(d.pp_schedule, self.pp, int(d.pp_virtual_stages), self.n_microbatches)
         self.grad_accum = recipe.grad_accum_steps
         if recipe.micro_batch_size % self.n_microbatches:
             raise ValueError(
@@ -414,7 +418,9 @@ class PipelineEngine(LogicalStateEngine):
         self.dp_group = self.mesh.get_group("dp") if self.dp > 1 else None
         self.pp_ranks = [int(r) for r in self.mesh["pp"].mesh.tolist()]  # global rank of each pipeline rank
         self.num_stages = self.pp * self.virtual
-        self.stage_ids = rank_stages(self.pp_rank, self.pp, self.virtual)
+        v_shape = self.schedule_name == "zbv"
+        self.stage_rank = stage_ranks(self.pp, self.virtual, v_shape)  # pipeline rank of each stage
+        self.stage_ids = rank_stages(self.pp_rank, self.pp, self.virtual, v_shape)
         self.first, self.last = 0 in self.stage_ids, self.num_stages - 1 in self.stage_ids
 
         tied = tied_weights(self.split, model)  # the word embeddings, kept by the first and the last stage
@@ -437,8 +443,10 @@ class PipelineEngine(LogicalStateEngine):
             apply_ep(model, self.expert_mesh["ep"], self.mesh["tp"], self.dp)
             self.expert_names = {n for n in dict(model.named_parameters()) if ".mlp.experts." in n}
         params = dict(model.named_parameters())
-        # the tied word embeddings: a copy on the first and on the last stage (one stage: the tensor itself)
-        self.tied = [name for name in tied if name in params and self.pp > 1 and (self.first or self.last)]
+        # the tied word embeddings: a copy on the first and on the last stage's rank (one rank holding both, as
+        # without a pipeline or under zbv: the tensor itself)
+        apart = self.stage_rank[0] != self.stage_rank[-1]
+        self.tied = [name for name in tied if name in params and apart and (self.first or self.last)]
         self.tied_group = self._tied_group()
         self.replica_group = self._replica_group()
         self._checkpoint_group = resharding.checkpoint_group()  # the asynchronous writer's collectives
@@ -537,13 +545,14 @@ class PipelineEngine(LogicalStateEngine):
         creates every group, as `new_group` requires; the first and last pipeline ranks join theirs)."""
         import torch.distributed as dist
 
-        if self.pp == 1:  # one stage holds the word embeddings and the head: nothing to keep in sync
+        first, last = self.stage_rank[0], self.stage_rank[-1]
+        if first == last:  # one rank holds the word embeddings and the head: nothing to keep in sync
             return None
         mine = None
         grid = self.mesh.mesh  # (dp, pp, tp) global ranks
         for dp in range(self.dp):
             for tp in range(self.tp):
-                pair = [int(grid[dp, 0, tp]), int(grid[dp, self.pp - 1, tp])]
+                pair = [int(grid[dp, first, tp]), int(grid[dp, last, tp])]
                 group = dist.new_group(pair)
                 if self.rank in pair:
                     mine = group
@@ -636,7 +645,8 @@ class PipelineEngine(LogicalStateEngine):
             schedule.step(*args, **kwargs)
         else:
             self._forward_only(keys, inputs, labels, sums)
-        dist.broadcast(sums, src=self.pp_ranks[-1], group=self.pp_group)  # the last stage's numbers
+        last = self.pp_ranks[self.stage_rank[-1]]
+        dist.broadcast(sums, src=last, group=self.pp_group)  # the last stage's numbers
         loss = sums[0].item() / max(n, 1) + coef * sums[2].item() / self.n_microbatches
         return torch.tensor(loss), n, int(sums[1].item())
 
@@ -700,20 +710,26 @@ class PipelineEngine(LogicalStateEngine):
 
         carried = inputs[keys.index(self.carry)]
         shape = (*carried.shape, self.model.config.hidden_size)
+        here: torch.Tensor | None = None  # a stage's output for the next stage on this rank too (zbv's V)
         for stage_id, module in zip(self.stage_ids, self.stages):
             if stage_id == 0:
                 module.keys = keys
                 out = module(*inputs)
             else:
-                h = torch.empty(shape, dtype=torch.float32, device=self.device)
-                dist.recv(h, src=self.pp_ranks[(stage_id - 1) % self.pp], group=self.pp_group)
+                if here is None:
+                    h = torch.empty(shape, dtype=torch.float32, device=self.device)
+                    dist.recv(h, src=self.pp_ranks[self.stage_rank[stage_id - 1]], group=self.pp_group)
+                else:
+                    h, here = here, None
                 out = module(h, carried.to(h.dtype))
             if stage_id == self.num_stages - 1:
                 ce, correct = self._head_loss(out[0] if self.moe else out, labels)
                 sums[:2] += torch.tensor([float(ce), float(correct)], dtype=torch.float64, device=self.device)
+            elif self.stage_rank[stage_id + 1] == self.pp_rank:
+                here = out[0]
             else:
                 dist.send(
-                    out[0].contiguous(), dst=self.pp_ranks[(stage_id + 1) % self.pp], group=self.pp_group
+                    out[0].contiguous(), dst=self.pp_ranks[self.stage_rank[stage_id + 1]], group=self.pp_group
                 )
 
     def backward(self, loss: torch.Tensor, boundary: bool | None = None) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from ernie_zoo.models.recompute import RECOMPUTE
 from ernie_zoo.parallel.deepspeed_backend import OFFLOAD_DEVICES
 from ernie_zoo.parallel.distributed import DEFAULT_TIMEOUT_S
+from ernie_zoo.parallel.pipeline import check_schedule
 
 
 # --------------------------------------------------------------------------------------------- the recipe
@@ -239,13 +240,19 @@ class DistributedArgs:
     Pipeline parallelism). tp_size (each stage's TP plan layers DTensor-sharded; null: 1), recompute and timeout_s
     apply to this backend as to deepspeed."""
     pp_schedule: str = "1f1b"
-    """pipeline backend: 1f1b (one stage per rank) or interleaved (pp_virtual_stages stages per rank, a smaller
-    bubble for more point-to-point traffic)."""
+    """pipeline backend: 1f1b (one stage per rank), interleaved (interleaved 1F1B, pp_virtual_stages >= 2 stages
+    per rank: a smaller bubble for more point-to-point traffic), zero_bubble (each backward split into its input
+    and its weight gradient, the weight gradients filling the bubble; pp_virtual_stages >= 1 stages per rank, 1 is
+    the paper's ZB-H1) or zbv (zero bubble over 2 stages per rank placed in a V; best with pp_microbatches >=
+    2 pp_size - 1). Idle fraction with p = pp_size, m = pp_microbatches, v stages per rank: (p-1)/(m+p-1),
+    (p-1)/(v m+p-1), (p-1)/(3 v m+p-1), (p-1)/(6m+p-1) (docs/scale.md, Pipeline schedules)."""
     pp_microbatches: int | None = None
     """pipeline backend: pipeline micro batches each micro batch is cut into (micro_batch_size must be a multiple);
-    null: pp_size. The bubble is (pp_size - 1) / (pp_microbatches + pp_size - 1)."""
+    null: pp_size. 1f1b needs >= pp_size; interleaved and zero_bubble run them in pp_microbatches // pp_size equal
+    rounds (a multiple of pp_size always works)."""
     pp_virtual_stages: int = 2
-    """pipeline backend, schedule interleaved: stages per rank (stage s runs on pipeline rank s % pp_size)."""
+    """pipeline backend, schedules interleaved and zero_bubble: stages per rank (stage s runs on pipeline rank
+    s % pp_size); zbv: must be 2; 1f1b: not used. pp_size x this many stages need as many layers."""
     tp_size: int | None = None
     """deepspeed backend: AutoTP tensor-parallel size (the TP plan's Linear layers split over groups of this many
     ranks, which read the same rows; it must divide the ranks and the attention heads); null: the json's
@@ -401,29 +408,13 @@ class DistributedArgs:
                 self.pp_size >= 1, "distributed.pp_size", self.pp_size, "must be >= 1 under backend pipeline"
             )
             _check(
-                self.pp_size >= 2 or self.pp_schedule == "1f1b",
-                "distributed.pp_schedule",
-                self.pp_schedule,
-                "interleaved needs distributed.pp_size >= 2",
-            )
-            _check(
-                self.pp_schedule in PP_SCHEDULES,
-                "distributed.pp_schedule",
-                self.pp_schedule,
-                f"must be one of {', '.join(PP_SCHEDULES)}",
-            )
-            _check(
                 self.pp_microbatches is None or self.pp_microbatches >= 1,
                 "distributed.pp_microbatches",
                 self.pp_microbatches,
                 "must be >= 1 or null",
             )
-            _check(
-                self.pp_virtual_stages >= 2,
-                "distributed.pp_virtual_stages",
-                self.pp_virtual_stages,
-                "must be >= 2 (1 is the 1f1b schedule)",
-            )
+            m = self.pp_microbatches or self.pp_size
+            check_schedule(self.pp_schedule, self.pp_size, self.pp_virtual_stages, m)
             _check(
                 self.zero_stage in (None, 0, 1),
                 "distributed.zero_stage",
@@ -643,7 +634,6 @@ class PretrainRecipe:
 PRECISIONS = ("fp32", "bf16", "fp16")
 DECAYS = ("cosine", "linear", "constant")
 BACKENDS = ("single", "deepspeed", "pipeline")  # the engines of ernie_zoo.training.backends
-PP_SCHEDULES = ("1f1b", "interleaved")  # ernie_zoo.parallel.pipeline.SCHEDULES
 ARCH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
 

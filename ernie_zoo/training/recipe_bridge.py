@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ernie_zoo.parallel.pipeline import stages_per_rank
 from ernie_zoo.recipe_cli import load_recipe
 
 from .build import build_model_config
@@ -69,6 +70,10 @@ def planner_inputs_from_recipe(path: str | os.PathLike) -> tuple[Any, dict[str, 
             settings[field] = getattr(dist, key)
     if dist.deepspeed_config:
         settings["deepspeed"] = dist.deepspeed_config
+    if dist.backend == "pipeline" and dist.pp_size > 1:  # the pipeline's schedule, planned with its bubble
+        interleaved = dist.pp_schedule == "interleaved"
+        settings["schedule"] = "1f1b" if interleaved else dist.pp_schedule
+        settings["virtual_stages"] = stages_per_rank(dist.pp_schedule, dist.pp_virtual_stages)
     return config, settings, warnings
 
 
