@@ -71,8 +71,10 @@ def test_the_shipped_default_reads_e5s_prefixes():
     embed = Taskflow("feature_extraction")
     assert embed._task.prefix == "query: "
     assert Taskflow("feature_extraction", input_type="passage")._task.prefix == "passage: "
-    # e5 reads ▁passage as one piece; the character vocabulary keeps it
-    assert embed._task.tokenizer.tokenize("passage: 你好") == ["passage", ":", "你", "好"]
+    # the default reads e5's own pieces (▁passage one piece, 你好 one piece); the character base keeps ▁passage
+    assert embed._task.tokenizer.tokenize("passage: 你好") == ["▁passage", ":", "▁", "你好"]
+    chars = Taskflow("feature_extraction", model="ernie-zoo-e5-small-zh")
+    assert chars._task.tokenizer.tokenize("passage: 你好") == ["passage", ":", "你", "好"]
     # the previous default stays loadable by name, with its old pooling and no prefix
     mini = Taskflow("feature_extraction", model="ernie-zoo-mini-zh")
     assert mini._task.prefix == "" and len(mini("你好")["embedding"]) == 256

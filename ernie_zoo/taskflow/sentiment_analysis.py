@@ -4,7 +4,7 @@ Usage with the shipped default model, ernie-zoo-e5-sentiment (real output):
 
 >>> from ernie_zoo.taskflow import Taskflow
 >>> Taskflow("sentiment_analysis")("这家餐厅的服务非常棒！")  # doctest: +ELLIPSIS
-{'text': '这家餐厅的服务非常棒！', 'label': 'positive', 'score': 0.92...}
+{'text': '这家餐厅的服务非常棒！', 'label': 'positive', 'score': 0.97...}
 
 With a local model directory (task_path=; here a tiny model the test-suite trains on review sentences):
 
