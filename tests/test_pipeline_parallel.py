@@ -458,16 +458,23 @@ def test_bf16_pp2_matches_one_process_in_bf16(tmp_path, bf16_references, layout)
     assert mean < 1e-3
 
 
-def test_an_moe_decoder_is_refused_by_the_pipeline_backend():
+def test_the_moe_layouts_the_pipeline_backend_does_not_build_are_refused():
+    """PP x EP runs (tests/test_expert_parallel.py); TP of a MoE decoder's pipeline stages, ZeRO-1 of a pipeline's
+    experts and EP of a dense model are refused by name, before any rank is launched."""
     from ernie_zoo.models.decoder import decoder_config
     from ernie_zoo.training.causal_lm import build_decoder_model
     from ernie_zoo.training.pipeline_engine import PipelineEngine
 
-    moe = build_decoder_model(decoder_config(True, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                                             num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                                             moe_num_experts=4, moe_intermediate_size=32), seed=0)  # fmt: skip
-    with pytest.raises(ValueError, match="MoE decoder trains on this backend with pp_size 1 and tp_size 1"):
-        PipelineEngine(_recipe(4, 1, pp_size=2), moe, torch.device("cpu"))
+    shape = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=64)  # fmt: skip
+    moe = build_decoder_model(decoder_config(True, moe_num_experts=4, moe_intermediate_size=32, **shape), seed=0)
+    with pytest.raises(ValueError, match="TP of the fused MoE experts is not built"):
+        PipelineEngine(_recipe(4, 1, pp_size=2, tp_size=2), moe, torch.device("cpu"))
+    with pytest.raises(ValueError, match="ZeRO-1 of the pipeline's experts"):
+        PipelineEngine(_recipe(4, 1, pp_size=2, ep_size=2, zero_stage=1), moe, torch.device("cpu"))
+    dense = build_decoder_model(decoder_config(False, **shape), seed=0)
+    with pytest.raises(ValueError, match="expert parallelism needs a MoE decoder"):
+        PipelineEngine(_recipe(4, 1, pp_size=2, ep_size=2), dense, torch.device("cpu"))
 
 
 @pytest.mark.distributed
