@@ -212,8 +212,8 @@ class TrainArgs:
     learning_rate: float | None = None
     """Peak learning rate; default: 5e-5 full fine-tuning, 1e-3 LoRA/adapters, 3e-2 prompt methods."""
     head_learning_rate: float | None = None
-    """Peak learning rate of the task head (method.modules_to_save, else the classifier and a CRF's transitions);
-    null: learning_rate. A freshly initialised head on a base with small hidden states (e5's: std 0.26) learns too
+    """Peak learning rate of the modules trained fully (method.modules_to_save, else the task head: the classifier
+    and a CRF's transitions; and any module the checkpoint lacked); null: learning_rate. A freshly initialised head on a base with small hidden states (e5's: std 0.26) learns too
     slowly at an encoder's rate: a token tagger on e5 predicts O everywhere for hundreds of steps at 5e-5."""
     weight_decay: float = 0.01
     """AdamW weight decay (not on biases, LayerNorm weights or the embedding block: the rule pretraining uses,

@@ -150,6 +150,8 @@ class MethodInfo:
     mergeable: bool
     trainable: int
     total: int
+    modules_to_save: tuple[str, ...] = ()
+    """The modules trained fully: the recipe's modules_to_save (else the task head) and the newly initialised ones."""
 
     @property
     def fraction(self) -> float:
@@ -230,7 +232,7 @@ def apply_method(
     total = sum(numel(p) for p in wrapped.parameters())  # a ZeRO-3 partitioned model counted whole
     if method.warning:
         logger.warning(method.warning, method.name)
-    info = MethodInfo(method.name, method.mergeable, trainable, total)
+    info = MethodInfo(method.name, method.mergeable, trainable, total, tuple(to_save))
     logger.info(
         "method %s: %d of %d parameters trainable (%.3f%%)",
         method.name,

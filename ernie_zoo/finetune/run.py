@@ -35,7 +35,7 @@ from ernie_zoo.zoo import SHIPPED_MODELS
 from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
 from .export import export, load_config
-from .methods import MethodInfo, apply_method, default_learning_rate, default_modules_to_save
+from .methods import MethodInfo, apply_method, default_learning_rate
 from .objectives import Objective, PreferenceObjective, make_objective
 
 logger = logging.getLogger(__name__)
@@ -307,9 +307,6 @@ class FinetuneJob:
 
     def default_learning_rate(self, method: str) -> float:
         return default_learning_rate(method)
-
-    def head_modules(self, model) -> list[str]:
-        return self.recipe.method.modules_to_save or default_modules_to_save(self.recipe.task, model)
 
     def teachers(self, tokenizer, device: torch.device) -> Teachers | None:
         t = self.recipe.train

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from .int8 import FORMAT_KEY, WEIGHTS_NAME, dequantize_pairs
+from .int8 import FORMAT_KEY, MIN_ELEMENTS, WEIGHTS_NAME, dequantize_pairs
 
 Q4_0 = "q4_0"
 QUANT_SUFFIX = ".q4_0"
@@ -95,7 +95,7 @@ def quantize_blocks(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_linear_weights(
-    model: nn.Module, skip: tuple[str, ...] = ("classifier", "crf"), min_elements: int = 4096
+    model: nn.Module, skip: tuple[str, ...] = ("classifier", "crf"), min_elements: int = MIN_ELEMENTS
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Round every 2-D weight of `model` with at least `min_elements` values and a row length divisible by 32 (the
     encoder's Linear layers and word embeddings; not position / token-type embeddings, which the Q4_0 source keeps

@@ -201,7 +201,7 @@ class SupervisedTraining:
             lr,
             self.t.weight_decay,
             cpu_adam=cpu_adam,
-            head_modules=tuple(job.head_modules(model)),
+            head_modules=tuple(getattr(method, "modules_to_save", ())),
             head_lr=self.t.head_learning_rate,
         )
         scheduler = warmup_decay(
@@ -643,10 +643,6 @@ class SupervisedJob(Protocol):
         """(the model to train, its method info: .name, .trainable, .total, .fraction, .mergeable)."""
 
     def default_learning_rate(self, method: str) -> float: ...
-
-    def head_modules(self, model: nn.Module) -> list[str]:
-        """Names of the task head's modules (what `train.head_learning_rate` applies to)."""
-        ...
 
     def teachers(self, tokenizer, device: torch.device) -> Any:
         """None, or an object whose `loss(loss, logits, clean_inputs)` replaces the model's loss."""
