@@ -635,10 +635,36 @@ def test_msra_mix_asks_each_type_under_its_names(tmp_path):
     (datasets / "ner").mkdir(parents=True)
     for split in ("train", "dev", "test"):
         _write_jsonl(datasets / "ner" / f"{split}.jsonl", records[:6])
-    counts = build_extraction_mix(tmp_path / "mix", datasets)
+    counts = build_extraction_mix(tmp_path / "mix", datasets, rules=False)
     assert counts == {"dropped_heldout": 0, "train": 18, "dev": 18, "test": 18, "test_unseen": 18}
+    # with the rules: these sentences hold no number, so each also asks 时间 and 金额 as negatives (not test_unseen)
+    counts = build_extraction_mix(tmp_path / "mix_rules", datasets)
+    assert counts == {"dropped_heldout": 0, "train": 30, "dev": 30, "test": 30, "test_unseen": 18}
     unseen = read_prompt_examples(tmp_path / "mix" / "test_unseen.jsonl")
     assert {ex.prompt for ex in unseen} == {"人", "地方", "单位"}
+
+
+def test_rule_prompts_find_times_sums_and_posts():
+    from ernie_zoo.data.extraction_mix import rule_prompt_examples
+
+    def asked(text, entities=()):
+        record = {"text": text, "entities": [{"start": s, "end": e, "type": t} for s, e, t in entities]}
+        return {ex.prompt: [text[s:e] for s, e in ex.spans] for ex in rule_prompt_examples([record])}
+
+    text = "1998年3月5日上午，公司拿出三十万元和2.5亿美元。"
+    assert asked(text) == {"时间": ["1998年3月5日上午"], "金额": ["三十万元", "2.5亿美元"]}
+    assert asked("昨天下午他们在八十年代的老厂房开会。")["时间"] == ["昨天下午", "八十年代"]
+    # no time found but the sentence has numbers or time words: no negative prompt (the rule may have missed one)
+    assert "时间" not in asked("他们三个人一起去了。") and "金额" not in asked("他们三个人一起去了。")
+    assert asked("他们在公园散步。") == {"时间": [], "金额": []}
+    text = "中共中央总书记江泽民和记者李明、副主席张伟。"
+    found = asked(text, [(0, 4, "ORG"), (7, 10, "PER"), (13, 15, "PER"), (19, 21, "PER")])
+    assert found["江泽民的职务"] == ["总书记"] and found["江泽民的任职机构"] == ["中共中央"]
+    assert found["李明的职务"] == ["记者"] and "李明的任职机构" not in found
+    assert found["张伟的职务"] == ["副主席"]  # 副 stays inside the post (the relation set's guide)
+    # a post not right before the person, or a non-organisation before the post: no relation prompt
+    found = asked("北京市长王刚说，书记也来了。", [(0, 3, "LOC"), (4, 6, "PER")])
+    assert found["王刚的职务"] == ["市长"] and "王刚的任职机构" not in found
 
 
 def test_cli_lists_the_task_and_refuses_bad_schema_json(capsys, random_ie_dir):

@@ -18,8 +18,17 @@ Texts of the repository's exclude lists (`ernie_zoo.data.corpora.EXCLUDE_FILES`:
 `data/eval/relations`, whose sentences are MSRA training text) are dropped from train.jsonl and dev.jsonl, with the clause-pair rule
 of the pretraining corpus (the MSRA test files stay the public test, whole).
 
-The entity lexicons' types (jieba nr/ns/nt/nz/t/m, jionlp places), dictionary entries and relation templates of
-#48 item 2 are not in this mix yet.
+Two types and two relations come from rules over the same sentences (silver labels; the model card says so):
+
+    时间  dates and times (`TIME_PATTERN`: 1998年3月5日, 九八年, 今年3月, 昨天下午, 八十年代, 10时30分)
+    金额  sums of money (`MONEY_PATTERN`: 3.5亿元, 五十万美元)
+          a positive prompt where the pattern matches; a negative only in a sentence with no digit, no Chinese
+          numeral and none of 年月日号时点天元今昨晨晚午 明天/明年/明日/明晨 (so a date the pattern misses is never taught as "nothing")
+    <人物>的职务, <人物>的任职机构
+          an MSRA person right after a post from `POSTS` (副/常务/代理 kept inside, as the relation set's guide
+          says): 职务 = the post; 任职机构 = an MSRA organisation right before the post (中共中央总书记江泽民)
+
+The entity lexicons' types (jieba nr/ns/nt/nz, jionlp places) and dictionary entries of #48 item 2 are not in this mix.
 
     python -m ernie_zoo.data.extraction_mix --out ~/.cache/ernie_zoo/datasets/extraction
 """
@@ -28,12 +37,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ernie_zoo.recipe_cli import command_main
+from ernie_zoo.text.extraction import relation_prompt
 
 from .annotations import PromptExample, write_prompt_examples
 from .corpora import HeldOut
@@ -50,6 +61,67 @@ TYPE_NAMES: dict[str, tuple[str, ...]] = {
 }
 #: names never trained on, for zero-shot evaluation of type names
 HELD_OUT_NAMES: dict[str, tuple[str, ...]] = {"PER": ("人",), "LOC": ("地方",), "ORG": ("单位",)}
+
+
+_NUM = r"(?:[0-9]+|[〇○零一二三四五六七八九十两]+)"
+_YEAR = r"(?:[0-9]{2,4}|[〇○零一二三四五六七八九]{2,4})年"
+_MONTH = r"(?:1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])月(?:份)?"
+_DAY = r"(?:3[01]|[12][0-9]|0?[1-9]|三十一?|二?十[一二三四五六七八九]?|[一二三四五六七八九])[日号]"
+_CLOCK = (
+    r"(?:[0-9]{1,2}|[一二三四五六七八九十]{1,3})(?:时|点)(?:[0-9]{1,2}分|[一二三四五六七八九十]{1,3}分|半)?"
+)
+_RELATIVE = r"(?:今年|去年|明年|前年|今天|昨天|明天|前天|今日|昨日|今晨|昨晚|今晚|本月|上月|下月|当天|上午|下午|晚上|凌晨|中午|傍晚|清晨|早晨|夜间)"
+_DECADE = r"(?:[0-9]{2,4}|[〇○零一二三四五六七八九十]+)(?:世纪|年代)(?:初|末|中期|以来)?"
+_PART = rf"(?:{_DECADE}|{_YEAR}(?:初|底|末)?|{_MONTH}(?:初|底|中旬|上旬|下旬)?|{_DAY}|{_CLOCK}|{_RELATIVE})"
+#: 时间 (silver): one span per run of adjacent date/time parts
+TIME_PATTERN = re.compile(rf"{_PART}+")
+#: 金额 (silver): a number, its magnitude and a currency
+MONEY_PATTERN = re.compile(
+    r"(?:[0-9]+(?:\.[0-9]+)?|[一二三四五六七八九十百千万亿两]+)多?(?:[十百千万亿]+)?多?"
+    r"(?:元|美元|日元|港元|港币|英镑|马克|法郎|卢布|欧元|台币|韩元)"
+)
+#: the sentences where a 时间 / 金额 negative prompt is safe: none of these characters
+_NUMERIC = re.compile(r"[0-9〇○零一二三四五六七八九十百千万亿两年月日号时点天元今昨晨晚午]|明[天年日晨]")
+#: posts a person can hold, for the 职务 / 任职机构 relations (longest first when matching)
+POSTS = tuple(
+    sorted(
+        """主席 总理 总统 首相 部长 外长 外交部长 国防部长 书记 总书记 委员长 主任 院长 校长 局长 省长 市长 县长 区长
+        乡长 镇长 村长 董事长 总经理 经理 厂长 社长 秘书长 大使 总领事 司令员 司令 政委 参谋长 主编 总编辑 教练
+        主教练 队长 会长 理事长 教授 研究员 记者 议长 国务卿 发言人 总干事 总裁 团长 军长 师长 处长 所长 检察长
+        庭长 行长 州长 国王 女王 总督 总参谋长 党魁 领导人 特使 专员 常委 委员 代表""".split(),
+        key=len,
+        reverse=True,
+    )
+)
+_POST = re.compile("(?:副|常务|代理|代)?(?:" + "|".join(POSTS) + ")")
+#: the silver types and their prompt names
+RULE_TYPES: dict[str, re.Pattern] = {"时间": TIME_PATTERN, "金额": MONEY_PATTERN}
+#: relation names of the title rule
+POST_RELATIONS = ("职务", "任职机构")
+
+
+def rule_prompt_examples(records: Iterable[dict[str, Any]]) -> Iterator[PromptExample]:
+    """Per MSRA record the 时间 / 金额 prompts of the rules and the 职务 / 任职机构 relation prompts of the post rule
+    (module docstring): positives where a rule finds something, negatives only where nothing could be missed."""
+    for record in records:
+        text = record["text"]
+        for name, pattern in RULE_TYPES.items():
+            spans = tuple(m.span() for m in pattern.finditer(text))
+            if spans or not _NUMERIC.search(text):
+                yield PromptExample(name, text, spans)
+        entities = sorted({(e["start"], e["end"], e["type"]) for e in record["entities"]})
+        by_end = {end: (start, kind) for start, end, kind in entities}
+        for start, end, kind in entities:
+            if kind != "PER":
+                continue
+            post = next((m for m in _POST.finditer(text, max(0, start - 8), start) if m.end() == start), None)
+            if post is None:
+                continue
+            person = text[start:end]
+            yield PromptExample(relation_prompt(person, "职务"), text, (post.span(),))
+            org = by_end.get(post.start())
+            if org is not None and org[1] == "ORG":
+                yield PromptExample(relation_prompt(person, "任职机构"), text, ((org[0], post.start()),))
 
 
 def _pick(names: Sequence[str], seed: int, key: str) -> str:
@@ -74,9 +146,11 @@ def build_extraction_mix(
     datasets: Path = DEFAULT_DATASETS,
     seed: int = 0,
     exclude_files: Iterable[str | Path] | None = None,
+    rules: bool = True,
 ) -> dict[str, int]:
     """Write the mix (see the module docstring) from the prepared MSRA splits, without the texts of
-    ``exclude_files`` (default: the repository's exclude lists); returns the examples per file and, under
+    ``exclude_files`` (default: the repository's exclude lists), with the rule prompts unless ``rules`` is false;
+    returns the examples per file and, under
     ``dropped_heldout``, how many sentences the exclude lists removed."""
     held = HeldOut.from_exclude_files(exclude_files)
     counts = {"dropped_heldout": 0}
@@ -92,9 +166,12 @@ def build_extraction_mix(
                 counts["dropped_heldout"] += 1
             else:
                 records.append(record)
-        counts[name] = write_prompt_examples(
-            out / f"{name}.jsonl", msra_prompt_examples(records, names, seed)
-        )
+        examples = []  # a sentence's prompts together, so a file's first N rows hold every kind of prompt
+        for record in records:
+            examples += msra_prompt_examples([record], names, seed)
+            if rules and name != "test_unseen":
+                examples += rule_prompt_examples([record])
+        counts[name] = write_prompt_examples(out / f"{name}.jsonl", examples)
         logger.info("%s: %d prompt examples", out / f"{name}.jsonl", counts[name])
     return counts
 
@@ -109,11 +186,13 @@ class Args:
     """The prepared labelled sets (scripts/prepare_corpora.py --sources msra), holding ner/{train,dev,test}.jsonl."""
     seed: int = 0
     """Seed of the type-name draw."""
+    rules: bool = True
+    """Add the rule-labelled 时间 / 金额 prompts and 职务 / 任职机构 relation prompts (module docstring)."""
 
 
 def run(args: Args, argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    build_extraction_mix(args.out.expanduser(), args.datasets.expanduser(), args.seed)
+    build_extraction_mix(args.out.expanduser(), args.datasets.expanduser(), args.seed, rules=args.rules)
     return 0
 
 
