@@ -469,7 +469,7 @@ def test_dev_split_is_seeded(tmp_path):
 
 
 @pytest.mark.slow
-def test_finetuned_from_doccano_round_trips_through_taskflow_and_the_cli(tmp_path, capsys):
+def test_finetuned_from_doccano_round_trips_through_taskflow_and_the_cli(tmp_path, capsys, monkeypatch):
     from ernie_zoo.cli import main
 
     out, result = _finetune(tmp_path, "full", 240, "full")
@@ -537,6 +537,37 @@ def test_finetuned_from_doccano_round_trips_through_taskflow_and_the_cli(tmp_pat
     lora = Taskflow("information_extraction", schema=["人物"], task_path=lora_out)
     assert isinstance(lora([text]), list)
     assert (lora_out / "adapter").is_dir()
+
+    # fine-tuning goes on from an adapter model (the shipped default is one): from its weights merged once into a
+    # cache directory named by the adapter's content
+    import yaml
+
+    from ernie_zoo.data import sources
+    from ernie_zoo.finetune.cli import main as finetune_main
+
+    monkeypatch.setattr(sources, "DEFAULT_CACHE", tmp_path / "cache")
+    recipe = {
+        "task": "information_extraction",
+        "data": {"max_length": 48, "train_file": str(tmp_path / "train.jsonl")},
+        "model": {"model_name_or_path": str(lora_out / "adapter")},
+        "method": {"method": "lora"},
+        "train": {"max_steps": 1, "learning_rate": 1e-9, "seed": 0, "progress": False, "num_threads": 1},
+    }
+    recipe["train"]["output_dir"] = str(tmp_path / "again")
+    (tmp_path / "again.yaml").write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
+    assert finetune_main([str(tmp_path / "again.yaml")]) == 0
+    (merged,) = (tmp_path / "cache" / "merged").iterdir()
+    assert merged.name.startswith("adapter-") and (merged / "config.json").is_file()
+    from ernie_zoo.finetune.export import load_finetuned
+
+    (model, tok), (before, _) = load_finetuned(tmp_path / "again"), load_finetuned(lora_out)
+    enc = tok(["人物", "学校"], [text, "王芳毕业于南京大学。"], padding=True, return_tensors="pt")
+    enc = {k: v for k, v in enc.items() if k in ("input_ids", "token_type_ids", "attention_mask")}
+    with torch.no_grad():
+        now, then = model(**enc), before(**enc)
+    # 1 step at 1e-9 from the adapter's weights (its trained head too, not a new one)
+    assert torch.allclose(now.start_logits, then.start_logits, atol=1e-4)
+    assert torch.allclose(now.end_logits, then.end_logits, atol=1e-4)
 
 
 @pytest.mark.slow

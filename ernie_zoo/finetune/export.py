@@ -285,6 +285,30 @@ def merge_adapter(adapter_dir: str | Path, output_dir: str | Path) -> Path:
     return output_dir
 
 
+def merged_for_finetuning(adapter_dir: str | Path, cache: str | Path | None = None) -> Path:
+    """The plain directory to fine-tune from when a recipe's base is an adapter directory (a shipped adapter model
+    such as ernie-zoo-e5-ie, or an earlier run's adapter): the adapter merged into its base (`merge_adapter`),
+    written once under `cache` (default ~/.cache/ernie_zoo/merged) in a directory named by the adapter's content
+    hash, so an edited adapter never reuses a stale merge. Adapters that cannot merge are refused by
+    `merge_adapter`, naming why."""
+    import hashlib
+
+    from ernie_zoo.data.sources import DEFAULT_CACHE
+
+    adapter_dir = Path(adapter_dir)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in adapter_dir.iterdir() if p.is_file() and p.name != "manifest.json"):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    target = (
+        Path(cache or DEFAULT_CACHE / "merged").expanduser() / f"{adapter_dir.name}-{digest.hexdigest()[:16]}"
+    )
+    if not (target / "config.json").is_file():
+        logger.info("merging the adapter %s into its base for fine-tuning -> %s", adapter_dir, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        merge_adapter(adapter_dir, target)
+    return target
+
+
 def ensemble_of(
     tagger_dirs: list[str | Path],
 ) -> tuple[ErnieZooEnsembleForTokenClassificationCRF, ErnieZooTokenizerFast]:
@@ -332,6 +356,7 @@ def build_ensemble(tagger_dirs: list[str | Path], output_dir: str | Path, int8: 
 
 __all__ = [
     "META_NAME",
+    "merged_for_finetuning",
     "build_ensemble",
     "ensemble_of",
     "export",

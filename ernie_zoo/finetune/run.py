@@ -13,6 +13,7 @@ supervised run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from ernie_zoo.zoo import SHIPPED_MODELS
 
 from .args import FinetuneArgs, dump_recipe
 from .distill import Teachers
-from .export import export, load_config
+from .export import export, is_adapter_dir, load_config, merged_for_finetuning
 from .methods import MethodInfo, apply_method, default_learning_rate
 from .objectives import Objective, PreferenceObjective, make_objective
 
@@ -359,6 +360,13 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     check_source("tokenizer", args.model.tokenizer)
     # The recipe as written (shipped names, `~`) is what finetune_args.yaml keeps; the run reads locations.
     resolved = args.resolved()
+    base = resolved.model.model_name_or_path
+    if base is not None and Path(base).is_dir() and is_adapter_dir(base):
+        # an adapter model (ernie-zoo-e5-ie, an earlier run's adapter/): fine-tune its merged weights
+        merged = str(merged_for_finetuning(base))
+        resolved = dataclasses.replace(
+            resolved, model=dataclasses.replace(resolved.model, model_name_or_path=merged)
+        )
     if args.model.model_name_or_path is not None:
         logger.info("base model: %s (%s)", args.model.model_name_or_path, resolved.model.model_name_or_path)
     else:

@@ -49,7 +49,23 @@ ADAPTERS = {
         "0.8212 -> 0.8709 (the first release replaced ernie-zoo-mini-sentiment, which read everyday good news as "
         "negative with 0.80-0.99 confidence, issue #46)",
     },
+    "ernie-zoo-e5-ie": {
+        "run": "runs/zoo/ie-e5",
+        "base": "ernie-zoo-e5-small-zh",
+        "recipe": "recipes/zoo/ie-e5.yaml",
+        "calibrate_on": None,
+        "replaces": None,
+        "why": "the first default information-extraction model (issue #48)",
+    },
 }
+
+# (prompt, text) pairs the span extractor's adapter is checked on
+SPAN_PROBE = [
+    ("人物", "李明毕业于北京大学，现任京东总裁。"),
+    ("地点", "京东在成都开设了新的物流中心。"),
+    ("时间", "1998年3月5日上午，会议在北京召开。"),
+    ("李明的职务", "国务院总理李明说，Python 3.12 发布了。"),
+]
 
 
 def _batches(tokenizer, texts: list[str], max_length: int, size: int = 32):
@@ -67,6 +83,36 @@ def _batches(tokenizer, texts: list[str], max_length: int, size: int = 32):
 @torch.no_grad()
 def _logits(model, tokenizer, texts: list[str], max_length: int) -> torch.Tensor:
     return torch.cat([model(**b).logits.float() for b in _batches(tokenizer, texts, max_length)])
+
+
+@torch.no_grad()
+def _probe_outputs(model, tokenizer, max_length: int) -> torch.Tensor:
+    """What the model computes on a few fixed inputs: a classifier's logits on four texts, a span extractor's
+    start and end logits on `SPAN_PROBE` (one padded batch)."""
+    if _is_span_extractor(model):
+        enc = tokenizer(
+            [p for p, _ in SPAN_PROBE],
+            [t for _, t in SPAN_PROBE],
+            truncation="only_second",
+            max_length=max_length,
+            padding=True,
+            return_tensors="pt",
+        )
+        keep = ("input_ids", "attention_mask", "token_type_ids", "pinyin_ids")
+        out = model(**{k: v for k, v in enc.items() if k in keep})
+        return torch.cat([out.start_logits.float(), out.end_logits.float()], dim=-1)
+    probe = [
+        "这家餐厅的服务非常棒！",
+        "快递太慢了，一周才到。",
+        "京东在成都开设了新的物流中心。",
+        "Python 3.12 发布了",
+    ]
+    return _logits(model, tokenizer, probe, max_length)
+
+
+def _is_span_extractor(model) -> bool:
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return type(inner).__name__ == "ErnieZooForSpanExtraction"
 
 
 def _classifier(model) -> torch.nn.Linear:
@@ -90,14 +136,8 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
     from ernie_zoo.finetune.export import load_finetuned
 
     merged, run_tok = load_finetuned(run)
-    probe = [
-        "这家餐厅的服务非常棒！",
-        "快递太慢了，一周才到。",
-        "京东在成都开设了新的物流中心。",
-        "Python 3.12 发布了",
-    ]
-    a = _logits(model, base_tok, probe, max_length)
-    b = _logits(merged, run_tok, probe, max_length)
+    a = _probe_outputs(model, base_tok, max_length)
+    b = _probe_outputs(merged, run_tok, max_length)
     if a.shape != b.shape or not torch.allclose(a, b, atol=1e-3, rtol=1e-3):
         raise SystemExit(
             f"{name}: the adapter on the shipped base {spec['base']} differs from the run's merged model "
