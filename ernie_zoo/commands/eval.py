@@ -84,6 +84,7 @@ def run(args: Args, argv: list[str]) -> int:
         datasets=args.datasets,
         baselines_file=args.baselines,
         multidomain_baselines_file=args.multidomain_baselines,
+        results_file=args.out,  # the NER default's score beside an extraction model's, when this run skips it
     )
     command = "ernie-zoo eval " + shlex.join(argv)
     for name, path in models.items():
@@ -164,6 +165,20 @@ def summary_table(results: dict) -> str:
                     f"{r['test']['micro']['f1']:.4f}",
                     f"{best[1]['micro']['f1']:.4f} ({best[0]})",
                 )
+            )
+        elif r["kind"] == "extraction":
+            ner = r.get("ner_default")
+            rows.append(
+                (
+                    name,
+                    "MSRA test",
+                    "micro-F1",
+                    f"{r['test']['micro']['f1']:.4f}",
+                    "-" if ner is None else f"{ner['test_micro_f1']:.4f} ({ner['model']})",
+                )
+            )
+            rows.append(
+                (name, "relation set test", "triple F1", f"{r['relations']['triples']['f1']:.4f}", "-")
             )
         elif r["kind"] == "csc":
             ngram = (r.get("baselines") or {}).get("ngram")

@@ -8,7 +8,8 @@ The text lives in Jinja2 templates shipped beside this module (`card_templates/`
 card, one template per kind of model (`sentiment.md.j2`, `ner.md.j2`, `poetry.md.j2`, `generator.md.j2`,
 `mlm.md.j2`, `csc.md.j2`; `sentiment_multidomain.md.j2` is the sentiment card's multi-domain section) fills its
 blocks, and a model whose wording differs from its kind's has a template of its own name
-(`ernie-zoo-mini-ner-fast.md.j2`). This module only prepares what they print: every number comes from the results
+(`ernie-zoo-mini-ner-fast.md.j2`); the cards of converted or adapter models (`embedding.md.j2`,
+`extraction.md.j2`, `ernie-zoo-e5-sentiment.md.j2`) stand alone. This module only prepares what they print: every number comes from the results
 dict (which carries the model's `training.json` too), and the choice of baselines and licence rows is made here.
 An ablation file, if given, adds its table to the base model's card.
 """
@@ -112,7 +113,10 @@ _DIRECTORY_FILES: dict[str, tuple[str, str]] = {
     "training.json": ("training record (data, stages, compute)", _OURS),
     "manifest.json": ("sha256 of every file, checked before loading", _OURS),
     "adapter_config.json": ("peft LoRA configuration (base_model_name_or_path: the shipped base)", _OURS),
-    "adapter_model.safetensors": ("LoRA adapter and classifier weights, trained by this project's recipes", _OURS),
+    "adapter_model.safetensors": (
+        "LoRA adapter and classifier weights, trained by this project's recipes",
+        _OURS,
+    ),
     "ernie_zoo_finetune.json": ("the base model, head class and label fields the adapter goes on", _OURS),
     "entity_lexicon.txt": _LEXICON_LICENCE,
     "confusion_sets.json": (
@@ -345,6 +349,19 @@ def _kind_context(
         return {"target": CSC_TARGET, "ngram_speed": speed or None}
     if kind == "mlm":
         return {"ablation": ablation}
+    if kind == "extraction":
+        test, ner = r["test"], r.get("ner_default")
+        by_type: dict[str, list[str]] = {}  # the trained names of each type, in the order they were scored
+        for n, s in test["names"].items():
+            if not s["held_out"]:
+                by_type.setdefault(s["type"], []).append(n)
+        if ner is not None and ner["test_micro_f1"]:
+            ner = {**ner, "ratio": test["micro"]["f1"] / ner["test_micro_f1"]}
+        return {
+            "trained_names": by_type,
+            "held_out_names": [n for n, s in test["names"].items() if s["held_out"]],
+            "ner": ner,
+        }
     if kind == "embedding":
         files = [f for f, *_ in _directory_rows(name)]
         unknown = [f for f in files if f not in _CONVERTED_FILES]

@@ -24,6 +24,9 @@ ernie-zoo-mini-poetry  perplexity per token on the poetry test split, each poem 
 ernie-zoo-e5-small-zh  retrieval with feature_extraction's embeddings (THUCNews same-topic headlines, idiom
 (and -pieces)          explanation -> idiom; ``ernie_zoo.evaluation.retrieval``) next to BM25 over jieba words and
                        over characters and the feature_extraction default it replaced (PREVIOUS_EMBEDDING_MODEL)
+ernie-zoo-e5-ie        information_extraction on MSRA test under every type name of its training mix (trained and
+                       held-out names), 时间 / 金额 against the rules that labelled them (silver), the hand-labelled
+                       relation set zero-shot (``ernie_zoo.evaluation.extraction``), next to the NER default's F1
 =====================  ========================================================================================
 
     ernie-zoo eval --out bench/results/zoo_eval.json --cards model_cards
@@ -75,6 +78,8 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-e5-small-zh-pieces": "embedding",
     "ernie-zoo-e5-sentiment": "sentiment",
 }
+#: The NER default an extraction model's card compares its 人物/地点/机构 micro F1 and speed with.
+NER_DEFAULT = "ernie-zoo-mini-ner"
 #: Kinds evaluated without the prepared labelled sets (`ernie-zoo prepare-data`): their tests fetch what they need.
 SELF_CONTAINED_KINDS = frozenset({"embedding"})
 #: The feature_extraction default each embedding model replaced, scored beside it in its card.
@@ -628,16 +633,40 @@ def _multidomain_baselines(path: Path | None, md: dict[str, Any] | None) -> dict
     return out
 
 
+def _ner_reference(results: dict[str, Any], results_file: Path | None) -> dict[str, Any] | None:
+    """The NER default's test micro F1 and speed, for an extraction model's card: from this run's results if it
+    evaluated NER_DEFAULT, else from ``results_file`` (an earlier `ernie-zoo eval --out`) when that file scored it on
+    the same MSRA split files; None (the card leaves the comparison out) otherwise."""
+    entry = results["models"].get(NER_DEFAULT)
+    if entry is None and results_file is not None and Path(results_file).is_file():
+        earlier = json.loads(Path(results_file).read_text(encoding="utf-8"))
+        if earlier.get("datasets_sha256", {}).get("ner") != results["datasets_sha256"]["ner"]:
+            logger.warning("%s scored %s on other MSRA files: no NER comparison", results_file, NER_DEFAULT)
+            return None
+        entry = earlier.get("models", {}).get(NER_DEFAULT)
+    if entry is None:
+        return None
+    return {
+        "model": NER_DEFAULT,
+        "weights_sha256": entry.get("weights_sha256"),
+        "test_micro_f1": entry["test"]["micro"]["f1"],
+        "texts_per_s": entry["test"].get("texts_per_s"),
+        "cpu_threads": entry.get("cpu_threads"),
+    }
+
+
 def evaluate_zoo(
     models: dict[str, Path],
     *,
     datasets: Path | None = None,
     baselines_file: Path = Path("bench/results/baselines.json"),
     multidomain_baselines_file: Path | None = Path("bench/results/sentiment_multidomain.json"),
+    results_file: Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate each `{name: directory}` (names from `ZOO_MODELS`) and attach the baselines; returns the
     results dict that `ernie_zoo.evaluation.cards` turns into model cards. A sentiment model also gets the
-    multi-domain baselines of ``multidomain_baselines_file`` when that file exists."""
+    multi-domain baselines of ``multidomain_baselines_file`` when that file exists; an extraction model the NER
+    default's score (`_ner_reference`: this run's, else ``results_file``'s)."""
     from ernie_zoo.version import __version__
 
     for name in models:
@@ -719,6 +748,13 @@ def evaluate_zoo(
                 }
         elif kind == "embedding":
             out = evaluate_embedding_model(model_dir, previous=PREVIOUS_EMBEDDING_MODEL[name])
+        elif kind == "extraction":
+            from .extraction import evaluate_extraction_model
+
+            out = evaluate_extraction_model(model_dir, datasets, sample_size=SAMPLE_SIZE)
+            reference = _ner_reference(results, results_file)
+            if reference is not None:
+                out["ner_default"] = reference
         else:
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind
