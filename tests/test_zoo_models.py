@@ -95,6 +95,9 @@ def test_card_is_generated_from_the_evaluation(name):
         assert round(r["test"]["perplexity"], 4) in values
     elif r["kind"] == "generator":
         assert round(r["perplexity_per_char"]["generator"]["all"], 4) in values
+    elif r["kind"] == "extraction":
+        assert round(r["test"]["micro"]["f1"], 4) in values
+        assert round(r["relations"]["triples"]["f1"], 4) in values and "(silver)" in card
     elif r["kind"] == "embedding":
         assert front["license"] == "mit" and front["base_model"] == "intfloat/multilingual-e5-small"
         assert round(r["retrieval"]["thucnews-topic"]["model"]["precision@10"], 4) in values
@@ -157,6 +160,19 @@ def test_ner_reproduces_its_sample():
     sample = EVAL["models"]["ernie-zoo-mini-ner"]["sample"]
     out = Taskflow("ner", entity_only=True, batch_size=16)(sample["texts"])
     pred = [[{"start": e["start"], "end": e["end"], "type": e["type"]} for e in o["entities"]] for o in out]
+    assert pred == sample["pred"]
+    f1 = span_scores(sample["gold"], pred, types=("PER", "LOC", "ORG"))["micro"]["f1"]
+    assert f1 == pytest.approx(sample["micro_f1"])
+
+
+def test_extraction_reproduces_its_sample():
+    from ernie_zoo.evaluation.extraction import FIRST_NAMES, typed_spans
+    from ernie_zoo.text.metrics import span_scores
+
+    sample = EVAL["models"]["ernie-zoo-e5-ie"]["sample"]
+    assert sample["schema"] == list(FIRST_NAMES.values())
+    flow = Taskflow("information_extraction", model="ernie-zoo-e5-ie", schema=sample["schema"], batch_size=16)
+    pred = typed_spans(flow(sample["texts"]), FIRST_NAMES)
     assert pred == sample["pred"]
     f1 = span_scores(sample["gold"], pred, types=("PER", "LOC", "ORG"))["micro"]["f1"]
     assert f1 == pytest.approx(sample["micro_f1"])

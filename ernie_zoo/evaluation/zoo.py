@@ -77,6 +77,7 @@ ZOO_MODELS: dict[str, str] = {
     "ernie-zoo-e5-small-zh": "embedding",
     "ernie-zoo-e5-small-zh-pieces": "embedding",
     "ernie-zoo-e5-sentiment": "sentiment",
+    "ernie-zoo-e5-ie": "extraction",
 }
 #: The NER default an extraction model's card compares its 人物/地点/机构 micro F1 and speed with.
 NER_DEFAULT = "ernie-zoo-mini-ner"
