@@ -246,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         if default is None:
             result["zero_shot"]["note"] = "none: the information_extraction task ships no default model yet"
         else:
-            result["zero_shot"].update(_row(_score(default, args.data_dir, args.threads)))
+            from ernie_zoo.zoo import resolve_model_source  # noqa: PLC0415
+
+            location = resolve_model_source(default).location  # the shipped directory
+            result["zero_shot"].update(_row(_score(location, args.data_dir, args.threads)))
         _write_json(args.out, result)
 
     with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:

@@ -60,6 +60,7 @@ MASK_TEXTS = [
     "他在[MASK]学读书。",
     "这家餐厅的菜很好[MASK]。",
 ]
+IE_TEXTS = ["国务院总理李鹏今天会见了美国客人。", "1998年3月5日上午，公司拿出三十万元和2.5亿美元。"]
 PROMPTS = ["春", "明月", "秋风", "江南", "故乡"]
 GENERAL_PROMPTS = ["今天天气很好，", "据新华社报道，", "这家酒店的服务", "成语“画蛇添足”是什么意思？答："]
 
@@ -103,6 +104,12 @@ def record() -> dict[str, Any]:
     runs["text_similarity"] = Taskflow("text_similarity", device="cpu")(
         [[a, b] for a, b in zip(TEXTS[:6], TEXTS[1:7])] + [[TEXTS[0], TEXTS[0]]]
     )
+    runs["information_extraction"] = Taskflow(
+        "information_extraction", device="cpu", schema=["人物", "地点", "机构", "时间"]
+    )(TEXTS)
+    runs["information_extraction/relations"] = Taskflow(
+        "information_extraction", device="cpu", schema={"人物": ["职务", "任职机构"]}
+    )(TEXTS[:8] + IE_TEXTS)
     runs["text_correction"] = Taskflow("text_correction", device="cpu")(CORRECTION_TEXTS + TEXTS[:4])
     runs["text_generation/greedy"] = Taskflow(
         "text_generation", device="cpu", mode="poetry", decode_strategy="greedy"

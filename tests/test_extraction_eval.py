@@ -183,9 +183,9 @@ def test_evaluate_zoo_scores_an_extraction_model_through_taskflow(evaluated, tmp
     assert r["kind"] == "extraction"
     # RuleModel answers through Taskflow exactly what _found writes out: the scores are score_extraction's
     expected = score_extraction(RECORDS, [_found(rec["text"]) for rec in RECORDS])
-    assert {k: v for k, v in r["test"].items() if k != "texts_per_s"} == expected
+    assert {k: v for k, v in r["test"].items() if k not in ("texts_per_s", "names_sentences")} == expected
     assert r["test"]["texts_per_s"] > 0 and r["position_prob"] == 0.5
-    assert r["dev"]["sentences"] == 2 and r["dev"]["micro"]["f1"] == pytest.approx(6 / 7)  # 联合国 missed
+    assert r["test"]["names_sentences"] == len(RECORDS)
     # the relation set: 人物 王芳 and her 毕业院校 found, the 机构 missed
     rel = r["relations"]
     assert (rel["entities"]["tp"], rel["entities"]["pred"], rel["entities"]["gold"]) == (1, 1, 2)

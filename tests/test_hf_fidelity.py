@@ -400,6 +400,47 @@ def test_parity_sentiment_default_adapter_through_peft(zoo):
     assert [r["score"] for r in theirs] == pytest.approx([r["score"] for r in ours], abs=1e-4)
 
 
+def test_parity_information_extraction_default_adapter_through_peft(zoo):
+    """The IE default, a LoRA adapter on the shipped e5 character base: plain peft onto the span extractor class
+    gives the start x end probabilities Taskflow reports for what it finds."""
+    import json
+
+    from peft import PeftModel
+
+    from ernie_zoo import Taskflow
+    from ernie_zoo.models.span_extraction import ErnieZooForSpanExtraction
+
+    adapter = zoo("ernie-zoo-e5-ie")
+    meta = json.loads((Path(adapter) / "ernie_zoo_finetune.json").read_text(encoding="utf-8"))
+    base = ErnieZooForSpanExtraction.from_pretrained(zoo(meta["base_model"]), dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter).merge_and_unload().eval()
+    from ernie_zoo.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(adapter)
+    texts = [t for t in _texts()[:12] if len(t) < 100]
+    found = Taskflow("information_extraction", schema=["人物", "地点", "机构"])(texts)
+    checked = 0
+    for text, result in zip(texts, found):
+        for prompt, items in result.items():
+            enc = tokenizer(prompt, text, return_offsets_mapping=True, return_tensors="pt")
+            offsets = enc.pop("offset_mapping")[0].tolist()
+            seq = enc.sequence_ids(0)
+            with torch.no_grad():
+                out = model(
+                    **{k: v for k, v in enc.items() if k in ("input_ids", "token_type_ids", "attention_mask")}
+                )
+            starts = {o[0]: t for t, o in enumerate(offsets) if seq[t] == 1}
+            ends = {o[1]: t for t, o in enumerate(offsets) if seq[t] == 1}
+            for item in items:
+                p = (
+                    out.start_logits[0, starts[item["start"]]].sigmoid()
+                    * out.end_logits[0, ends[item["end"]]].sigmoid()
+                )
+                assert float(p) == pytest.approx(item["probability"], abs=1e-4)
+                checked += 1
+    assert checked >= 5
+
+
 def test_parity_fill_mask(zoo):
     from transformers import pipeline
 

@@ -703,11 +703,14 @@ def test_cli_lists_the_task_and_refuses_bad_schema_json(capsys, random_ie_dir):
 
     assert main(["taskflow", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "information_extraction (aliases: ie)\n    default model: none shipped (give --task-path)" in out
+    assert "information_extraction (aliases: ie)\n    default model: ernie-zoo-e5-ie" in out
     assert main(["taskflow", "ie", "--task-path", str(random_ie_dir), "--schema", '["人物"', "李明"]) == 2
     assert "--schema is not valid JSON" in capsys.readouterr().err
-    assert main(["taskflow", "ie", "--schema", '["人物"]', "李明"]) == 2  # no model shipped: a clear error
-    assert "has no default model: pass model= or task_path=" in capsys.readouterr().err
+    # the shipped default answers from the command line
+    assert main(["taskflow", "ie", "--schema", '["人物", "地点"]', "李明在北京工作。", "--no-progress"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert [(x["text"], x["start"]) for x in row["人物"]] == [("李明", 0)]
+    assert [(x["text"], x["start"]) for x in row["地点"]] == [("北京", 3)]
 
 
 def test_long_training_texts_are_cut_into_windows_like_taskflow():

@@ -115,7 +115,7 @@ def test_list_tasks_and_aliases():
     assert tasks["feature_extraction"]["default_model"] == "ernie-zoo-e5-small-zh-pieces"
     assert tasks["text_similarity"]["default_model"] == "ernie-zoo-e5-small-zh-pieces"
     assert "input_type" in tasks["feature_extraction"]["options"]
-    assert tasks["information_extraction"]["default_model"] is None  # none shipped yet (#48): task_path=
+    assert tasks["information_extraction"]["default_model"] == "ernie-zoo-e5-ie"
     assert "named_entity_recognition" in tasks["ner"]["aliases"]
     assert tasks["text_correction"]["default_model"] == "ernie-zoo-mini-csc"
     assert "csc" in tasks["text_correction"]["aliases"]

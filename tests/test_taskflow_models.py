@@ -371,6 +371,7 @@ def test_network_is_blocked():
         ("fill_mask", "ernie-zoo-mini-zh"),
         ("feature_extraction", "ernie-zoo-e5-small-zh-pieces"),
         ("text_similarity", "ernie-zoo-e5-small-zh-pieces"),
+        ("information_extraction", "ernie-zoo-e5-ie"),
     ],
 )
 def test_shipped_default_not_installed_is_a_clear_error(task, name, monkeypatch, tmp_path):

@@ -25,7 +25,7 @@ def test_recorded_outputs_cover_every_shipped_task():
 
     recorded = json.loads(_recorder().OUTPUT.read_text(encoding="utf-8"))
     tasks = {key.split("/")[0] for key in recorded}
-    # the tasks with a shipped model to record (information_extraction ships none yet)
+    # the tasks with a shipped model to record
     names = {name for name, info in list_tasks().items() if info["default_model"]}
     assert names <= tasks, f"tasks without recorded outputs: {sorted(names - tasks)}"
     assert {"ner/accurate", "ner/fast"} <= set(recorded)

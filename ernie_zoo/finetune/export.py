@@ -36,6 +36,7 @@ from ernie_zoo.models.int8 import save_int8_weights
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast, load_tokenizer
 from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
+from ernie_zoo.zoo import resolve_model_source
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
 from .bottleneck.config import PEFT_TYPE as BOTTLENECK_TYPE
@@ -106,7 +107,9 @@ def load_finetuned(
                 "load_adapter(base_model, path)"
             )
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        base = load_base_model(meta["base_model"], meta["architecture"], meta["config_updates"])
+        # a shipped adapter names its base by its shipped name (ernie-zoo-e5-small-zh): resolved like model=
+        base_dir = resolve_model_source(meta["base_model"]).location
+        base = load_base_model(base_dir, meta["architecture"], meta["config_updates"])
         if hasattr(base, "load_saved_files"):  # ErnieZoo models (not the ERNIE 4.5 decoders)
             base.load_saved_files(path)  # the adapter directory's lexicon, if it carries one
         model = load_adapter(base, path)

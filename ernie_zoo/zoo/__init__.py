@@ -33,6 +33,7 @@ SHIPPED_MODELS = (
     "ernie-zoo-e5-small-zh",
     "ernie-zoo-e5-small-zh-pieces",
     "ernie-zoo-e5-sentiment",
+    "ernie-zoo-e5-ie",
 )
 #: The pretrained encoder (masked LM) that fine-tuning starts from by default.
 BASE_ENCODER = "ernie-zoo-mini-zh"

@@ -55,6 +55,7 @@ ADAPTERS = {
         "recipe": "recipes/zoo/ie-e5.yaml",
         "calibrate_on": None,
         "replaces": None,
+        "extract_rank": 96,
         "why": "the first default information-extraction model (issue #48)",
     },
 }
@@ -124,21 +125,29 @@ def _classifier(model) -> torch.nn.Linear:
 def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
     spec = ADAPTERS[name]
     run = Path(spec["run"])
-    src = run / "adapter"
-    meta = json.loads((src / META_NAME).read_text(encoding="utf-8"))
     args = json.loads((run / "eval_results.json").read_text(encoding="utf-8"))
     max_length = int(json.loads(json.dumps(_recipe_value(spec["recipe"], "data", "max_length", 128))))
     base_dir = shipped_model_dir(spec["base"])
     base_tok = _tokenizer(base_dir)
-
-    model = load_adapter(load_base_model(base_dir, meta["architecture"], meta["config_updates"]), src).eval()
-    # 1. the adapter on the shipped base = the run's merged model (trained on a fresh conversion)
     from ernie_zoo.finetune.export import load_finetuned
 
     merged, run_tok = load_finetuned(run)
+    extraction = None
+    if spec.get("extract_rank"):
+        # a full fine-tune: its differences from the shipped base as a LoRA adapter, the rank checked on dev
+        model, meta, extraction = _extracted(spec, run, merged, base_dir)
+    else:
+        src = run / "adapter"
+        meta = json.loads((src / META_NAME).read_text(encoding="utf-8"))
+        model = load_adapter(load_base_model(base_dir, meta["architecture"], meta["config_updates"]), src)
+    model.eval()
+    # 1. the adapter on the shipped base = the run's merged model (trained on a fresh conversion)
     a = _probe_outputs(model, base_tok, max_length)
     b = _probe_outputs(merged, run_tok, max_length)
-    if a.shape != b.shape or not torch.allclose(a, b, atol=1e-3, rtol=1e-3):
+    if extraction is not None:
+        extraction["probe_max_abs_logit_diff"] = round(float((a - b).abs().max()), 4)
+        print(f"{name}: extracted adapter vs the full model: {extraction}")
+    elif a.shape != b.shape or not torch.allclose(a, b, atol=1e-3, rtol=1e-3):
         raise SystemExit(
             f"{name}: the adapter on the shipped base {spec['base']} differs from the run's merged model "
             f"(max |diff| {float((a - b).abs().max()) if a.shape == b.shape else a.shape}): the base drifted"
@@ -196,6 +205,7 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
             "metric": args.get("metric"),
             "dev": {k: v for k, v in (args.get("dev") or {}).items() if not isinstance(v, dict)},
             "calibration": calibration,
+            "extracted": extraction,
             "previous_release": _previous_release(spec),
             "machine": "x86_64 CPU, 2 cores, shared with other jobs",
         }
@@ -203,6 +213,48 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
         size = seal_model_dir(tmp, name)
     print(f"{name}: adapter on {spec['base']} -> {target} ({size / 1e6:.1f} MB)")
     return target
+
+
+def _extracted(spec: dict, run: Path, tuned, base_dir: Path):
+    """(the LoRA adapter model extracted from the full run `tuned` at spec["extract_rank"], its meta, a record of
+    the extraction with the dev scores of both models on the recipe's dev set: the rank is chosen on dev)."""
+    from ernie_zoo.finetune import build_args
+    from ernie_zoo.finetune.lora_extract import lora_from_difference
+    from ernie_zoo.finetune.objectives import make_objective
+
+    config = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    architecture = config["architectures"][0]
+    updates = {k: config[k] for k in ("taskflow_max_seq_len", "id2label", "label2id") if k in config}
+    recipe = build_args(spec["recipe"]).resolved()
+    meta = {
+        "task": recipe.task,
+        "method": "lora",
+        "architecture": architecture,
+        "base_model": spec["base"],
+        "config_updates": updates,
+    }
+    base = load_base_model(base_dir, architecture, updates)
+    model, errors = lora_from_difference(base, tuned, spec["extract_rank"])
+    objective = make_objective(recipe)
+    objective.read()
+    tokenizer = _tokenizer(base_dir)
+    examples = objective.splits["dev"]
+    features = objective.encode(examples, tokenizer)
+    dev = {
+        label: objective.evaluate(m, features, examples, tokenizer, 64, torch.device("cpu"))
+        for label, m in (("full", tuned), ("adapter", model))
+    }
+    record = {
+        "from": "full fine-tuning (the run's model), as LoRA on the shipped base (ernie_zoo.finetune.lora_extract)",
+        "rank": spec["extract_rank"],
+        "relative_error": {
+            "mean": round(sum(errors.values()) / len(errors), 4),
+            "max": round(max(errors.values()), 4),
+        },
+        "dev": {k: {m: round(v[m], 4) for m in ("precision", "recall", "f1")} for k, v in dev.items()},
+        "dev_examples": len(examples),
+    }
+    return model, meta, record
 
 
 def _to_fp16(path: Path) -> None:
