@@ -254,3 +254,31 @@ def test_the_card_renders_from_the_results(evaluated):
     assert front["library_name"] == "peft" and front["base_model"] == "ernie-zoo-e5-small-zh"
     assert "IE with the trained names" not in card and "NER default" not in card
     assert "LoRA adapter (r 8, alpha 16 on key, query, value; span_head trained fully)" in card
+
+
+def test_the_few_shot_curve_of_the_model_goes_into_its_card(evaluated, tmp_path):
+    import hashlib
+
+    from ernie_zoo.evaluation.relations import RELATIONS_DIR
+
+    test_sha = hashlib.sha256((RELATIONS_DIR / "test.jsonl").read_bytes()).hexdigest()
+    point = {"n": 25, "method": "lora", "batch_size": 16, "learning_rate": None, "steps": 150}
+    point |= {"train_minutes": 7.3, "triple_precision": 0.38, "triple_recall": 0.5, "triple_f1": 0.4318}
+    point |= {"entity_f1": 0.79}
+    rows = [
+        {**point, "base": "ie-under-test", "n": 50, "triple_f1": 0.5},
+        {**point, "base": "ie-under-test"},
+        {**point, "base": "ernie-zoo-mini-zh", "triple_f1": 0.0},  # another base: not this model's curve
+    ]
+    path = tmp_path / "ie_fewshot.json"
+    path.write_text(json.dumps({"test_sha256": test_sha, "machine": "m", "points": rows}), encoding="utf-8")
+    curve = zoo.few_shot_curve("ie-under-test", path)
+    assert [p["n"] for p in curve["points"]] == [25, 50] and curve["points"][1]["triple_f1"] == 0.5
+    assert zoo.few_shot_curve("another-model", path) is None
+    path.write_text(json.dumps({"test_sha256": "0" * 64, "points": rows}), encoding="utf-8")
+    assert zoo.few_shot_curve("ie-under-test", path) is None  # scored on another test split
+    r = evaluated[0]["models"]["ie-under-test"] | {"few_shot": curve}
+    card = render_card("ie-under-test", r)
+    assert "### Few-shot: fine-tuned on a few labelled sentences" in card
+    assert "| 25 | lora, 16 | 150 | 7.3 | 0.3800 / 0.5000 / **0.4318** | 0.7900 |" in card
+    assert "### Few-shot" not in render_card("ie-under-test", evaluated[0]["models"]["ie-under-test"])

@@ -95,6 +95,7 @@ GENERATOR_DATA = Path("runs/zoo/data")
 CSC_DATA = DEFAULT_CACHE / "csc"
 CSC_BASELINES = Path("bench/results/correction_baselines.json")
 CSC_FUSION = Path("bench/results/csc_fusion.json")
+IE_FEWSHOT = Path("bench/results/ie_fewshot.json")
 #: Examples of each test split kept, with the model's outputs, for `tests/test_zoo_models.py`.
 SAMPLE_SIZE = 64
 TRAINING_FILE = "training.json"
@@ -656,6 +657,34 @@ def _ner_reference(results: dict[str, Any], results_file: Path | None) -> dict[s
     }
 
 
+def few_shot_curve(name: str, path: Path) -> dict[str, Any] | None:
+    """The few-shot relation-extraction curve `bench/ie_fewshot.py` measured from `name` (its points whose base is
+    `name`), for the card; None without such points, or when the file was scored on another relation test split
+    than the repository's (sha256)."""
+    import hashlib
+
+    from .relations import RELATIONS_DIR
+
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    test_sha = hashlib.sha256((RELATIONS_DIR / "test.jsonl").read_bytes()).hexdigest()
+    keys = ("n", "method", "batch_size", "learning_rate", "steps", "train_minutes")
+    scores = ("triple_precision", "triple_recall", "triple_f1", "entity_f1")
+    points = [
+        {k: p.get(k) for k in (*keys, *scores)}
+        for p in data.get("points", [])
+        if p.get("base") == name
+    ]
+    if not points or data.get("test_sha256") != test_sha:
+        return None
+    return {
+        "results_file": str(path),
+        "machine": data.get("machine"),
+        "points": sorted(points, key=lambda p: p["n"]),
+    }
+
+
 def evaluate_zoo(
     models: dict[str, Path],
     *,
@@ -756,6 +785,9 @@ def evaluate_zoo(
             reference = _ner_reference(results, results_file)
             if reference is not None:
                 out["ner_default"] = reference
+            few_shot = few_shot_curve(name, IE_FEWSHOT)
+            if few_shot is not None:
+                out["few_shot"] = few_shot
         else:
             out = evaluate_mlm(model_dir, datasets)
         out["kind"] = kind
