@@ -3,11 +3,15 @@ base, `ernie-zoo-e5-small-zh-pieces` or `ernie-zoo-e5-small-zh`, plus an adapter
 each base once).
 
     python recipes/zoo/ship_adapter.py ernie-zoo-e5-sentiment
+    python recipes/zoo/ship_adapter.py ernie-zoo-e5-ie
 
 For a model of `ADAPTERS` this
 1. loads its run's unmerged adapter (`<run>/adapter`, written by `ernie-finetune`) onto the *shipped* base and checks
    that it computes what the run's own merged model computes (the run trained on a fresh conversion of the same
-   source; a base that drifted would be caught here, not by users);
+   source; a base that drifted would be caught here, not by users). A spec with `extract_rank` names a *full*
+   fine-tuning run instead: its difference from the shipped base becomes a LoRA adapter of that rank
+   (`ernie_zoo.finetune.lora_extract`), and the dev scores of the full model and of the adapter (the recipe's dev
+   set, the task's own metric) go to training.json's `extracted`, which is how the rank is chosen;
 2. for a classifier, fits a temperature on the named dev file (`ernie_zoo.evaluation.calibration`: NLL, golden
    section on log T) and folds it into the classifier the adapter carries, so Taskflow, peft and transformers'
    pipeline all give the calibrated probabilities; the dev NLL and ECE before and after go to training.json;
