@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     from ernie_zoo import Taskflow
     from ernie_zoo.data.labelled import DEFAULT_DATASETS, load_split
+    from ernie_zoo.utils import atomic_write_json
 
     texts = [r["text"] for r in load_split("ner", "test", DEFAULT_DATASETS)]
     sentences = texts[: args.texts]
@@ -122,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
+    atomic_write_json(args.out, result)
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0
 

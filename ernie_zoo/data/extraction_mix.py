@@ -63,7 +63,6 @@ TYPE_NAMES: dict[str, tuple[str, ...]] = {
 HELD_OUT_NAMES: dict[str, tuple[str, ...]] = {"PER": ("人",), "LOC": ("地方",), "ORG": ("单位",)}
 
 
-_NUM = r"(?:[0-9]+|[〇○零一二三四五六七八九十两]+)"
 _YEAR = r"(?:[0-9]{2,4}|[〇○零一二三四五六七八九]{2,4})年"
 _MONTH = r"(?:1[0-2]|0?[1-9]|十[一二]?|[一二三四五六七八九])月(?:份)?"
 _DAY = r"(?:3[01]|[12][0-9]|0?[1-9]|三十一?|二?十[一二三四五六七八九]?|[一二三四五六七八九])[日号]"
@@ -96,8 +95,6 @@ POSTS = tuple(
 _POST = re.compile("(?:副|常务|代理|代)?(?:" + "|".join(POSTS) + ")")
 #: the silver types and their prompt names
 RULE_TYPES: dict[str, re.Pattern] = {"时间": TIME_PATTERN, "金额": MONEY_PATTERN}
-#: relation names of the title rule
-POST_RELATIONS = ("职务", "任职机构")
 
 
 def rule_prompt_examples(records: Iterable[dict[str, Any]]) -> Iterator[PromptExample]:

@@ -661,14 +661,12 @@ def few_shot_curve(name: str, path: Path) -> dict[str, Any] | None:
     """The few-shot relation-extraction curve `bench/ie_fewshot.py` measured from `name` (its points whose base is
     `name`), for the card; None without such points, or when the file was scored on another relation test split
     than the repository's (sha256)."""
-    import hashlib
-
     from .relations import RELATIONS_DIR
 
     if not path.is_file():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
-    test_sha = hashlib.sha256((RELATIONS_DIR / "test.jsonl").read_bytes()).hexdigest()
+    test_sha = _file_sha256(RELATIONS_DIR / "test.jsonl")
     keys = ("n", "method", "batch_size", "learning_rate", "steps", "train_minutes")
     scores = ("triple_precision", "triple_recall", "triple_f1", "entity_f1")
     points = [

@@ -7,7 +7,7 @@ base the package already carries.
 for every Linear of ``targets`` and the word embeddings (peft's embedding LoRA: delta^T = B A); the rest of what
 fine-tuning changed rides along whole: every bias (peft ``bias="all"``), the LayerNorms, position and token-type
 embeddings, the task head and any other weight it changed (e.g. character-feature tables) (``modules_to_save``). At full rank the adapter computes exactly the tuned model; below
-it, `extraction_error` says how much of each difference was dropped. The result is a plain peft adapter: peft's
+it, the errors it returns say how much of each difference was dropped. The result is a plain peft adapter: peft's
 ``PeftModel.from_pretrained`` and ``merge_and_unload`` read it as they read a trained one.
 """
 
@@ -105,8 +105,8 @@ def lora_from_difference(
                     {k: tuned_sd[f"{key}.{k}"] for k in module.modules_to_save["default"].state_dict()}
                 )
         for name, param in model.named_parameters():
-            whole = "modules_to_save" in name or "original_module" in name  # set above
-            if name.endswith(".bias") and "lora_" not in name and not whole:
+            carried = "modules_to_save" in name or "original_module" in name  # set above
+            if name.endswith(".bias") and "lora_" not in name and not carried:
                 key = name[len(prefix) :].replace(".base_layer", "")
                 param.copy_(tuned_sd[key])
     worst = max(errors.values(), default=0.0)

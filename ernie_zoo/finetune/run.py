@@ -361,7 +361,7 @@ def run_finetune(args: FinetuneArgs) -> dict[str, Any]:
     # The recipe as written (shipped names, `~`) is what finetune_args.yaml keeps; the run reads locations.
     resolved = args.resolved()
     base = resolved.model.model_name_or_path
-    if base is not None and Path(base).is_dir() and is_adapter_dir(base):
+    if base is not None and is_adapter_dir(base):
         # an adapter model (ernie-zoo-e5-ie, an earlier run's adapter/): fine-tune its merged weights
         merged = str(merged_for_finetuning(base))
         resolved = dataclasses.replace(

@@ -139,7 +139,7 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
     extraction = None
     if spec.get("extract_rank"):
         # a full fine-tune: its differences from the shipped base as a LoRA adapter, the rank checked on dev
-        model, meta, extraction = _extracted(spec, run, merged, base_dir)
+        model, meta, extraction = _extracted(spec, run, merged, base_dir, base_tok)
     else:
         src = run / "adapter"
         meta = json.loads((src / META_NAME).read_text(encoding="utf-8"))
@@ -219,7 +219,7 @@ def ship_adapter(name: str, out_root: Path = SHIPPED) -> Path:
     return target
 
 
-def _extracted(spec: dict, run: Path, tuned, base_dir: Path):
+def _extracted(spec: dict, run: Path, tuned, base_dir: Path, tokenizer):
     """(the LoRA adapter model extracted from the full run `tuned` at spec["extract_rank"], its meta, a record of
     the extraction with the dev scores of both models on the recipe's dev set: the rank is chosen on dev)."""
     from ernie_zoo.finetune import build_args
@@ -241,7 +241,6 @@ def _extracted(spec: dict, run: Path, tuned, base_dir: Path):
     model, errors = lora_from_difference(base, tuned, spec["extract_rank"])
     objective = make_objective(recipe)
     objective.read()
-    tokenizer = _tokenizer(base_dir)
     examples = objective.splits["dev"]
     features = objective.encode(examples, tokenizer)
     dev = {
