@@ -145,6 +145,7 @@ def run_point(n: int, pool: list[dict[str, Any]], args: argparse.Namespace, work
     return {
         "n": n,
         "base": args.base,
+        "base_sha256": args.base_sha256,
         "seed": args.seed,
         "method": args.method,
         "epochs": args.epochs,
@@ -165,7 +166,7 @@ def run_point(n: int, pool: list[dict[str, Any]], args: argparse.Namespace, work
 
 def _key(r: dict[str, Any]) -> tuple:
     """What makes two points the same run (a rerun with these settings skips it)."""
-    fields = ("base", "n", "seed", "method", "epochs", "max_steps", "batch_size", "learning_rate")
+    fields = ("base", "base_sha256", "n", "seed", "method", "epochs", "max_steps", "batch_size", "learning_rate")
     return tuple(r.get(k) for k in fields)
 
 
@@ -179,7 +180,7 @@ def table(result: dict[str, Any]) -> str:
     if zero:
         if "triple_f1" in zero:
             lines.append(
-                f"| 0 | {zero['default_model']} (the task's default) | - | - | - | {zero['triple_precision']:.3f} / "
+                f"| 0 | {zero['default_model']} ({(zero.get('weights_sha256') or 'unknown')[:8]}, the task's default) | - | - | - | {zero['triple_precision']:.3f} / "
                 f"{zero['triple_recall']:.3f} / {zero['triple_f1']:.3f} | {zero['entity_f1']:.3f} |"
             )
         else:
@@ -188,7 +189,7 @@ def table(result: dict[str, Any]) -> str:
         lr = r.get("learning_rate") or "method default"
         passes = f" ({r['passes']})" if r.get("passes") else ""
         lines.append(
-            f"| {r['n']} | {r['base']} | {r['method']}, {r.get('batch_size') or 32}, {lr} | {r['steps']}{passes} | "
+            f"| {r['n']} | {r['base']} ({(r.get('base_sha256') or 'unknown')[:8]}) | {r['method']}, {r.get('batch_size') or 32}, {lr} | {r['steps']}{passes} | "
             f"{r['train_minutes']} | {r['triple_precision']:.3f} / {r['triple_recall']:.3f} / "
             f"{r['triple_f1']:.3f} | {r['entity_f1']:.3f} |"
         )
@@ -219,6 +220,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table(json.loads(args.out.read_text(encoding="utf-8"))))
         return 0
+    from ernie_zoo.zoo import resolve_model_source, weights_sha256  # noqa: PLC0415
+
+    source = resolve_model_source(args.base)
+    # which release of the base the points are measured from: a new release of a shipped model is another run
+    args.base_sha256 = weights_sha256(source.location) if source.kind != "hub" else None
 
     pool = pool_order(load_jsonl(args.data_dir / "dev.jsonl"), args.seed)
     test_sha = hashlib.sha256((args.data_dir / "test.jsonl").read_bytes()).hexdigest()
@@ -246,9 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         if default is None:
             result["zero_shot"]["note"] = "none: the information_extraction task ships no default model yet"
         else:
-            from ernie_zoo.zoo import resolve_model_source  # noqa: PLC0415
-
             location = resolve_model_source(default).location  # the shipped directory
+            result["zero_shot"]["weights_sha256"] = weights_sha256(location)
             result["zero_shot"].update(_row(_score(location, args.data_dir, args.threads)))
         _write_json(args.out, result)
 

@@ -265,18 +265,23 @@ def test_the_few_shot_curve_of_the_model_goes_into_its_card(evaluated, tmp_path)
     point = {"n": 25, "method": "lora", "batch_size": 16, "learning_rate": None, "steps": 150}
     point |= {"train_minutes": 7.3, "triple_precision": 0.38, "triple_recall": 0.5, "triple_f1": 0.4318}
     point |= {"entity_f1": 0.79}
+    mine, earlier = "a" * 64, "b" * 64  # the weights of this release of the model, and of an earlier one
     rows = [
-        {**point, "base": "ie-under-test", "n": 50, "triple_f1": 0.5},
-        {**point, "base": "ie-under-test"},
-        {**point, "base": "ernie-zoo-mini-zh", "triple_f1": 0.0},  # another base: not this model's curve
+        {**point, "base": "ie-under-test", "base_sha256": mine, "n": 50, "triple_f1": 0.5},
+        {**point, "base": "ie-under-test", "base_sha256": mine},
+        {**point, "base": "ie-under-test", "base_sha256": earlier, "n": 100, "triple_f1": 0.9},
+        {**point, "base": "ernie-zoo-mini-zh", "base_sha256": mine, "triple_f1": 0.0},  # another base
     ]
     path = tmp_path / "ie_fewshot.json"
     path.write_text(json.dumps({"test_sha256": test_sha, "machine": "m", "points": rows}), encoding="utf-8")
-    curve = zoo.few_shot_curve("ie-under-test", path)
+    curve = zoo.few_shot_curve("ie-under-test", path, mine)
     assert [p["n"] for p in curve["points"]] == [25, 50] and curve["points"][1]["triple_f1"] == 0.5
-    assert zoo.few_shot_curve("another-model", path) is None
+    assert [p["n"] for p in zoo.few_shot_curve("ie-under-test", path, earlier)["points"]] == [100]
+    assert zoo.few_shot_curve("ie-under-test", path, "c" * 64) is None  # a release nobody measured
+    assert zoo.few_shot_curve("ie-under-test", path, None) is None
+    assert zoo.few_shot_curve("another-model", path, mine) is None
     path.write_text(json.dumps({"test_sha256": "0" * 64, "points": rows}), encoding="utf-8")
-    assert zoo.few_shot_curve("ie-under-test", path) is None  # scored on another test split
+    assert zoo.few_shot_curve("ie-under-test", path, mine) is None  # scored on another test split
     r = evaluated[0]["models"]["ie-under-test"] | {"few_shot": curve}
     card = render_card("ie-under-test", r)
     assert "### Few-shot: fine-tuned on a few labelled sentences" in card

@@ -569,3 +569,28 @@ def test_every_file_of_every_shipped_directory_has_a_licence_row(tmp_path, monke
     monkeypatch.setattr(ernie_zoo.zoo, "ZOO_DIR", tmp_path)
     with pytest.raises(ValueError, match="no licence known for weights.bin"):
         cards._directory_rows("odd-model")
+
+
+def test_weights_sha256_tells_one_release_from_the_next(tmp_path):
+    """`zoo.weights_sha256`: the manifest's hash of a model directory's weights (an adapter's adapter_model.safetensors,
+    else model.safetensors), the file hashed when there is no manifest, None without weights; what ties a measurement
+    (bench/ie_fewshot.py's points) to one release of a shipped model."""
+    import hashlib
+
+    from ernie_zoo.utils import write_manifest
+    from ernie_zoo.zoo import weights_file, weights_sha256
+
+    full, adapter = tmp_path / "full", tmp_path / "adapter"
+    for d in (full, adapter):
+        d.mkdir()
+    (full / "model.safetensors").write_bytes(b"weights v1")
+    (adapter / "adapter_config.json").write_text("{}", encoding="utf-8")
+    (adapter / "model.safetensors").write_bytes(b"not the adapter's weights")
+    (adapter / "adapter_model.safetensors").write_bytes(b"adapter v1")
+    assert weights_file(full) == "model.safetensors" and weights_file(adapter) == "adapter_model.safetensors"
+    assert weights_sha256(full) == hashlib.sha256(b"weights v1").hexdigest()  # no manifest: the file hashed
+    assert weights_sha256(adapter) == hashlib.sha256(b"adapter v1").hexdigest()
+    write_manifest(adapter)
+    (adapter / "adapter_model.safetensors").write_bytes(b"adapter v2")  # the manifest is what is read
+    assert weights_sha256(adapter) == hashlib.sha256(b"adapter v1").hexdigest()
+    assert weights_sha256(tmp_path) is None  # no weights at all

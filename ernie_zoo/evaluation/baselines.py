@@ -454,15 +454,15 @@ def _shipped_sentiment(texts: Sequence[str], model: str) -> tuple[list[str], dic
     import torch
 
     from ..taskflow import Taskflow
-    from ..utils import MANIFEST, read_manifest
-    from ..zoo import ZOO_DIR
+    from ..utils import MANIFEST
+    from ..zoo import ZOO_DIR, weights_sha256
 
     flow = Taskflow("sentiment_analysis", model=model)
     t0 = time.perf_counter()
     pred = [o["label"] for o in flow(list(texts))]
     info: dict[str, Any] = {"model": model, "seconds": round(time.perf_counter() - t0, 2)}
-    if (ZOO_DIR / model / MANIFEST).is_file():  # the one manifest reader (a raw read gave the whole entry)
-        info["weights_sha256"] = read_manifest(ZOO_DIR / model).get("model.safetensors", {}).get("sha256")
+    if (ZOO_DIR / model / MANIFEST).is_file():  # an adapter's weights are adapter_model.safetensors
+        info["weights_sha256"] = weights_sha256(ZOO_DIR / model)
     info["torch"] = torch.__version__
     info["torch_threads"] = torch.get_num_threads()
     return pred, info

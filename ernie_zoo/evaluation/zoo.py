@@ -51,6 +51,7 @@ from ..data.sources import DEFAULT_CACHE
 from ..models.ngram import CharNgramLM
 from ..text import traditional
 from ..text.metrics import accuracy, entity_names, macro_f1, recall_by_seen, span_scores
+from ..zoo import weights_sha256
 from .baselines import (
     MULTIDOMAIN_DIR,
     _compact,
@@ -521,7 +522,7 @@ def _generator_sample(model_dir: Path, data_dir: Path) -> dict[str, Any]:
 
 
 def _dir_info(model_dir: Path) -> dict[str, Any]:
-    from ernie_zoo.utils import MANIFEST, read_manifest
+    from ernie_zoo.utils import MANIFEST
 
     files = {p.name: p.stat().st_size for p in sorted(model_dir.iterdir()) if p.is_file()}
     # an adapter directory (a LoRA on a shipped base): its weights are the adapter's, its architecture the base's
@@ -535,7 +536,7 @@ def _dir_info(model_dir: Path) -> dict[str, Any]:
     }
     manifest = model_dir / MANIFEST
     if manifest.is_file():
-        info["weights_sha256"] = read_manifest(model_dir).get(weights_name, {}).get("sha256")
+        info["weights_sha256"] = weights_sha256(model_dir)
     weights = model_dir / weights_name
     if weights.is_file():  # an adapter's: its own parameters (the base's are the base's card's)
         info.update(_weights_info(weights))
@@ -657,10 +658,11 @@ def _ner_reference(results: dict[str, Any], results_file: Path | None) -> dict[s
     }
 
 
-def few_shot_curve(name: str, path: Path) -> dict[str, Any] | None:
+def few_shot_curve(name: str, path: Path, weights: str | None) -> dict[str, Any] | None:
     """The few-shot relation-extraction curve `bench/ie_fewshot.py` measured from `name` (its points whose base is
-    `name`), for the card; None without such points, or when the file was scored on another relation test split
-    than the repository's (sha256)."""
+    `name` at the weights whose sha256 is `weights`: a point measured from an earlier release of the model is not
+    this one's), for the card; None without such points, or when the file was scored on another relation test
+    split than the repository's (sha256)."""
     from .relations import RELATIONS_DIR
 
     if not path.is_file():
@@ -672,7 +674,7 @@ def few_shot_curve(name: str, path: Path) -> dict[str, Any] | None:
     points = [
         {k: p.get(k) for k in (*keys, *scores)}
         for p in data.get("points", [])
-        if p.get("base") == name
+        if p.get("base") == name and weights is not None and p.get("base_sha256") == weights
     ]
     if not points or data.get("test_sha256") != test_sha:
         return None
@@ -783,7 +785,7 @@ def evaluate_zoo(
             reference = _ner_reference(results, results_file)
             if reference is not None:
                 out["ner_default"] = reference
-            few_shot = few_shot_curve(name, IE_FEWSHOT)
+            few_shot = few_shot_curve(name, IE_FEWSHOT, weights_sha256(model_dir))
             if few_shot is not None:
                 out["few_shot"] = few_shot
         else:

@@ -16,10 +16,11 @@ This module imports nothing from the rest of ernie_zoo but `ernie_zoo.utils`, so
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 
-from ernie_zoo.utils import looks_like_local_path
+from ernie_zoo.utils import MANIFEST, looks_like_local_path, read_manifest
 
 ZOO_DIR = Path(__file__).resolve().parent
 SHIPPED_MODELS = (
@@ -100,6 +101,29 @@ def shipped_model_dir(name: str) -> Path:
     return Path(source.location)
 
 
+def weights_file(directory: str | os.PathLike) -> str:
+    """The weights file of a model directory: `adapter_model.safetensors` for an adapter (a LoRA on a base, as
+    `ernie-finetune` writes and the zoo ships), else `model.safetensors`."""
+    return "adapter_model.safetensors" if (Path(directory) / "adapter_config.json").is_file() else "model.safetensors"
+
+
+def weights_sha256(directory: str | os.PathLike) -> str | None:
+    """sha256 of a model directory's weights (`weights_file`), which tells one release of a model from the next:
+    from its manifest when it has one (nothing hashed), else by hashing the file; None when there is no such file."""
+    directory = Path(directory)
+    name = weights_file(directory)
+    if (directory / MANIFEST).is_file():
+        return read_manifest(directory).get(name, {}).get("sha256")
+    path = directory / name
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 __all__ = [
     "BASE_ENCODER",
     "ModelNotFoundError",
@@ -109,4 +133,6 @@ __all__ = [
     "is_shipped_name",
     "resolve_model_source",
     "shipped_model_dir",
+    "weights_file",
+    "weights_sha256",
 ]
