@@ -35,7 +35,7 @@ from ernie_zoo.models.directory import check_model_dir
 from ernie_zoo.models.int8 import save_int8_weights
 from ernie_zoo.models.registry import model_class_for
 from ernie_zoo.tokenization import ErnieZooTokenizerFast, load_tokenizer
-from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights
+from ernie_zoo.utils import atomic_directory, atomic_write_text, check_finite_weights, verify_manifest
 from ernie_zoo.zoo import resolve_model_source
 
 from .bottleneck import CONFIG_NAME, BottleneckModel
@@ -92,6 +92,33 @@ def load_base_model(base: str | Path, architecture: str, config_updates: dict[st
     return cls.from_pretrained(str(base), config=config, dtype=torch.float32)
 
 
+def load_adapter_dir(path: str | Path) -> nn.Module:
+    """The model of an adapter directory `ernie-finetune` wrote (adapter_config.json + its ernie_zoo_finetune.json
+    naming the base): the base -- a shipped name (a shipped adapter names its base so: ernie-zoo-e5-small-zh), a
+    directory or a hub id, resolved like Taskflow's model=; a shipped base's files checked against its manifest --
+    with the task's head and the directory's lexicon, and the adapter put on it (not merged). The one adapter
+    loader of `load_finetuned` and Taskflow."""
+    path = Path(path)
+    meta_path = path / META_NAME
+    if not meta_path.is_file():
+        raise ValueError(
+            f"{path} holds an adapter ({CONFIG_NAME}) but no {META_NAME} naming its base model and head; load the "
+            "base yourself and put the adapter on it (load_adapter(base_model, path), or peft), or merge it: "
+            "ernie-finetune merge"
+        )
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    for key in ("base_model", "architecture"):
+        if not isinstance(meta.get(key), str) or not meta[key]:
+            raise ValueError(f"{meta_path}: {key!r} must be a non-empty string, got {meta.get(key)!r}")
+    base_source = resolve_model_source(meta["base_model"], hint=f" (the base model {meta_path} names)")
+    if base_source.kind == "shipped":
+        verify_manifest(base_source.location, complete=True)
+    base = load_base_model(base_source.location, meta["architecture"], meta.get("config_updates") or {})
+    if hasattr(base, "load_saved_files"):  # ErnieZoo models (not the ERNIE 4.5 decoders)
+        base.load_saved_files(path)  # the adapter directory's lexicon, if it carries one
+    return load_adapter(base, path)
+
+
 def load_finetuned(
     path: str | Path, device: str | torch.device = "cpu"
 ) -> tuple[nn.Module, ErnieZooTokenizerFast]:
@@ -100,19 +127,7 @@ def load_finetuned(
     if path.is_dir():  # links, config values, tokenizer.json, blank or corrupt weights
         check_model_dir(path)
     if is_adapter_dir(path):
-        meta_path = path / META_NAME
-        if not meta_path.is_file():
-            raise ValueError(
-                f"{path} holds an adapter but no {META_NAME}; load the base model yourself and call "
-                "load_adapter(base_model, path)"
-            )
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        # a shipped adapter names its base by its shipped name (ernie-zoo-e5-small-zh): resolved like model=
-        base_dir = resolve_model_source(meta["base_model"]).location
-        base = load_base_model(base_dir, meta["architecture"], meta["config_updates"])
-        if hasattr(base, "load_saved_files"):  # ErnieZoo models (not the ERNIE 4.5 decoders)
-            base.load_saved_files(path)  # the adapter directory's lexicon, if it carries one
-        model = load_adapter(base, path)
+        model = load_adapter_dir(path)
     elif (path / "config.json").is_file():
         config = load_config(path)
         model = model_class_for(config).from_pretrained(str(path), dtype=torch.float32)

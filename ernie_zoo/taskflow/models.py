@@ -229,30 +229,13 @@ def _is_adapter_dir(location: str) -> bool:
 
 
 def _load_adapter_model(location: str) -> Any:
-    """The model of an adapter directory that `ernie-finetune` wrote (adapter_config.json + its
-    ernie_zoo_finetune.json naming the base): the base (a shipped name, a directory or a hub id, resolved like
-    `model=`) with the task's head, the adapter put on it and, for LoRA-style adapters, merged into its weights."""
-    from ernie_zoo.finetune.export import CONFIG_NAME, META_NAME, load_adapter, load_base_model
+    """The model of an adapter directory that `ernie-finetune` wrote (`finetune.export.load_adapter_dir`: the
+    base named by its ernie_zoo_finetune.json with the task's head and the adapter on it), for LoRA-style adapters
+    merged into its weights."""
+    from ernie_zoo.finetune.export import CONFIG_NAME, load_adapter_dir
 
-    directory = Path(location)
-    meta_path = directory / META_NAME
-    if not meta_path.is_file():
-        raise ValueError(
-            f"{directory} holds an adapter ({CONFIG_NAME}) but no {META_NAME} naming its base model and head; "
-            "load the base yourself and put the adapter on it with peft, or merge it: ernie-finetune merge"
-        )
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    for key in ("base_model", "architecture"):
-        if not isinstance(meta.get(key), str) or not meta[key]:
-            raise ValueError(f"{meta_path}: {key!r} must be a non-empty string, got {meta.get(key)!r}")
-    base_source = resolve_model_source(meta["base_model"], hint=f" (the base model {meta_path} names)")
-    if base_source.kind == "shipped":
-        verify_manifest(base_source.location, complete=True)
-    base = load_base_model(base_source.location, meta["architecture"], meta.get("config_updates") or {})
-    if hasattr(base, "load_saved_files"):  # a lexicon the adapter directory carries
-        base.load_saved_files(directory)
-    model = load_adapter(base, directory)
-    peft_type = json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")).get("peft_type")
+    model = load_adapter_dir(location)
+    peft_type = json.loads((Path(location) / CONFIG_NAME).read_text(encoding="utf-8")).get("peft_type")
     if peft_type in _MERGEABLE_PEFT:
         model = model.merge_and_unload()
     return model
