@@ -698,6 +698,62 @@ def test_rule_prompts_find_times_sums_and_posts():
     assert found["王刚的职务"] == ["市长"] and "王刚的任职机构" not in found
 
 
+def test_relation_prompts_nationality_and_impossible_relations(tmp_path):
+    from ernie_zoo.data.extraction_mix import (
+        RELATION_OBJECTS,
+        build_extraction_mix,
+        relation_prompt_examples,
+    )
+
+    def asked(text, entities=(), seed=0):
+        record = {"text": text, "entities": [{"start": s, "end": e, "type": t} for s, e, t in entities]}
+        return {ex.prompt: [text[s:e] for s, e in ex.spans] for ex in relation_prompt_examples([record], seed)}
+
+    text = "俄罗斯总统叶利钦会见了英国外交部长库克。"
+    found = asked(text, [(0, 3, "LOC"), (5, 8, "PER"), (11, 13, "LOC"), (17, 19, "PER")])
+    assert found["叶利钦的国籍"] == ["俄罗斯"] and found["库克的国籍"] == ["英国"]
+    # stationed in a country is not its nationality; a province is not a country; a post that is not national
+    assert asked("中国大使张庭延说。", [(0, 2, "LOC"), (4, 7, "PER")])["张庭延的国籍"] == ["中国"]
+    assert "张庭延的国籍" not in asked("中国驻韩国大使张庭延说。", [(3, 5, "LOC"), (7, 10, "PER")])
+    assert "王刚的国籍" not in asked("江苏省长王刚说。", [(0, 2, "LOC"), (3, 5, "PER")])
+    assert "李明的国籍" not in asked("美国记者李明说。", [(0, 2, "LOC"), (4, 6, "PER")])
+    # negatives: no organisation and no cue word -> a person can have no 毕业院校 / 任职机构 there; every negative
+    # is a relation of the subject's type whose object type is absent or whose cue words are missing
+    entities = [(0, 2, "PER"), (3, 5, "LOC")]
+    for seed in range(20):
+        negatives = {p: v for p, v in asked("李明在北京工作。", entities, seed).items() if not v}
+        assert len(negatives) == 1
+        (prompt,) = negatives
+        relation = prompt.removeprefix("李明的")
+        assert RELATION_OBJECTS[relation][0] == "PER" and relation not in {"国籍", "籍贯"}  # 北京 is there
+    seen = {next(iter(asked("李明在北京工作。", entities, seed))) for seed in range(40)}
+    assert seen == {"李明的毕业院校", "李明的任职机构", "李明的出生地", "李明的出生日期"}
+    # a stated relation is never asked as a negative: 毕业 is there, an organisation is there
+    text = "李明1990年毕业于北京大学。"
+    for seed in range(20):
+        assert "李明的毕业院校" not in asked(text, [(0, 2, "PER"), (10, 14, "ORG")], seed)
+    # an organisation subject: no person -> 创始人 may be asked; a subject inside another one is not asked
+    orgs = {p for seed in range(20) for p in asked("北京大学今年招生。", [(0, 4, "ORG")], seed)}
+    assert orgs == {"北京大学的所在地", "北京大学的创始人", "北京大学的成立时间"}  # 今年: a time word, no cue
+    nested = [(0, 1, "PER"), (2, 4, "PER")]
+    assert {p for seed in range(20) for p in asked("李在李明家。", nested, seed)} <= {
+        f"李明的{relation}" for relation in RELATION_OBJECTS
+    }
+
+    datasets = tmp_path / "datasets"
+    (datasets / "ner").mkdir(parents=True)
+    entities = [{"start": 0, "end": 3, "type": "LOC"}, {"start": 5, "end": 8, "type": "PER"}]
+    records = [{"text": "俄罗斯总统叶利钦说。", "entities": entities}]
+    for split in ("train", "dev", "test"):
+        _write_jsonl(datasets / "ner" / f"{split}.jsonl", records)
+    plain = build_extraction_mix(tmp_path / "plain", datasets, rules=False)
+    more = build_extraction_mix(tmp_path / "more", datasets, rules=False, relations=True)
+    # 3 type prompts; with relations + 国籍 and one impossible relation of 叶利钦 (no organisation: 毕业院校 /
+    # 任职机构; no cue: 出生地 / 出生日期); test_unseen unchanged
+    assert plain == {"dropped_heldout": 0, "train": 3, "dev": 3, "test": 3, "test_unseen": 3}
+    assert more == {"dropped_heldout": 0, "train": 5, "dev": 5, "test": 5, "test_unseen": 3}
+
+
 def test_cli_lists_the_task_and_refuses_bad_schema_json(capsys, random_ie_dir):
     from ernie_zoo.cli import main
 
