@@ -256,6 +256,50 @@ def test_the_card_renders_from_the_results(evaluated):
     assert "LoRA adapter (r 8, alpha 16 on key, query, value; span_head trained fully)" in card
 
 
+def test_a_second_release_names_the_first_and_its_scores(evaluated):
+    """A release that replaces (and continues) an earlier one: the card's changes table compares the scores that
+    `release_scores` reads from both entries, and the training text names the release it started from."""
+    from ernie_zoo.evaluation.cards import release_scores
+
+    r = evaluated[0]["models"]["ie-under-test"]
+    now = release_scores(r)
+    assert now == {
+        "MSRA test micro-F1, trained names (人物 / 地点 / 机构)": r["test"]["micro"]["f1"],
+        "MSRA test micro-F1, held-out names (人 / 地方 / 单位)": r["test"]["held_out"]["micro"]["f1"],
+        "relation set test entity F1, zero-shot": r["relations"]["entities"]["f1"],
+        "relation set test triple F1, zero-shot": r["relations"]["triples"]["f1"],
+    }
+    before = {name: value - 0.1 for name, value in now.items()}
+    training = {
+        "recipe": "recipes/zoo/ie-stage2.yaml",
+        "steps": 2000,
+        "previous_release": {
+            "weights": "ie-under-test 387f6e20",
+            "recipe": "recipes/zoo/ie.yaml",
+            "why": "more steps",
+            "scores": before,
+        },
+        "continued_from": {
+            "weights": "ie-under-test 387f6e20",
+            "recipe": "recipes/zoo/ie.yaml",
+            "steps": 1500,
+            "train_seconds": 2091.8,
+            "extracted": {"rank": 96},
+        },
+    }
+    card = render_card("ie-under-test", r | {"training": training})
+    assert "### Changes from the previous release" in card
+    assert "This release replaces `ie-under-test 387f6e20` (`recipes/zoo/ie.yaml`). Why: more steps." in card
+    name = "MSRA test micro-F1, trained names (人物 / 地点 / 机构)"
+    assert f"| {name} | {now[name] - 0.1:.4f} | {now[name]:.4f} | +0.1000 |" in card
+    assert (
+        "Fine-tuned with `recipes/zoo/ie-stage2.yaml` (2000 steps), continuing the release `ie-under-test "
+        "387f6e20` (`recipes/zoo/ie.yaml`, 1500 steps, 34.9 min, shipped as its rank-96 difference from the base),"
+        in card
+    )
+    assert "{{" not in card and "None" not in card
+
+
 def test_the_few_shot_curve_of_the_model_goes_into_its_card(evaluated, tmp_path):
     import hashlib
 

@@ -235,8 +235,11 @@ def _templates() -> jinja2.Environment:
     return env
 
 
-def _current_scores(r: dict[str, Any]) -> dict[str, float]:
-    """The scores a previous release's record names, read from this evaluation (sentiment models)."""
+def release_scores(r: dict[str, Any]) -> dict[str, float]:
+    """The test scores that compare one release of a model with the next, from its `ernie-zoo eval` entry ``r``
+    (bench/results/zoo_eval.json): what a replaced release's training.json records (recipes/zoo/ship_adapter.py)
+    and what the card reads for the release that replaces it. Sentiment: review and multi-domain tests;
+    extraction: MSRA test with the trained and the held-out type names, the relation set zero-shot."""
     scores = {}
     if "test" in r and "accuracy" in r["test"]:
         scores["review test accuracy"] = r["test"]["accuracy"]
@@ -245,6 +248,11 @@ def _current_scores(r: dict[str, Any]) -> dict[str, float]:
     if md:
         scores["multi-domain test macro-F1"] = md["overall"]["macro_f1"]
         scores["multi-domain test accuracy"] = md["overall"]["accuracy"]
+    if r.get("kind") == "extraction":
+        scores["MSRA test micro-F1, trained names (人物 / 地点 / 机构)"] = r["test"]["micro"]["f1"]
+        scores["MSRA test micro-F1, held-out names (人 / 地方 / 单位)"] = r["test"]["held_out"]["micro"]["f1"]
+        scores["relation set test entity F1, zero-shot"] = r["relations"]["entities"]["f1"]
+        scores["relation set test triple F1, zero-shot"] = r["relations"]["triples"]["f1"]
     return scores
 
 
@@ -254,7 +262,7 @@ def _previous_release(r: dict[str, Any]) -> dict[str, Any] | None:
     prev = (r.get("training") or {}).get("previous_release")
     if not prev:
         return None
-    now = _current_scores(r)
+    now = release_scores(r)
     rows = [(name, before, now.get(name)) for name, before in prev["scores"].items()]
     return {"weights": prev["weights"], "recipe": prev["recipe"], "why": prev["why"], "rows": rows}
 
