@@ -161,17 +161,20 @@ def test_ep2_tp2_matches_one_process(tmp_path, reference):
         assert 0 < res["optimizer_dense_numel"] < res["dense_numel"]
 
 
-def _assert_zero_sharded(results: list[dict], reference: dict, dense_ranks: int, held: int) -> None:
-    """ZeRO-2/3: the trainable dense parameters, their AdamW moments and their reduced gradients split over the
-    `dense_ranks` data-parallel ranks (every rank a part, the parts adding up to the whole), and each rank's
-    expert gradients only those of the `held` of 4 experts it holds."""
+def _assert_zero_sharded(results: list[dict], reference: dict, dp: int, held: int, tp: int = 1) -> None:
+    """ZeRO-2/3: each rank's trainable dense parameters, their AdamW moments and their reduced gradients are the
+    same shards, the parameters split over the `dp` data-parallel ranks (without TP the parts add up to the whole;
+    with TP each rank holds less than a dp-th), and each rank's expert gradients are those of the `held` of the 4
+    experts it holds."""
     experts = {n for n in reference["grads"] if ".mlp.experts." in n}
     dense = sum(g.numel() for n, g in reference["grads"].items() if n not in experts)
     expert = sum(reference["grads"][n].numel() for n in experts)
-    for key in ("dense_numel", "optimizer_dense_numel", "dense_grad_numel"):
-        assert sum(r[key] for r in results) == dense * len(results) // dense_ranks, key
-        assert all(0 < r[key] < dense for r in results), key
-    assert all(r["expert_grad_numel"] == expert * held // 4 for r in results)
+    for r in results:
+        assert r["optimizer_dense_numel"] == r["dense_numel"] == r["dense_grad_numel"] > 0
+        assert r["expert_grad_numel"] == expert * held // 4
+    if tp == 1:
+        assert sum(r["dense_numel"] for r in results) == dense * len(results) // dp
+    assert all(r["dense_numel"] < dense / dp for r in results) or tp == 1
 
 
 @pytest.mark.distributed
@@ -181,7 +184,7 @@ def test_ep2_zero2_matches_one_process(tmp_path, reference):
     data-parallel ranks with their gradients reduce-scattered and their AdamW state, each rank's 2 experts over
     its expert-data-parallel group (none here: ep_size = world, so they stay whole)."""
     results = _check_layout(tmp_path, reference, "ep2-zero2")
-    _assert_zero_sharded(results, reference, dense_ranks=2, held=2)
+    _assert_zero_sharded(results, reference, dp=2, held=2)
     assert all(r["layout"]["zero_stage"] == 2 for r in results)
 
 
@@ -199,7 +202,7 @@ def test_ep2_dp2_zero3_matches_one_process_and_resumes_at_ep4_zero1(tmp_path):
     reference = _reference(micro=4)
     results = _check_layout(tmp_path, reference, "ep2-dp2-zero3")
     assert [r["ep_rank"] for r in results] == [0, 1, 0, 1]
-    _assert_zero_sharded(results, reference, dense_ranks=4, held=1)
+    _assert_zero_sharded(results, reference, dp=4, held=1)
     for res in results:
         assert res["layout"]["zero_stage"] == 3
         other = res["elsewhere"]
@@ -210,6 +213,20 @@ def test_ep2_dp2_zero3_matches_one_process_and_resumes_at_ep4_zero1(tmp_path):
     diff = max((final[k] - reference["params"][k]).abs().max().item() for k in final)
     print({"ep4_zero1_resumed_weight_abs": diff})
     assert diff < WEIGHT_ATOL
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_tp2_zero3_matches_one_process(tmp_path, reference):
+    """EP 2 x TP 2 x ZeRO-3 on 4 ranks (dense (dp 2, tp 2), experts (edp 2, ep 2)): the TP shards of attention,
+    the dense MLP and the shared experts sharded again over the 2 data-parallel ranks of their TP coordinate
+    (2-D DTensors), the routed experts over the expert-data-parallel pair, 1 of 4 per rank."""
+    results = _check_layout(tmp_path, reference, "ep2-tp2-zero3")
+    assert [r["ep_rank"] for r in results] == [0, 1, 0, 1]
+    _assert_zero_sharded(results, reference, dp=2, held=1, tp=2)
+    for res in results:
+        assert res["layout"]["zero_stage"] == 3 and res["layout"]["tp_size"] == 2
+        assert res["shapes"]["model.layers.0.self_attn.q_proj.weight"] == [8, 32]  # 16 TP rows, halved by dp
 
 
 @pytest.mark.distributed
@@ -320,7 +337,7 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
             n for r in results if r["ep_rank"] == res["ep_rank"] for n in r["optimizer_shapes"]
         }
         shared = f"model.layers.{start}.mlp.shared_experts.gate_proj.weight"
-        if shared in res["shapes"]:  # dense: whole, or TP's half of the rows (colwise)
+        if shared in res["shapes"] and zero < 2:  # dense: whole, or TP's half of the rows (colwise)
             assert res["shapes"][shared] == [16 // res["tp"], 32]
     # the gradients AdamW steps on at step 1: dense all-reduced over the data-parallel ranks (mean; TP shards
     # gathered for the check), experts summed over no one (their rows of the reference)

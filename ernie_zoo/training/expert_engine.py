@@ -27,9 +27,9 @@ transformers' `aux_loss`), the loss one process computes on that micro batch. Gr
               the expert-data-parallel group (ranks holding the same experts; none when ep_size = world) and
               divided by world, which makes it the same mean over the global batch
 
-The global gradient norm counts every expert once (the expert shards' squares summed over the EP group) and the
-dense parameters once; clipping, AdamW (on the DTensor shards: each rank steps only its experts) and the LR
-schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
+The global gradient norm counts every element once (each rank's squares of the pieces it holds, divided by how
+many ranks hold that piece, summed over the world); clipping, AdamW (on the DTensor shards: each rank steps only its
+experts) and the LR schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
 parameters dealt out to every rank, each rank's expert shards to the ranks of its expert-data-parallel group
 (which hold the same shards; with ep_size = world each rank steps its own experts); each rank steps its share and
 broadcasts the new values to the ranks that hold the same tensors.
@@ -39,10 +39,23 @@ modules see the ranks as (dp, tp), the experts as (edp, ep). The TP plan (`paral
 MLP layers and the shared experts; the router and norms replicated) is applied first, then the EP plan; each TP
 group lies inside one EP group, whose dispatch slices the rows the TP group shares before the all-to-all and
 gathers the outputs back (transformers' `AllToAllEP`). "every rank" / "world" above then read "the data-parallel
-ranks of this TP coordinate" / "dp"; the norm adds the dense TP shards over the TP group (replicated tensors once).
+ranks of this TP coordinate" / "dp".
 
     4 ranks, ep 2, tp 2:   dense (dp, tp)  TP groups {0,1} {2,3}, data-parallel {0,2} {1,3}
                            experts (edp, ep)  EP groups {0,1} {2,3}: E0 E1 on 0 and 2, E2 E3 on 1 and 3
+
+ZeRO-2 and ZeRO-3 (`distributed.zero_stage` 2 / 3) are torch's FSDP2 (`fully_shard`), applied after TP and EP as
+torchtitan applies it to MoE models: each MoE layer's experts over the expert-data-parallel mesh (edp), each layer
+and then the model (embeddings, final norm, LM head) over the dense data-parallel mesh (dp). A parameter already
+sharded by TP or EP becomes a 2-D DTensor, sharded again along dim 0 by FSDP. Gradients are reduce-scattered in
+backward (each rank keeps the reduced gradient of its shard only: dense sum over dp / dp, experts sum over edp / dp,
+the same means as above), AdamW holds the state of the shards, and ZeRO-3 gathers each unit's parameters around its
+forward and again around its backward (ZeRO-2: `reshard_after_forward=False`, gathered from forward to backward,
+sharded between steps).
+
+    4 ranks, ep 2, ZeRO-3:  dense          each tensor split in 4 (dim 0) over dp {0,1,2,3}
+                            experts        E0 E1 split over edp {0,2}: E0 on 0, E1 on 2; E2 E3 over {1,3}
+                            forward        a layer's dense parts gathered from 0-3, its experts from the edp pair
 
 Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
 `parallel.resharding`): each rank writes its experts under the model's own names and full shapes (a piece at its
@@ -51,8 +64,7 @@ one process) resumes from it.
 
 Evaluation runs the same forward without gradients; every rank runs the same number of forwards
 (`pretrain.evaluate`), as the all-to-alls need. `distributed.moe_capacity_factor` drops the (token, expert) pairs
-over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3 with experts
-is not built (the recipe validation says so).
+over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many.
 """
 
 from __future__ import annotations
