@@ -371,7 +371,7 @@ class ExpertParallelEngine(LogicalStateEngine):
             return self.world_size
         shards = 1
         for size, placement in zip(p.device_mesh.shape, p.placements):
-            if placement.is_shard():
+            if not placement.is_replicate():  # Shard, or FSDP's _StridedShard over a TP / EP shard (not is_shard())
                 shards *= size
         return self.world_size // shards
 
