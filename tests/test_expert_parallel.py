@@ -15,6 +15,11 @@ the checkpoint's model.safetensors loads in plain `AutoModelForCausalLM` and `er
 a directory whose logits equal the reference model's; a fresh engine loading the checkpoint written before the last
 step reproduces that step bit for bit; the single-device engine resumes from the EP checkpoint (resharding EP 2 ->
 one process). The worker is this file run under torchrun.
+
+ZeRO-2/3 (FSDP2: dense over the data-parallel ranks, experts over the expert-data-parallel ones): EP 2 x ZeRO-2 on 2
+ranks, EP 2 x DP 4 ZeRO-3 (its checkpoint also resumed at EP 4 x ZeRO-1 on the same ranks) and EP 2 x TP 2 x ZeRO-3
+on 4, the same checks, plus: each rank's dense parameters, AdamW moments and reduced gradients are the same shard
+(without TP the shards add up to the whole), and its expert gradients only its experts' shard.
 """
 
 from __future__ import annotations
@@ -307,7 +312,8 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
     spec = LAYOUTS[layout]
     nproc = spec.get("nproc", RANKS)
     ep, zero = spec["keys"]["ep_size"], spec["keys"].get("zero_stage", 0)
-    held = 4 // ep // (nproc // ep if zero >= 2 else 1)  # experts per rank: EP's, split again over edp by FSDP
+    # experts per rank: EP's, split again over edp by FSDP
+    held = 4 // ep // (nproc // ep if zero >= 2 else 1)
     run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=nproc, timeout=900)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
     grads = load_file(str(tmp_path / "grads.safetensors"))
@@ -332,7 +338,8 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
             full = list(reference["grads"][name].shape)
             assert res["shapes"][name] == [held, *full[1:]] and full[0] == 4
             if name in res["optimizer_shapes"]:  # (ZeRO-1 with expert-data-parallel peers: one of them)
-                assert res["optimizer_shapes"][name] == [held, *full[1:]]  # Adam's moments of its experts only
+                # Adam's moments of its experts only
+                assert res["optimizer_shapes"][name] == [held, *full[1:]]
         assert experts_stepped <= set(res["optimizer_shapes"]) | {
             n for r in results if r["ep_rank"] == res["ep_rank"] for n in r["optimizer_shapes"]
         }
@@ -413,7 +420,10 @@ def test_expert_layout_is_validated():
         ({"backend": "deepspeed"}, "expert parallelism runs on distributed.backend pipeline"),
         ({"backend": "pipeline", "pp_size": 2, "tp_size": 2}, "EP with both PP and TP is not built"),
         ({"backend": "pipeline", "tp_size": 4}, "must be a multiple of distributed.tp_size 4"),
-        ({"backend": "pipeline", "pp_size": 2, "zero_stage": 2}, "ZeRO-1 of a pipeline's experts is not built"),
+        (
+            {"backend": "pipeline", "pp_size": 2, "zero_stage": 2},
+            "ZeRO-1 of a pipeline's experts is not built",
+        ),
         ({"backend": "pipeline", "zero_stage": 4}, "must be 0-3 or null"),
         (
             {"backend": "pipeline", "pp_size": 2, "zero_stage": 1},
@@ -570,7 +580,8 @@ def _worker(out_dir: str, layout: str) -> None:
             g = p.grad
             grad_numel[n] = engine._local(g).numel()
             if isinstance(g, DTensor) and n not in getattr(engine, "expert_names", ()):
-                g = g.full_tensor()  # a TP / FSDP shard: the whole gradient, for the check (every rank calls it)
+                # a TP / FSDP shard: the whole gradient, for the check (every rank calls it)
+                g = g.full_tensor()
             elif isinstance(g, DTensor) and g.device_mesh.ndim == 2:  # FSDP over (edp, ep): the EP shard
                 g = g.redistribute(g.device_mesh, [Replicate(), Shard(0)])
             captured[f"rank{rank}.{n}"] = engine._local(g).detach().clone()

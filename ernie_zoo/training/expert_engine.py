@@ -257,7 +257,8 @@ class ExpertParallelEngine(LogicalStateEngine):
             fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
             if divide_by is not None:
                 module.set_gradient_divide_factor(divide_by)
-            if mesh.size() > 1:  # (on one rank FSDP divides without a collective; forcing sums there divides twice)
+            # on one rank FSDP divides without a collective; forcing sums there would divide twice
+            if mesh.size() > 1:
                 module.set_force_sum_reduction_for_comms(True)
             units.append(module)
 
@@ -371,7 +372,8 @@ class ExpertParallelEngine(LogicalStateEngine):
             return self.world_size
         shards = 1
         for size, placement in zip(p.device_mesh.shape, p.placements):
-            if not placement.is_replicate():  # Shard, or FSDP's _StridedShard over a TP / EP shard (not is_shard())
+            # Shard, or FSDP's _StridedShard over a TP / EP shard (whose is_shard() is False)
+            if not placement.is_replicate():
                 shards *= size
         return self.world_size // shards
 
