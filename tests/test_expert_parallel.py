@@ -15,6 +15,11 @@ the checkpoint's model.safetensors loads in plain `AutoModelForCausalLM` and `er
 a directory whose logits equal the reference model's; a fresh engine loading the checkpoint written before the last
 step reproduces that step bit for bit; the single-device engine resumes from the EP checkpoint (resharding EP 2 ->
 one process). The worker is this file run under torchrun.
+
+ZeRO-2/3 (FSDP2: dense over the data-parallel ranks, experts over the expert-data-parallel ones): EP 2 x ZeRO-2 on 2
+ranks, EP 2 x DP 4 ZeRO-3 (its checkpoint also resumed at EP 4 x ZeRO-1 on the same ranks) and EP 2 x TP 2 x ZeRO-3
+on 4, the same checks, plus: each rank's dense parameters, AdamW moments and reduced gradients are the same shard
+(without TP the shards add up to the whole), and its expert gradients only its experts' shard.
 """
 
 from __future__ import annotations
@@ -161,6 +166,74 @@ def test_ep2_tp2_matches_one_process(tmp_path, reference):
         assert 0 < res["optimizer_dense_numel"] < res["dense_numel"]
 
 
+def _assert_zero_sharded(results: list[dict], reference: dict, dp: int, held: int, tp: int = 1) -> None:
+    """ZeRO-2/3: each rank's trainable dense parameters, their AdamW moments and their reduced gradients are the
+    same shards, the parameters split over the `dp` data-parallel ranks (without TP the parts add up to the whole;
+    with TP each rank holds less than a dp-th), and each rank's expert gradients are those of the `held` of the 4
+    experts it holds."""
+    experts = {n for n in reference["grads"] if ".mlp.experts." in n}
+    dense = sum(g.numel() for n, g in reference["grads"].items() if n not in experts)
+    expert = sum(reference["grads"][n].numel() for n in experts)
+    for r in results:
+        assert r["optimizer_dense_numel"] == r["dense_numel"] == r["dense_grad_numel"] > 0
+        assert r["expert_grad_numel"] == expert * held // 4
+    if tp == 1:
+        assert sum(r["dense_numel"] for r in results) == dense * len(results) // dp
+    assert all(r["dense_numel"] < dense / dp for r in results) or tp == 1
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_zero2_matches_one_process(tmp_path, reference):
+    """EP 2 x ZeRO-2 on 2 ranks (FSDP2, `reshard_after_forward=False`): the dense parameters sharded over the two
+    data-parallel ranks with their gradients reduce-scattered and their AdamW state, each rank's 2 experts over
+    its expert-data-parallel group (none here: ep_size = world, so they stay whole)."""
+    results = _check_layout(tmp_path, reference, "ep2-zero2")
+    _assert_zero_sharded(results, reference, dp=2, held=2)
+    assert all(r["layout"]["zero_stage"] == 2 for r in results)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_dp2_zero3_matches_one_process_and_resumes_at_ep4_zero1(tmp_path):
+    """EP 2 x ZeRO-3 on 4 ranks (two expert groups {0, 1} {2, 3}; dense data parallel 4): the dense parameters,
+    gradients and AdamW state sharded over the 4 ranks, each rank's 2 experts sharded again over its
+    expert-data-parallel pair ({0, 2} / {1, 3}), so each rank holds 1 of the 4 experts; the parameters gathered
+    around each layer's forward and backward. The reference: one process over the 4 ranks' rows as 4 micro
+    batches. The checkpoint before the last step resumes at EP 4 x ZeRO-1 on the same ranks (and at one process,
+    `_check_layout`) and ends on the reference's weights."""
+    from safetensors.torch import load_file
+
+    reference = _reference(micro=4)
+    results = _check_layout(tmp_path, reference, "ep2-dp2-zero3")
+    assert [r["ep_rank"] for r in results] == [0, 1, 0, 1]
+    _assert_zero_sharded(results, reference, dp=4, held=1)
+    for res in results:
+        assert res["layout"]["zero_stage"] == 3
+        other = res["elsewhere"]
+        assert other["layout"]["ep_size"] == 4 and other["layout"]["zero_stage"] == 1
+        assert other["norm"] == pytest.approx(reference["norms"][-1], rel=LOSS_RTOL)
+        assert other["loss"] == pytest.approx(reference["losses"][-1], rel=LOSS_RTOL)
+    final = load_file(str(tmp_path / "resumed-elsewhere" / "model.safetensors"))
+    diff = max((final[k] - reference["params"][k]).abs().max().item() for k in final)
+    print({"ep4_zero1_resumed_weight_abs": diff})
+    assert diff < WEIGHT_ATOL
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_ep2_tp2_zero3_matches_one_process(tmp_path, reference):
+    """EP 2 x TP 2 x ZeRO-3 on 4 ranks (dense (dp 2, tp 2), experts (edp 2, ep 2)): the TP shards of attention,
+    the dense MLP and the shared experts sharded again over the 2 data-parallel ranks of their TP coordinate
+    (2-D DTensors), the routed experts over the expert-data-parallel pair, 1 of 4 per rank."""
+    results = _check_layout(tmp_path, reference, "ep2-tp2-zero3")
+    assert [r["ep_rank"] for r in results] == [0, 1, 0, 1]
+    _assert_zero_sharded(results, reference, dp=2, held=1, tp=2)
+    for res in results:
+        assert res["layout"]["zero_stage"] == 3 and res["layout"]["tp_size"] == 2
+        assert res["shapes"]["model.layers.0.self_attn.q_proj.weight"] == [8, 32]  # 16 TP rows, halved by dp
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
 @pytest.mark.parametrize("layout, layers", [("pp2-ep2", ([0], [1])), ("pp2v2-ep2", ([0, 2], [1, 3]))])
@@ -238,6 +311,9 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
 
     spec = LAYOUTS[layout]
     nproc = spec.get("nproc", RANKS)
+    ep, zero = spec["keys"]["ep_size"], spec["keys"].get("zero_stage", 0)
+    # experts per rank: EP's, split again over edp by FSDP
+    held = 4 // ep // (nproc // ep if zero >= 2 else 1)
     run_local_ranks([__file__, "--worker", str(tmp_path), layout], nproc=nproc, timeout=900)
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
     grads = load_file(str(tmp_path / "grads.safetensors"))
@@ -260,14 +336,15 @@ def _check_layout(tmp_path: Path, reference: dict, layout: str) -> list[dict]:
             if name not in res["shapes"]:
                 continue  # another pipeline stage's
             full = list(reference["grads"][name].shape)
-            assert res["shapes"][name] == [2, *full[1:]] and full[0] == 4
+            assert res["shapes"][name] == [held, *full[1:]] and full[0] == 4
             if name in res["optimizer_shapes"]:  # (ZeRO-1 with expert-data-parallel peers: one of them)
-                assert res["optimizer_shapes"][name] == [2, *full[1:]]  # Adam's moments of its experts only
+                # Adam's moments of its experts only
+                assert res["optimizer_shapes"][name] == [held, *full[1:]]
         assert experts_stepped <= set(res["optimizer_shapes"]) | {
             n for r in results if r["ep_rank"] == res["ep_rank"] for n in r["optimizer_shapes"]
         }
         shared = f"model.layers.{start}.mlp.shared_experts.gate_proj.weight"
-        if shared in res["shapes"]:  # dense: whole, or TP's half of the rows (colwise)
+        if shared in res["shapes"] and zero < 2:  # dense: whole, or TP's half of the rows (colwise)
             assert res["shapes"][shared] == [16 // res["tp"], 32]
     # the gradients AdamW steps on at step 1: dense all-reduced over the data-parallel ranks (mean; TP shards
     # gathered for the check), experts summed over no one (their rows of the reference)
@@ -343,7 +420,11 @@ def test_expert_layout_is_validated():
         ({"backend": "deepspeed"}, "expert parallelism runs on distributed.backend pipeline"),
         ({"backend": "pipeline", "pp_size": 2, "tp_size": 2}, "EP with both PP and TP is not built"),
         ({"backend": "pipeline", "tp_size": 4}, "must be a multiple of distributed.tp_size 4"),
-        ({"backend": "pipeline", "zero_stage": 2}, "ZeRO-2/3 of the expert-parallel engine are not built"),
+        (
+            {"backend": "pipeline", "pp_size": 2, "zero_stage": 2},
+            "ZeRO-1 of a pipeline's experts is not built",
+        ),
+        ({"backend": "pipeline", "zero_stage": 4}, "must be 0-3 or null"),
         (
             {"backend": "pipeline", "pp_size": 2, "zero_stage": 1},
             "ZeRO-1 of a pipeline's experts is not built",
@@ -356,6 +437,10 @@ def test_expert_layout_is_validated():
     DistributedArgs(backend="pipeline", ep_size=2).validate()
     DistributedArgs(backend="pipeline", ep_size=2, zero_stage=1).validate()
     DistributedArgs(backend="pipeline", ep_size=2, tp_size=2, zero_stage=1).validate()
+    DistributedArgs(backend="pipeline", ep_size=2, zero_stage=2).validate()  # ZeRO-2/3: FSDP2 over dp / edp
+    DistributedArgs(backend="pipeline", ep_size=2, tp_size=2, zero_stage=3).validate()
+    with pytest.raises(ValueError, match="except with distributed.ep_size > 1 at pp_size 1"):
+        DistributedArgs(backend="pipeline", zero_stage=3).validate()  # no experts: the pipeline engine
     DistributedArgs(backend="pipeline", ep_size=2, pp_size=2).validate()
 
 
@@ -437,6 +522,14 @@ LAYOUTS = {
     "ep2-zero1": {"keys": {"ep_size": 2, "zero_stage": 1, "recompute": "full"}},
     "ep2-capacity": {"keys": {"ep_size": 2, "moe_capacity_factor": 0.5}},
     "ep2-tp2": {"keys": {"ep_size": 2, "tp_size": 2, "zero_stage": 1}, "nproc": 4},
+    "ep2-zero2": {"keys": {"ep_size": 2, "zero_stage": 2}},
+    "ep2-dp2-zero3": {
+        "keys": {"ep_size": 2, "zero_stage": 3},
+        "nproc": 4,
+        "micro": 4,
+        "resume_keys": {"ep_size": 4, "zero_stage": 1},
+    },
+    "ep2-tp2-zero3": {"keys": {"ep_size": 2, "tp_size": 2, "zero_stage": 3}, "nproc": 4},
     "pp2-ep2": {
         "keys": {"ep_size": 2, "pp_size": 2},
         "nproc": 4,
@@ -455,7 +548,7 @@ LAYOUTS = {
 def _worker(out_dir: str, layout: str) -> None:
     import torch.distributed as dist
     from safetensors.torch import save_file
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
     from ernie_zoo.training.backends import engine_for_recipe
     from ernie_zoo.training.expert_engine import ExpertParallelEngine
@@ -465,7 +558,7 @@ def _worker(out_dir: str, layout: str) -> None:
     spec = LAYOUTS[layout]
     recipe = _recipe(GLOBAL_BATCH // RANKS, 1, **spec["keys"])
 
-    def make_engine():
+    def make_engine(recipe=recipe):
         model = _model(
             meta=True, **spec.get("model", {})
         )  # as ernie-pretrain hands it to the pipeline backend
@@ -476,6 +569,7 @@ def _worker(out_dir: str, layout: str) -> None:
     engine = make_engine()
     rank = dist.get_rank()
     captured: dict[str, torch.Tensor] = {}
+    grad_numel: dict[str, int] = {}  # the elements of each gradient this rank keeps (ZeRO-2/3: its shard's)
 
     def capture(optimizer, args, kwargs):  # the gradients AdamW steps on (reduced, clipped), at step 1
         if captured:
@@ -484,8 +578,12 @@ def _worker(out_dir: str, layout: str) -> None:
             if p.grad is None:
                 continue
             g = p.grad
+            grad_numel[n] = engine._local(g).numel()
             if isinstance(g, DTensor) and n not in getattr(engine, "expert_names", ()):
-                g = g.full_tensor()  # a TP shard: the whole gradient, for the check (every TP rank calls it)
+                # a TP / FSDP shard: the whole gradient, for the check (every rank calls it)
+                g = g.full_tensor()
+            elif isinstance(g, DTensor) and g.device_mesh.ndim == 2:  # FSDP over (edp, ep): the EP shard
+                g = g.redistribute(g.device_mesh, [Replicate(), Shard(0)])
             captured[f"rank{rank}.{n}"] = engine._local(g).detach().clone()
 
     engine.optimizer.register_step_pre_hook(capture)
@@ -493,7 +591,7 @@ def _worker(out_dir: str, layout: str) -> None:
     dropped: list[int] = []
 
     def train_step(step: int) -> tuple[float, float]:
-        loss, _, _ = engine.forward(_rows(_batch(step), engine.dp_rank))
+        loss, _, _ = engine.forward(_rows(_batch(step), engine.dp_rank, engine.dp_world_size))
         counts = getattr(engine, "take_routing_counts", lambda: None)()
         dropped.append(counts[1] if counts else 0)
         engine.backward(loss)
@@ -526,12 +624,23 @@ def _worker(out_dir: str, layout: str) -> None:
         for p, s in engine.optimizer.state.items()
         if names[id(p)] in experts
     }
+    layout_record = engine.layout()
     engine = make_engine()  # resume: a fresh engine loads the checkpoint written before the last step
     engine.load(out / "before-last")
     train_step(STEPS - 1)
     again = engine.local_state()
     names = {id(p): n for n, p in engine.model.named_parameters()}
-    diff = max((again[k] - final[k]).abs().max().item() for k in final)
+    diff = max((again[k] - final[k]).abs().max().item() for k in final if final[k].numel())
+    elsewhere = {}
+    if "resume_keys" in spec:  # another layout on the same ranks resumes the checkpoint before the last step
+        engine = make_engine(_recipe(GLOBAL_BATCH // RANKS, 1, **spec["resume_keys"]))
+        engine.load(out / "before-last")
+        loss, norm = train_step(STEPS - 1)
+        engine.save(out / "resumed-elsewhere")
+        elsewhere = {"loss": loss, "norm": norm, "layout": engine.layout()}
+        engine = make_engine()  # the numels below: this layout's
+        names = {id(p): n for n, p in engine.model.named_parameters()}
+        engine.load(out / "final")
     result = {
         "rank": rank,
         "ep_rank": getattr(engine, "ep_rank", 0),
@@ -542,6 +651,10 @@ def _worker(out_dir: str, layout: str) -> None:
         "shapes": shapes,
         "optimizer_shapes": optimizer_shapes,
         "resumed_max_diff": diff,
+        "layout": layout_record,
+        "elsewhere": elsewhere,
+        "dense_grad_numel": sum(v for n, v in grad_numel.items() if n not in experts),
+        "expert_grad_numel": sum(v for n, v in grad_numel.items() if n in experts),
         "dropped": dropped[:STEPS],
         "dense_numel": sum(  # what trains (the router's score-correction bias is a frozen statistic); TP: shards
             local(p).numel()

@@ -4,9 +4,9 @@ a "to run it" line that the engines run as planned.
 
 - no "selective recompute is not built": the planner's selective recompute is the engines' (`models.recompute`);
 - the line's `distributed` keys pass the recipe's own validation (`DistributedArgs.validate`);
-- no "planned, not built": for three MoE commands that part still fails, since their plans use expert parallelism
-  with ZeRO-2/3, which the engines do not build yet; those cases are strict xfails, so they flip to failures
-  (remove the mark) when it lands.
+- no "planned, not built": the MoE commands' plans use expert parallelism with ZeRO-2/3 (and TP 8 x EP 64), which
+  the expert-parallel engine runs (FSDP2, `training/expert_engine.py`). A command whose layout the engines do not
+  build goes into EP_PENDING (a strict xfail, with the reason), so it flips to a failure when it lands.
 
 Every pretraining recipe whose header names nodes (`sbatch --nodes=N`, `nodes=N`) must carry such a plan command
 for itself.
@@ -23,10 +23,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PLAN = re.compile(r"^#\s+ernie-zoo plan (?P<args>--recipe (?P<recipe>\S+) .*)$")
 NODES = re.compile(r"--nodes[= ]\d+|\bnodes=\d+")
-#: plan commands whose layout the engines do not build yet: EP with ZeRO-2/3 (#47; EP x TP x DP at ZeRO 0-1 and
-#: PP x EP at ZeRO 0 run, so the 21B recipe's `--ep 8 --zero 1` command is built; these three plan EP with ZeRO-2,
-#: ZeRO-3 and TP 8 x EP 64 at ZeRO-2)
-EP_PENDING = {"ernie4.5-21b-a3b.yaml:5", "ernie4.5-300b-a47b.yaml:7", "ernie4.5-300b-a47b.yaml:8"}
+#: plan commands whose layout the engines do not build yet (none: EP x TP x DP runs at ZeRO 0-3, PP x EP at ZeRO 0)
+EP_PENDING: set[str] = set()
 
 
 def _header(path: Path) -> list[str]:
@@ -108,8 +106,7 @@ def test_the_plan_of_a_committed_recipe_runs_as_planned(capsys, argv):
             argv,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="expert parallelism with ZeRO-2/3 is not built in the engines yet (#47): these MoE plans "
-                "say 'planned, not built'",
+                reason="the engines do not build this layout yet: the plan says 'planned, not built'",
             ),
         )
         if case in EP_PENDING

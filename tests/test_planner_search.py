@@ -309,7 +309,8 @@ def test_published_model_flops_conversion():
 
 def test_a_moe_model_on_a_pipeline_is_said_to_be_planned_not_built(capsys):
     """What the engines build for a MoE model, said where the plan says how to run: PP x EP at ZeRO 0 and EP x TP
-    at ZeRO 0-1 are runnable lines; EP with both PP and TP is "planned, not built"."""
+    at ZeRO 0-3 are runnable lines; EP with both PP and TP, and EP in a pipeline at ZeRO-1, are "planned, not
+    built"."""
     from ernie_zoo.training.recipe import DistributedArgs
 
     for pins, keys in (
@@ -336,10 +337,15 @@ def test_a_moe_model_on_a_pipeline_is_said_to_be_planned_not_built(capsys):
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
                              "--pp", "1", "--tp", "1", "--ep", "8", "--zero", "3", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))
-    # EP with ZeRO-3 is in the plan (memory, all-to-alls) but not built: said where it says how to run
-    assert (
-        rc == 0 and "distributed.backend deepspeed" in line and "planned, not built: EP 8 with ZeRO-3" in line
-    )
+    # EP x DP at ZeRO-3 runs (training/expert_engine.py, FSDP2: dense over dp, experts over edp)
+    assert rc == 0 and "planned, not built" not in line, line
+    assert "distributed.backend pipeline, pp_size 1, tp_size 1, ep_size 8, zero_stage 3," in line
+    DistributedArgs(backend="pipeline", pp_size=1, tp_size=1, ep_size=8, zero_stage=3).validate()
+    rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
+                             "--pp", "2", "--tp", "1", "--ep", "8", "--zero", "1", "--seq-len", "4096")  # fmt: skip
+    line = next(x for x in out.splitlines() if x.startswith("to run it: "))
+    # EP in a pipeline runs at ZeRO 0 only: said where it says how to run
+    assert rc == 0 and "planned, not built: EP 8 in a pipeline at ZeRO-1" in line, line
     rc, out, err = _plan_cli(capsys, "--preset", "ernie4.5-21b-a3b", "--cluster", "nodes=2,gpus_per_node=8,gpu=h100-80gb",
                              "--pp", "1", "--tp", "1", "--ep", "8", "--zero", "1", "--seq-len", "4096")  # fmt: skip
     line = next(x for x in out.splitlines() if x.startswith("to run it: "))

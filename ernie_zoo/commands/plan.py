@@ -264,11 +264,11 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
     print(found.explain())
     st = best.settings
     moe = bool(best.model.moe_layers)
-    # a MoE model runs on the pipeline backend without offload: EP x TP x DP at ZeRO 0-1 (pp_size 1, ep a multiple
-    # of tp: training/expert_engine.py) and PP x EP x DP (tp_size 1, the router loss carried through the stages:
-    # pipeline_engine.py) at ZeRO 0 (ZeRO-1 without EP)
+    # a MoE model runs on the pipeline backend without offload: EP x TP x DP at ZeRO 0-3 (pp_size 1, ep a multiple
+    # of tp: training/expert_engine.py; ZeRO-2/3 with FSDP2, dense over dp, experts over edp) and PP x EP x DP
+    # (tp_size 1, the router loss carried through the stages: pipeline_engine.py) at ZeRO 0 (ZeRO-1 without EP)
     ep_runs = moe and st.offload_optimizer == st.offload_param == "none"
-    expert_engine = ep_runs and st.ep > 1 and st.pp == 1 and st.ep % st.tp == 0 and st.zero_stage in (0, 1)
+    expert_engine = ep_runs and st.ep > 1 and st.pp == 1 and st.ep % st.tp == 0
     expert_pipeline = (
         ep_runs and st.pp > 1 and st.tp == 1 and st.zero_stage in ((0,) if st.ep > 1 else (0, 1))
     )
@@ -307,8 +307,8 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
                 why.append(f"EP {st.ep} with TP {st.tp} (ep must be a multiple of tp)")
             else:
                 why.append(
-                    f"EP {st.ep} with ZeRO-{st.zero_stage} (expert parallelism runs ZeRO 0 or 1 at pp 1, ZeRO 0 with "
-                    "a pipeline: plan with --zero 1 / --zero 0 for EP that runs, or --ep 1 for ZeRO-2/3 without EP)"
+                    f"EP {st.ep} in a pipeline at ZeRO-{st.zero_stage} (PP x EP runs at ZeRO 0; EP x TP x DP at pp 1 "
+                    "runs ZeRO 0-3: plan with --zero 0, or --pp 1)"
                 )
         elif st.tp > 1:
             why.append(
@@ -318,7 +318,7 @@ def _search(args: Args, model, cluster, parallel, flags: dict) -> int:
             why.append("a MoE model's pipeline runs at ZeRO 0-1 without offload")
         how += (
             f" -- planned, not built: {'; '.join(why)}; train this MoE model with distributed.backend deepspeed "
-            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x TP x DP at ZeRO 0-1, PP x EP at ZeRO 0)"
+            "(ZeRO, every expert on every rank) or pipeline with ep_size (EP x TP x DP at ZeRO 0-3, PP x EP at ZeRO 0)"
         )
     if moe and st.moe_capacity_factor is not None:  # the plan's expert compute and traffic assume it
         how += f"; distributed.moe_capacity_factor {st.moe_capacity_factor:g}"

@@ -27,9 +27,9 @@ transformers' `aux_loss`), the loss one process computes on that micro batch. Gr
               the expert-data-parallel group (ranks holding the same experts; none when ep_size = world) and
               divided by world, which makes it the same mean over the global batch
 
-The global gradient norm counts every expert once (the expert shards' squares summed over the EP group) and the
-dense parameters once; clipping, AdamW (on the DTensor shards: each rank steps only its experts) and the LR
-schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
+The global gradient norm counts every element once (each rank's squares of the pieces it holds, divided by how
+many ranks hold that piece, summed over the world); clipping, AdamW (on the DTensor shards: each rank steps only its
+experts) and the LR schedule follow. `distributed.zero_stage: 1` shards AdamW's state as the pipeline engine's ZeRO-1 does: the dense
 parameters dealt out to every rank, each rank's expert shards to the ranks of its expert-data-parallel group
 (which hold the same shards; with ep_size = world each rank steps its own experts); each rank steps its share and
 broadcasts the new values to the ranks that hold the same tensors.
@@ -39,10 +39,23 @@ modules see the ranks as (dp, tp), the experts as (edp, ep). The TP plan (`paral
 MLP layers and the shared experts; the router and norms replicated) is applied first, then the EP plan; each TP
 group lies inside one EP group, whose dispatch slices the rows the TP group shares before the all-to-all and
 gathers the outputs back (transformers' `AllToAllEP`). "every rank" / "world" above then read "the data-parallel
-ranks of this TP coordinate" / "dp"; the norm adds the dense TP shards over the TP group (replicated tensors once).
+ranks of this TP coordinate" / "dp".
 
     4 ranks, ep 2, tp 2:   dense (dp, tp)  TP groups {0,1} {2,3}, data-parallel {0,2} {1,3}
                            experts (edp, ep)  EP groups {0,1} {2,3}: E0 E1 on 0 and 2, E2 E3 on 1 and 3
+
+ZeRO-2 and ZeRO-3 (`distributed.zero_stage` 2 / 3) are torch's FSDP2 (`fully_shard`), applied after TP and EP as
+torchtitan applies it to MoE models: each MoE layer's experts over the expert-data-parallel mesh (edp), each layer
+and then the model (embeddings, final norm, LM head) over the dense data-parallel mesh (dp). A parameter already
+sharded by TP or EP becomes a 2-D DTensor, sharded again along dim 0 by FSDP. Gradients are reduce-scattered in
+backward (each rank keeps the reduced gradient of its shard only: dense sum over dp / dp, experts sum over edp / dp,
+the same means as above), AdamW holds the state of the shards, and ZeRO-3 gathers each unit's parameters around its
+forward and again around its backward (ZeRO-2: `reshard_after_forward=False`, gathered from forward to backward,
+sharded between steps).
+
+    4 ranks, ep 2, ZeRO-3:  dense          each tensor split in 4 (dim 0) over dp {0,1,2,3}
+                            experts        E0 E1 split over edp {0,2}: E0 on 0, E1 on 2; E2 E3 over {1,3}
+                            forward        a layer's dense parts gathered from 0-3, its experts from the edp pair
 
 Checkpoints are the pipeline backend's logical state (`pipeline_engine.LogicalStateEngine`,
 `parallel.resharding`): each rank writes its experts under the model's own names and full shapes (a piece at its
@@ -51,8 +64,7 @@ one process) resumes from it.
 
 Evaluation runs the same forward without gradients; every rank runs the same number of forwards
 (`pretrain.evaluate`), as the all-to-alls need. `distributed.moe_capacity_factor` drops the (token, expert) pairs
-over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many. ZeRO-2/3 with experts
-is not built (the recipe validation says so).
+over each expert's capacity before the dispatch (`ExpertCapacity`); pretraining logs how many.
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ernie_zoo.models.recompute import enable_selective_recompute
 from ernie_zoo.models.seeded_init import materialize
 from ernie_zoo.parallel import resharding
 from ernie_zoo.parallel.expert_plan import apply_ep, check_expert_layout
@@ -195,18 +208,20 @@ class ExpertParallelEngine(LogicalStateEngine):
         self._joiner = None
         if d.recompute == "full":
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif d.recompute == "selective":  # each layer's attention core (Megatron's selective recompute)
+            enable_selective_recompute(model)
         self._dtype = AUTOCAST_DTYPES[recipe.precision]
         # the loss's parts (lm_loss, aux_loss) are logged as one process logs them: this rank's micro batch
         self.objective = PretrainObjective(model, keep_details=False)
+        self.zero_stage = int(d.zero_stage or 0)
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"distributed.zero_stage {self.zero_stage}: must be 0, 1, 2 or 3")
+        #: ZeRO-2/3: the modules `fully_shard` made FSDP units (the MoE layers' experts, the layers, the model)
+        self.fsdp_units: list[nn.Module] = self._fully_shard() if self.zero_stage >= 2 else []
         # fused AdamW over plain tensors only; DTensor shards step through the for-each-free path
         self.optimizer, self.scheduler = optimizer_and_schedule(
-            recipe, model, fused=not self.expert_names and self.tp == 1
+            recipe, model, fused=not self.expert_names and self.tp == 1 and not self.fsdp_units
         )
-        self.zero_stage = int(d.zero_stage or 0)
-        if self.zero_stage not in (0, 1):
-            raise ValueError(
-                f"distributed.zero_stage {self.zero_stage}: expert parallelism runs ZeRO 0 or 1 (ZeRO-2/3 not built)"
-            )
         #: ZeRO-1: [(group, global ranks of the group, each group rank's parameters)] of the dense and expert deals
         self.deals: list[tuple[Any, list[int], list[list[nn.Parameter]]]] = []
         if self.zero_stage == 1 and self.world_size > 1:
@@ -220,6 +235,40 @@ class ExpertParallelEngine(LogicalStateEngine):
             int(model.config.moe_num_experts) // self.ep,
             int(model.config.moe_num_experts),
         )
+
+    def _fully_shard(self) -> list[nn.Module]:
+        """ZeRO-2/3 with torch's FSDP2 (`fully_shard`), torchtitan's way for MoE: each MoE layer's experts over the
+        expert-data-parallel mesh (edp: the ranks holding the same experts), then each layer and the model (the
+        rest: embeddings, final norm, LM head) over the dense data-parallel mesh (dp); TP shards and EP shards are
+        sharded again along dim 0 (2-D DTensors on the (dp, tp) / (edp, ep) meshes). ZeRO-3 gathers a unit's
+        parameters around its forward and again around its backward; ZeRO-2 (`reshard_after_forward=False`) keeps
+        them gathered from the forward to the backward. Gradients are reduce-scattered in backward, so each rank
+        keeps only the reduced gradient of its shard, and AdamW (built after this) holds the state of the shards.
+
+        The reduction's divisor: dense sum over dp / dp (FSDP's mean); experts sum over edp / dp (the module
+        docstring), set on the experts' units. Reductions are plain sums followed by the division (gloo has no
+        pre-multiplied sum)."""
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = self.zero_stage == 3
+        units: list[nn.Module] = []
+
+        def shard(module: nn.Module, mesh: Any, divide_by: float | None = None) -> None:
+            fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
+            if divide_by is not None:
+                module.set_gradient_divide_factor(divide_by)
+            # on one rank FSDP divides without a collective; forcing sums there would divide twice
+            if mesh.size() > 1:
+                module.set_force_sum_reduction_for_comms(True)
+            units.append(module)
+
+        for layer in self.model.model.layers:
+            experts = getattr(layer.mlp, "experts", None)
+            if experts is not None and self.ep > 1:  # EP-sharded (at ep_size 1 the experts are dense)
+                shard(experts, self.expert_mesh["edp"], divide_by=float(self.dp))
+            shard(layer, self.mesh["dp"])
+        shard(self.model, self.mesh["dp"])
+        return units
 
     def _shard_optimizer(self) -> None:
         """ZeRO-1: deal the dense parameters (TP: this rank's shards) out to the data-parallel ranks of its TP
@@ -291,10 +340,11 @@ class ExpertParallelEngine(LogicalStateEngine):
 
     # ------------------------------------------------------------------------------------- step
     @torch.no_grad()
-    def _reduce_gradients(self) -> list[tuple[str, torch.Tensor]]:
-        """Every gradient made the global batch's mean (module docstring): the dense ones (TP: this rank's
-        shards) all-reduced over the data-parallel ranks of this TP coordinate as one flat buffer, each expert
-        shard's over its expert-data-parallel group, all divided by the data-parallel size."""
+    def _reduce_gradients(self) -> None:
+        """ZeRO 0-1: every gradient made the global batch's mean (module docstring): the dense ones (TP: this
+        rank's shards) all-reduced over the data-parallel ranks of this TP coordinate as one flat buffer, each
+        expert shard's over its expert-data-parallel group, all divided by the data-parallel size. (ZeRO-2/3:
+        FSDP reduce-scattered them in backward already.)"""
         import torch.distributed as dist
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
@@ -311,34 +361,43 @@ class ExpertParallelEngine(LogicalStateEngine):
                     g.copy_(new)
             for g in tensors:
                 g.div_(self.dp)
-        return grads
+
+    def _copies(self, p: torch.Tensor) -> int:
+        """How many ranks hold the same piece of `p` (or of its gradient): the ranks over which it is not sharded.
+        A plain tensor is whole on every rank; a DTensor (TP, EP, FSDP or two of them) is split over the product
+        of its sharded mesh dimensions, and every mesh here spans the world."""
+        from torch.distributed.tensor import DTensor
+
+        if not isinstance(p, DTensor):
+            return self.world_size
+        shards = 1
+        for size, placement in zip(p.device_mesh.shape, p.placements):
+            # Shard, or FSDP's _StridedShard over a TP / EP shard (whose is_shard() is False)
+            if not placement.is_replicate():
+                shards *= size
+        return self.world_size // shards
 
     def step(self) -> float:
-        """Gradient reduction, global norm + clipping, AdamW, LR schedule; the pre-clip norm."""
+        """Gradient reduction (ZeRO 0-1; ZeRO-2/3 reduced in backward), global norm + clipping, AdamW, LR
+        schedule; the pre-clip norm. The norm adds each rank's squares of the pieces it holds, each divided by how
+        many ranks hold that piece, over the world: every element counted once (each expert, each TP and FSDP
+        shard, the replicated tensors)."""
         import torch.distributed as dist
 
-        grads = self._reduce_gradients()
-        dense = torch.zeros((), dtype=torch.float64, device=self.device)
-        experts = torch.zeros((), dtype=torch.float64, device=self.device)
-        params = dict(self.model.named_parameters())
-        for name, g in grads:
-            squares = g.detach().double().pow(2).sum()
-            if name in self.expert_names:
-                experts += squares
-            elif name in params and self._tp_replicated(params[name]):
-                dense += squares / self.tp  # the same on every rank of the TP group: counted once
-            else:
-                dense += squares  # a TP shard: the group's shards add up
-        if self.tp_group is not None:
-            dist.all_reduce(dense, group=self.tp_group)
-        if self.ep > 1:
-            dist.all_reduce(experts, group=self.ep_group)  # each expert once: the EP group holds every one
-        norm = float((dense + experts).sqrt())
+        if not self.fsdp_units:
+            self._reduce_gradients()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        squares = torch.zeros((), dtype=torch.float64, device=self.device)
+        for p in params:
+            squares += self._local(p.grad).detach().double().pow(2).sum() / self._copies(p)
+        if self.world_size > 1:
+            dist.all_reduce(squares)
+        norm = float(squares.sqrt())
         max_norm = self.recipe.optim.grad_clip or 0.0
         if max_norm > 0:
             coef = min(1.0, max_norm / (norm + 1e-6))  # torch.nn.utils.clip_grad_norm_'s factor
-            for _, g in grads:
-                g.mul_(coef)
+            for p in params:
+                self._local(p.grad).mul_(coef)
         self.optimizer.step()
         if self.deals:
             self._broadcast_updates()
@@ -346,10 +405,13 @@ class ExpertParallelEngine(LogicalStateEngine):
         self.zero_grad()
         return norm
 
-    def _tp_replicated(self, p: torch.Tensor) -> bool:
-        from torch.distributed.tensor import DTensor, Replicate
-
-        return not isinstance(p, DTensor) or all(isinstance(x, Replicate) for x in p.placements)
+    def logical_state(self) -> dict[str, torch.Tensor]:
+        """The logical state (`LogicalStateEngine`); ZeRO-2/3: of the FSDP shards (2-D DTensors, written as pieces
+        of the model's full tensors), after freeing any gathered parameters, so that a load fills the tensors the
+        next forward gathers."""
+        for unit in self.fsdp_units:
+            unit.reshard()
+        return super().logical_state()
 
     def num_parameters(self) -> int:
         """Parameters of the whole model (each expert once)."""
@@ -368,7 +430,7 @@ class ExpertParallelEngine(LogicalStateEngine):
             "ep_size": self.ep,
             "num_layers": self.model.config.num_hidden_layers,
             "dp_size": self.dp,
-            "zero_stage": 1 if self.deals else 0,
+            "zero_stage": self.zero_stage if self.fsdp_units else 1 if self.deals else 0,
         }
 
 

@@ -264,8 +264,10 @@ class DistributedArgs:
     with tp_size > 1 the attention and shared experts TP-sharded, ep_size a multiple of tp_size); tp_size 1 and
     pp_size > 1: PP x EP, each stage's experts over the data-parallel ranks of that stage, the router's
     load-balancing loss carried through the stages (ernie_zoo.training.pipeline_engine; docs/scale.md, Expert
-    parallelism). It must divide the launched ranks and moe_num_experts. zero_stage 0 or 1 (ZeRO-1: AdamW's state
-    sharded, the experts' over the ranks holding the same experts). 1: every expert on every rank."""
+    parallelism). It must divide the launched ranks and moe_num_experts. zero_stage 0-3 at pp_size 1 (ZeRO-1:
+    AdamW's state sharded, the experts' over the ranks holding the same experts; ZeRO-2: gradients too, ZeRO-3:
+    parameters too, with torch's FSDP2: dense over the data-parallel ranks, experts over the expert-data-parallel
+    ones), 0 with pp_size > 1. 1: every expert on every rank."""
     moe_capacity_factor: float | None = None
     """pipeline backend, a MoE decoder at pp_size 1: each expert takes at most ceil(factor x tokens x top_k /
     moe_num_experts) of a rank's (token, expert) pairs per forward, the first in token order; the rest are dropped
@@ -273,7 +275,9 @@ class DistributedArgs:
     pretraining logs train/moe_dropped and train/moe_dropped_fraction. null: no dropping (transformers' router)."""
     zero_stage: int | None = None
     """deepspeed backend: ZeRO stage 0-3 over the json's; null: the json's. pipeline backend: 0/null or 1 (ZeRO-1:
-    each data-parallel rank keeps the AdamW state of its share of the stage's parameters)."""
+    each data-parallel rank keeps the AdamW state of its share of the stage's parameters); with ep_size > 1 at
+    pp_size 1 also 2 (gradients reduce-scattered: each rank keeps its shard's) or 3 (parameters sharded too and
+    gathered around each layer's forward and backward), torch's FSDP2 (ernie_zoo.training.expert_engine)."""
     recompute: str = "none"
     """deepspeed and pipeline backends: full recomputes every layer in backward (activation checkpointing, the
     layer inputs kept); selective only each layer's attention core, QK^T, softmax, dropout, .V (Megatron's
@@ -372,13 +376,6 @@ class DistributedArgs:
                 f"must be a multiple of distributed.tp_size {self.tp_size} (each TP group inside one expert group)",
             )
             _check(
-                self.zero_stage in (None, 0, 1),
-                "distributed.zero_stage",
-                self.zero_stage,
-                "must be 0, 1 or null with distributed.ep_size > 1 (ZeRO-1 shards AdamW's state; ZeRO-2/3 of the "
-                "expert-parallel engine are not built)",
-            )
-            _check(
                 self.pp_size == 1 or not self.zero_stage,
                 "distributed.zero_stage",
                 self.zero_stage,
@@ -416,11 +413,13 @@ class DistributedArgs:
             m = self.pp_microbatches or self.pp_size
             check_schedule(self.pp_schedule, self.pp_size, self.pp_virtual_stages, m)
             _check(
-                self.zero_stage in (None, 0, 1),
+                self.zero_stage in (None, 0, 1) or (self.ep_size > 1 and self.pp_size == 1),
                 "distributed.zero_stage",
                 self.zero_stage,
                 "must be 0, 1 or null under backend pipeline (ZeRO-1 shards the optimizer over the data-parallel "
-                "replicas; ZeRO-2/3 would reduce-scatter or gather every pipeline micro batch, and are not supported)",
+                "replicas; ZeRO-2/3 would reduce-scatter or gather every pipeline micro batch, and are not "
+                "supported), except with distributed.ep_size > 1 at pp_size 1: the expert-parallel engine runs "
+                "ZeRO-2/3 (FSDP2: dense over the data-parallel ranks, experts over the expert-data-parallel ones)",
             )
             unset = {"deepspeed_config": None}
             unset.update(offload_optimizer=None, offload_param=None, nvme_path=None)
