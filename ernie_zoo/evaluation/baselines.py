@@ -50,7 +50,7 @@ from ..data.labelled import DEFAULT_DATASETS, ENTITY_TYPES, load_split
 from ..models.ngram import CharNgramLM
 from ..recipe_cli import command_main
 from ..text.metrics import accuracy, macro_f1, span_scores
-from ..utils import atomic_write_json
+from ..utils import atomic_write_json, sha256_file
 from .poetry import format_rates
 
 if TYPE_CHECKING:
@@ -401,12 +401,6 @@ def _display_path(path: Path) -> str:
     return str(path)
 
 
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _lexicon_dev(lexicon: SentimentLexicon, dev: Sequence[dict[str, Any]], progress: bool) -> dict[str, Any]:
     run = sentiment_lexicon_count([r["text"] for r in dev], lexicon, tie_label="negative", progress=progress)
     tie = tie_label_from_dev([r["label"] for r in dev], run["scores"])
@@ -503,7 +497,7 @@ def evaluate_sentiment_multidomain(
     result: dict[str, Any] = {
         "data": {
             "dir": _display_path(md_dir),
-            "files_sha256": {s: _file_sha256(p) for s, p in files.items()},
+            "files_sha256": {s: sha256_file(p) for s, p in files.items()},
             "counts": {
                 s: {
                     d: b["gold"]
@@ -516,7 +510,7 @@ def evaluate_sentiment_multidomain(
         "predictions_format": "one character per record in file order: + positive, - negative",
         "lexicon": {
             "path": _display_path(lexicon_path),
-            "sha256": _file_sha256(lexicon_path),
+            "sha256": sha256_file(lexicon_path),
             "segmenter": "jieba (default dictionary)",
         },
         "tie_rule": "a lexicon score of exactly 0 (no sentiment word, or words that cancel) gets the majority gold "

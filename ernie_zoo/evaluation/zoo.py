@@ -51,12 +51,12 @@ from ..data.sources import DEFAULT_CACHE
 from ..models.ngram import CharNgramLM
 from ..text import traditional
 from ..text.metrics import accuracy, entity_names, macro_f1, recall_by_seen, span_scores
+from ..utils import sha256_file
 from ..zoo import weights_sha256
 from .baselines import (
     MULTIDOMAIN_DIR,
     _compact,
     _display_path,
-    _file_sha256,
     _version,
     load_sentiment_multidomain,
     scores_by_domain,
@@ -200,7 +200,7 @@ def evaluate_sentiment_model(
     if md_records is not None:
         md: dict[str, Any] = {
             "dir": _display_path(md_dir),
-            "files_sha256": {s: _file_sha256(md_files[s]) for s in ("dev", "test")},
+            "files_sha256": {s: sha256_file(md_files[s]) for s in ("dev", "test")},
             "predictions_format": "one character per record in file order: + positive, - negative",
         }
         for name, records in md_records.items():
@@ -668,7 +668,7 @@ def few_shot_curve(name: str, path: Path, weights: str | None) -> dict[str, Any]
     if not path.is_file():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
-    test_sha = _file_sha256(RELATIONS_DIR / "test.jsonl")
+    test_sha = sha256_file(RELATIONS_DIR / "test.jsonl")
     keys = ("n", "method", "batch_size", "learning_rate", "steps", "train_minutes")
     scores = ("triple_precision", "triple_recall", "triple_f1", "entity_f1")
     points = [

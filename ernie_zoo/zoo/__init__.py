@@ -16,11 +16,10 @@ This module imports nothing from the rest of ernie_zoo but `ernie_zoo.utils`, so
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from pathlib import Path
 
-from ernie_zoo.utils import MANIFEST, looks_like_local_path, read_manifest
+from ernie_zoo.utils import MANIFEST, looks_like_local_path, read_manifest, sha256_file
 
 ZOO_DIR = Path(__file__).resolve().parent
 SHIPPED_MODELS = (
@@ -115,13 +114,7 @@ def weights_sha256(directory: str | os.PathLike) -> str | None:
     if (directory / MANIFEST).is_file():
         return read_manifest(directory).get(name, {}).get("sha256")
     path = directory / name
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path) if path.is_file() else None
 
 
 __all__ = [
